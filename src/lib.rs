@@ -1,0 +1,16 @@
+//! airlock: signed bundles, atomic import, and an OCI registry for air-gapped platforms.
+//!
+//! Layers (each module's docs say what it owns): `digest` and `names` are
+//! value types; `store` keeps bytes; `state` keeps the metadata tree over the
+//! store; `bundle` makes, verifies and imports bundles; `registry` serves the
+//! OCI distribution API over `state`; `server` runs the HTTP listener.
+//! Lower layers never call higher ones.
+
+pub mod bundle;
+pub mod digest;
+pub mod names;
+pub mod oci;
+pub mod registry;
+pub mod server;
+pub mod state;
+pub mod store;

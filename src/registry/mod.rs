@@ -1,0 +1,1 @@
+//! OCI distribution-spec v1.1 routes.

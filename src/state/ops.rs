@@ -1,0 +1,110 @@
+//! Changes to the state, described as data so that a lost compare-and-swap
+//! race can simply apply them again to the new root.
+
+use super::{ManifestInfo, Repository, StateError};
+use crate::digest::Digest;
+use crate::names::{RepositoryName, Tag};
+
+/// One change to one repository.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Links blobs (digest, size in bytes) into `repo`, creating it if needed.
+    LinkBlobs {
+        /// The repository.
+        repo: RepositoryName,
+        /// Blobs to link.
+        blobs: Vec<(Digest, u64)>,
+    },
+    /// Records a manifest in `repo` (creating it if needed) and points `tags` at it.
+    PutManifest {
+        /// The repository.
+        repo: RepositoryName,
+        /// The manifest's digest.
+        digest: Digest,
+        /// Media type, size, subject.
+        info: ManifestInfo,
+        /// Tags to point at it (moved from any other manifest).
+        tags: Vec<Tag>,
+    },
+    /// Removes a tag. Error if it does not exist.
+    DeleteTag {
+        /// The repository.
+        repo: RepositoryName,
+        /// The tag.
+        tag: Tag,
+    },
+    /// Removes a manifest and every tag pointing at it. Error if absent.
+    DeleteManifest {
+        /// The repository.
+        repo: RepositoryName,
+        /// The manifest.
+        digest: Digest,
+    },
+    /// Unlinks a blob from `repo`. Error if it is not linked.
+    UnlinkBlob {
+        /// The repository.
+        repo: RepositoryName,
+        /// The blob.
+        digest: Digest,
+    },
+}
+
+impl Op {
+    /// The repository this op changes.
+    pub fn repository(&self) -> &RepositoryName {
+        match self {
+            Op::LinkBlobs { repo, .. }
+            | Op::PutManifest { repo, .. }
+            | Op::DeleteTag { repo, .. }
+            | Op::DeleteManifest { repo, .. }
+            | Op::UnlinkBlob { repo, .. } => repo,
+        }
+    }
+
+    /// Applies the op to `slot` (`None`: the repository does not exist).
+    /// A repository left with no tags, manifests or blobs is removed.
+    pub(super) fn apply(&self, slot: &mut Option<Repository>) -> Result<(), StateError> {
+        let missing = |what: String| StateError::NotFound(what);
+        match self {
+            Op::LinkBlobs { blobs, .. } => {
+                let repo = slot.get_or_insert_with(Repository::default);
+                for (d, size) in blobs {
+                    repo.blobs.insert(d.clone(), *size);
+                }
+            }
+            Op::PutManifest { digest, info, tags, .. } => {
+                let repo = slot.get_or_insert_with(Repository::default);
+                repo.manifests.insert(digest.clone(), info.clone());
+                for t in tags {
+                    repo.tags.insert(t.clone(), digest.clone());
+                }
+            }
+            Op::DeleteTag { repo: name, tag } => {
+                let repo = slot.as_mut().ok_or_else(|| missing(format!("repository {name} not known")))?;
+                repo.tags
+                    .remove(tag)
+                    .ok_or_else(|| missing(format!("tag {tag} not known in {name}")))?;
+            }
+            Op::DeleteManifest { repo: name, digest } => {
+                let repo = slot.as_mut().ok_or_else(|| missing(format!("repository {name} not known")))?;
+                repo.manifests
+                    .remove(digest)
+                    .ok_or_else(|| missing(format!("manifest {digest} not known in {name}")))?;
+                repo.tags.retain(|_, d| d != digest);
+            }
+            Op::UnlinkBlob { repo: name, digest } => {
+                let repo = slot.as_mut().ok_or_else(|| missing(format!("repository {name} not known")))?;
+                repo.blobs
+                    .remove(digest)
+                    .ok_or_else(|| missing(format!("blob {digest} not known in {name}")))?;
+            }
+        }
+        if slot
+            .as_ref()
+            .is_some_and(|r| r.tags.is_empty() && r.manifests.is_empty() && r.blobs.is_empty())
+        {
+            *slot = None;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,277 @@
+//! Filesystem blobstore: the embedded default (`--data DIR`, default `./airlock-data`).
+//!
+//! Owns: mapping keys to files below the data directory, atomic publication
+//! (write to `tmp/`, fsync, rename) and the root compare-and-swap
+//! (exclusive `flock` on `refs/root.lock`, write + fsync + rename).
+//! Never parses stored content.
+
+use std::collections::HashSet;
+use std::io::{ErrorKind, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use super::{BoxRead, ObjectWriter, Result, RootVersion, StoreError, check_key};
+
+const ROOT_KEY: &str = "refs/root";
+
+/// A blobstore rooted at a directory. Layout: `<dir>/<key>` for every key,
+/// `<dir>/tmp/` for objects being written, `<dir>/refs/root.lock` for the CAS lock.
+#[derive(Clone)]
+pub struct FsStore {
+    root: Arc<PathBuf>,
+    dirty_dirs: Arc<Mutex<HashSet<PathBuf>>>,
+}
+
+impl FsStore {
+    /// Opens (creating if needed) the store at `dir`.
+    /// Errors: the directory cannot be created or is not writable.
+    pub fn open(dir: &Path) -> Result<FsStore> {
+        std::fs::create_dir_all(dir.join("tmp"))?;
+        std::fs::create_dir_all(dir.join("refs"))?;
+        Ok(FsStore {
+            root: Arc::new(dir.to_path_buf()),
+            dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
+        })
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf> {
+        check_key(key)?;
+        Ok(self.root.join(key))
+    }
+
+    fn mark_dirty(&self, dir: PathBuf) {
+        if let Ok(mut d) = self.dirty_dirs.lock() {
+            d.insert(dir);
+        }
+    }
+}
+
+fn not_found(key: &str, e: std::io::Error) -> StoreError {
+    if e.kind() == ErrorKind::NotFound {
+        StoreError::NotFound(key.to_string())
+    } else {
+        StoreError::Io(e)
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> Result<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => Ok(r?),
+        Err(e) => Err(StoreError::Io(std::io::Error::other(e))),
+    }
+}
+
+fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[async_trait::async_trait]
+impl super::Blobstore for FsStore {
+    async fn stat(&self, key: &str) -> Result<Option<u64>> {
+        let path = self.path(key)?;
+        match tokio::fs::metadata(&path).await {
+            Ok(m) if m.is_file() => Ok(Some(m.len())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
+        let path = self.path(key)?;
+        let mut file = tokio::fs::File::open(&path).await.map_err(|e| not_found(key, e))?;
+        let size = file.metadata().await?.len();
+        let (start, end) = range.unwrap_or((0, size));
+        if start > end || end > size {
+            return Err(StoreError::Range { start, end, size });
+        }
+        if start > 0 {
+            file.seek(SeekFrom::Start(start)).await?;
+        }
+        let reader = tokio::io::BufReader::with_capacity(256 * 1024, file.take(end - start));
+        Ok(Box::pin(reader))
+    }
+
+    async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>> {
+        let final_path = self.path(key)?;
+        let tmp = self.root.join("tmp").join(uuid::Uuid::new_v4().to_string());
+        let tmp2 = tmp.clone();
+        let file = blocking(move || std::fs::File::create_new(&tmp2)).await?;
+        Ok(Box::new(FsWriter {
+            file: Some(file),
+            tmp,
+            final_path,
+            store: self.clone(),
+        }))
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let base = self.path(prefix.trim_end_matches('/'))?;
+        let root = self.root.clone();
+        blocking(move || {
+            let mut out = Vec::new();
+            let mut stack = vec![base];
+            while let Some(dir) = stack.pop() {
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(e) => e,
+                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                };
+                for entry in entries {
+                    let entry = entry?;
+                    let p = entry.path();
+                    if entry.file_type()?.is_dir() {
+                        stack.push(p);
+                    } else if let Ok(rel) = p.strip_prefix(&*root) {
+                        out.push(rel.to_string_lossy().into_owned());
+                    }
+                }
+            }
+            out.sort();
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn sync(&self) -> Result<()> {
+        let dirs: Vec<PathBuf> = match self.dirty_dirs.lock() {
+            Ok(mut d) => d.drain().collect(),
+            Err(_) => Vec::new(),
+        };
+        blocking(move || {
+            for d in dirs {
+                fsync_dir(&d)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn read_root(&self) -> Result<Option<RootVersion>> {
+        let path = self.path(ROOT_KEY)?;
+        match tokio::fs::read_to_string(&path).await {
+            Ok(s) => {
+                let value = s.trim().to_string();
+                Ok(Some(RootVersion {
+                    version: value.clone(),
+                    value,
+                }))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
+        let dir = self.root.join("refs");
+        let expected = expected.map(|v| v.version.clone());
+        let value = value.to_string();
+        blocking(move || {
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join("root.lock"))?;
+            lock.lock()?;
+            let current = match std::fs::read_to_string(dir.join("root")) {
+                Ok(s) => Some(s.trim().to_string()),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            if current != expected {
+                return Ok(false);
+            }
+            let tmp = dir.join("root.tmp");
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(value.as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, dir.join("root"))?;
+            fsync_dir(&dir)?;
+            // The lock is released when `lock` is dropped.
+            Ok(true)
+        })
+        .await
+    }
+}
+
+struct FsWriter {
+    file: Option<std::fs::File>,
+    tmp: PathBuf,
+    final_path: PathBuf,
+    store: FsStore,
+}
+
+impl FsWriter {
+    fn take_file(&mut self) -> Result<std::fs::File> {
+        self.file
+            .take()
+            .ok_or_else(|| StoreError::Io(std::io::Error::other("writer already finished")))
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectWriter for FsWriter {
+    async fn write(&mut self, chunk: Bytes) -> Result<()> {
+        let mut file = self.take_file()?;
+        let file = blocking(move || file.write_all(&chunk).map(|()| file)).await?;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<()> {
+        let file = self.take_file()?;
+        let tmp = std::mem::take(&mut self.tmp);
+        let final_path = self.final_path.clone();
+        let parent = blocking(move || {
+            file.sync_all()?;
+            drop(file);
+            let parent = final_path.parent().map(Path::to_path_buf).unwrap_or_default();
+            std::fs::create_dir_all(&parent)?;
+            std::fs::rename(&tmp, &final_path)?;
+            Ok(parent)
+        })
+        .await?;
+        // The rename lives in `parent`; a directory created for it lives in the grandparent.
+        if let Some(grand) = parent.parent() {
+            self.store.mark_dirty(grand.to_path_buf());
+        }
+        self.store.mark_dirty(parent);
+        Ok(())
+    }
+
+    async fn cancel(mut self: Box<Self>) -> Result<()> {
+        self.file = None;
+        let tmp = std::mem::take(&mut self.tmp);
+        blocking(move || match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        })
+        .await
+    }
+}
+
+impl Drop for FsWriter {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}

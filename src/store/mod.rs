@@ -1,0 +1,156 @@
+//! The blobstore: a small object-storage interface that every backend implements.
+//!
+//! Owns: object keys, the `Blobstore` trait (about ten operations, after
+//! distribution's storage driver), and the one mutable object `refs/root`.
+//! Never interprets the bytes it stores: metadata and registry semantics live in
+//! `state` and `registry`.
+//!
+//! Key layout (DESIGN.md "State model"):
+//! - `blobs/<alg>/<first 2 hex>/<hex>`: content-addressed blobs,
+//! - `uploads/<id>`: scratch objects (in-progress uploads), expire,
+//! - `refs/root`: the digest of the current `State` document.
+
+pub mod fs;
+
+use std::pin::Pin;
+
+use bytes::Bytes;
+use tokio::io::AsyncRead;
+
+use crate::digest::{Digest, HashingReader, Mismatch};
+
+/// A boxed, sendable byte stream returned by [`Blobstore::read`].
+pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
+
+/// Errors of every backend, mapped onto what callers act on.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The key does not exist.
+    #[error("object not found: {0}")]
+    NotFound(String),
+    /// The key is not of the allowed grammar (`[a-z0-9._-]` segments separated by `/`).
+    #[error("invalid object key {0:?}")]
+    InvalidKey(String),
+    /// A byte range outside the object.
+    #[error("range {start}-{end} outside object of {size} bytes")]
+    Range {
+        /// First byte requested.
+        start: u64,
+        /// One past the last byte requested.
+        end: u64,
+        /// Object size.
+        size: u64,
+    },
+    /// Content did not match its digest or size; nothing was committed.
+    #[error(transparent)]
+    Mismatch(#[from] Mismatch),
+    /// Backend I/O failure.
+    #[error("storage I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The result type of store operations.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// The version of `refs/root` seen by a reader, for compare-and-swap.
+///
+/// `value` is the root's content (a `State` digest); `version` is the
+/// backend's opaque token for it (filesystem: the content itself; S3: the ETag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootVersion {
+    /// The stored value.
+    pub value: String,
+    /// Opaque compare-and-swap token.
+    pub version: String,
+}
+
+/// A writer for one object. Nothing is visible at the key until
+/// [`ObjectWriter::commit`]; a dropped or cancelled writer leaves no object.
+#[async_trait::async_trait]
+pub trait ObjectWriter: Send {
+    /// Appends `chunk`.
+    async fn write(&mut self, chunk: Bytes) -> Result<()>;
+    /// Makes the object visible at its key, atomically (filesystem: fsync + rename).
+    async fn commit(self: Box<Self>) -> Result<()>;
+    /// Discards everything written.
+    async fn cancel(self: Box<Self>) -> Result<()>;
+}
+
+/// The storage interface (filesystem default; S3-compatible later).
+///
+/// Keys are `/`-separated relative paths of `[a-z0-9._-]` segments (no `..`);
+/// any other key is refused with [`StoreError::InvalidKey`].
+#[async_trait::async_trait]
+pub trait Blobstore: Send + Sync + 'static {
+    /// Size in bytes of the object at `key`, `None` when absent.
+    async fn stat(&self, key: &str) -> Result<Option<u64>>;
+    /// Streams bytes `start..end` (end exclusive) of the object, or all of it.
+    /// Errors: `NotFound`, `Range` when `end` exceeds the size or `start > end`.
+    async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead>;
+    /// Starts writing the object at `key`.
+    async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>>;
+    /// Removes the object; absent is not an error.
+    async fn delete(&self, key: &str) -> Result<()>;
+    /// Keys below `prefix` (a directory-like prefix ending in `/`), sorted.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>>;
+    /// Makes every committed object durable (filesystem: fsync of touched directories).
+    /// Called before the root swap that makes them reachable.
+    async fn sync(&self) -> Result<()>;
+    /// The current `refs/root`, `None` for an empty store.
+    async fn read_root(&self) -> Result<Option<RootVersion>>;
+    /// Sets `refs/root` to `value` if it is still at `expected` (`None`: must not exist yet).
+    /// Returns `false`, changing nothing, when another writer got there first.
+    async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool>;
+}
+
+/// The key of a content-addressed blob: `blobs/<alg>/<first 2 hex>/<hex>`.
+pub fn blob_key(digest: &Digest) -> String {
+    let hex = digest.hex();
+    format!("blobs/{}/{}/{}", digest.algorithm().name(), &hex[..2], hex)
+}
+
+/// Checks the key grammar shared by every backend.
+pub fn check_key(key: &str) -> Result<()> {
+    let ok = !key.is_empty()
+        && key.split('/').all(|seg| {
+            !seg.is_empty()
+                && seg != "."
+                && seg != ".."
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+        });
+    if ok { Ok(()) } else { Err(StoreError::InvalidKey(key.to_string())) }
+}
+
+/// Reads a whole (small) object into memory.
+pub async fn read_all(store: &dyn Blobstore, key: &str) -> Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut r = store.read(key, None).await?;
+    let mut buf = Vec::new();
+    r.read_to_end(&mut buf).await?;
+    Ok(buf)
+}
+
+/// Stores `bytes` as a blob under its own sha256 digest, unless already present.
+/// Returns the digest. Used for metadata documents and manifests.
+pub async fn put_bytes(store: &dyn Blobstore, bytes: &[u8]) -> Result<Digest> {
+    let digest = Digest::sha256_of(bytes);
+    let key = blob_key(&digest);
+    if store.stat(&key).await?.is_none() {
+        let mut w = store.writer(&key).await?;
+        w.write(Bytes::copy_from_slice(bytes)).await?;
+        w.commit().await?;
+    }
+    Ok(digest)
+}
+
+/// Reads a blob and verifies it against `digest` (any size). For small blobs
+/// such as manifests and metadata documents.
+pub async fn get_verified(store: &dyn Blobstore, digest: &Digest) -> Result<Vec<u8>> {
+    let bytes = read_all(store, &blob_key(digest)).await?;
+    let mut h = HashingReader::new(&bytes[..], digest.algorithm());
+    std::io::copy(&mut h, &mut std::io::sink())?;
+    h.verify(digest, bytes.len() as u64)?;
+    Ok(bytes)
+}
