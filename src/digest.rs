@@ -112,9 +112,11 @@ impl FromStr for Digest {
         // image-spec grammar: algorithm-component := [a-z0-9]+, separators [+._-];
         // encoded := [a-zA-Z0-9=_-]+
         let alg_ok = !alg.is_empty()
-            && alg
-                .split(['+', '.', '_', '-'])
-                .all(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+            && alg.split(['+', '.', '_', '-']).all(|c| {
+                !c.is_empty()
+                    && c.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            });
         let enc_ok = !enc.is_empty()
             && enc
                 .bytes()
@@ -128,7 +130,11 @@ impl FromStr for Digest {
             _ => return Err(DigestError::Unsupported(alg.to_string())),
         };
         let len = algorithm.hex_len();
-        if enc.len() != len || !enc.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if enc.len() != len
+            || !enc
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(DigestError::BadEncoding {
                 alg: algorithm.name(),
                 value: s.to_string(),
@@ -289,11 +295,26 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(d, Digest::sha256_of(b""));
-        assert!(matches!("sha384:abc".parse::<Digest>(), Err(DigestError::Unsupported(_))));
-        assert!(matches!("blake3:abc".parse::<Digest>(), Err(DigestError::Unsupported(_))));
-        assert!(matches!("sha256".parse::<Digest>(), Err(DigestError::Invalid(_))));
-        assert!(matches!("sha256:../../x".parse::<Digest>(), Err(DigestError::Invalid(_))));
-        assert!(matches!("sha256:ABC".parse::<Digest>(), Err(DigestError::BadEncoding { .. })));
+        assert!(matches!(
+            "sha384:abc".parse::<Digest>(),
+            Err(DigestError::Unsupported(_))
+        ));
+        assert!(matches!(
+            "blake3:abc".parse::<Digest>(),
+            Err(DigestError::Unsupported(_))
+        ));
+        assert!(matches!(
+            "sha256".parse::<Digest>(),
+            Err(DigestError::Invalid(_))
+        ));
+        assert!(matches!(
+            "sha256:../../x".parse::<Digest>(),
+            Err(DigestError::Invalid(_))
+        ));
+        assert!(matches!(
+            "sha256:ABC".parse::<Digest>(),
+            Err(DigestError::BadEncoding { .. })
+        ));
         let upper = "sha256:E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855";
         assert!(upper.parse::<Digest>().is_err());
         assert!(serde_json::from_str::<Digest>("\"sha256:zz\"").is_err());

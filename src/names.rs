@@ -88,7 +88,9 @@ impl FromStr for Tag {
     type Err = NameError;
     fn from_str(s: &str) -> Result<Self, NameError> {
         let b = s.as_bytes();
-        let first_ok = b.first().is_some_and(|&x| x.is_ascii_alphanumeric() || x == b'_');
+        let first_ok = b
+            .first()
+            .is_some_and(|&x| x.is_ascii_alphanumeric() || x == b'_');
         let rest_ok = b
             .iter()
             .skip(1)
@@ -114,9 +116,13 @@ impl FromStr for Reference {
     /// A string with `:` must be a valid digest; otherwise a valid tag.
     fn from_str(s: &str) -> Result<Self, String> {
         if s.contains(':') {
-            s.parse().map(Reference::Digest).map_err(|e: crate::digest::DigestError| e.to_string())
+            s.parse()
+                .map(Reference::Digest)
+                .map_err(|e: crate::digest::DigestError| e.to_string())
         } else {
-            s.parse().map(Reference::Tag).map_err(|e: NameError| e.to_string())
+            s.parse()
+                .map(Reference::Tag)
+                .map_err(|e: NameError| e.to_string())
         }
     }
 }
@@ -164,10 +170,19 @@ mod tests {
 
     #[test]
     fn repository_grammar() {
-        for ok in ["stacks/bookworm", "docker.io/library/busybox", "a", "a__b", "a---b/c.d_e", "0/1"] {
+        for ok in [
+            "stacks/bookworm",
+            "docker.io/library/busybox",
+            "a",
+            "a__b",
+            "a---b/c.d_e",
+            "0/1",
+        ] {
             assert!(ok.parse::<RepositoryName>().is_ok(), "{ok}");
         }
-        for bad in ["", "A", "a/", "/a", "a//b", "a___b", "-a", "a-", "a..b", "a/../b", "a b", "a:b"] {
+        for bad in [
+            "", "A", "a/", "/a", "a//b", "a___b", "-a", "a-", "a..b", "a/../b", "a b", "a:b",
+        ] {
             assert!(bad.parse::<RepositoryName>().is_err(), "{bad}");
         }
         assert!("a".repeat(256).parse::<RepositoryName>().is_err());

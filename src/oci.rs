@@ -24,7 +24,10 @@ pub const MAX_MANIFEST_SIZE: u64 = 4 * 1024 * 1024;
 
 /// True for the four manifest media types a registry serves as manifests.
 pub fn is_manifest_type(media_type: &str) -> bool {
-    matches!(media_type, OCI_MANIFEST | OCI_INDEX | DOCKER_MANIFEST | DOCKER_LIST)
+    matches!(
+        media_type,
+        OCI_MANIFEST | OCI_INDEX | DOCKER_MANIFEST | DOCKER_LIST
+    )
 }
 
 /// True for an image index or Docker manifest list.
@@ -46,7 +49,11 @@ pub struct Descriptor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
     /// Artifact type (image-spec v1.1).
-    #[serde(rename = "artifactType", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "artifactType",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub artifact_type: Option<String>,
     /// Platform of an index entry, kept as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,7 +95,8 @@ impl Manifest {
     /// Parses `bytes` as a manifest or index. Errors: not JSON, not an object
     /// with `schemaVersion` 2, or a descriptor with an invalid digest.
     pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
-        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| ManifestError(e.to_string()))?;
+        let m: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| ManifestError(e.to_string()))?;
         if m.schema_version != Some(2) {
             return Err(ManifestError("schemaVersion must be 2".into()));
         }
@@ -138,7 +146,8 @@ mod tests {
         assert_eq!(m.manifests[0].digest, d);
         assert!(Manifest::parse(b"{\"schemaVersion\":1}").is_err());
         assert!(Manifest::parse(b"[]").is_err());
-        let bad = r#"{"schemaVersion":2,"config":{"mediaType":"x","digest":"sha256:../x","size":1}}"#;
+        let bad =
+            r#"{"schemaVersion":2,"config":{"mediaType":"x","digest":"sha256:../x","size":1}}"#;
         assert!(Manifest::parse(bad.as_bytes()).is_err());
     }
 }

@@ -1,2 +1,11 @@
 //! Bundles: the signed tar that carries images across the air gap (DESIGN.md "Bundle format v1").
+//!
+//! `format` defines the document and entry names, `create` writes bundles,
+//! `import` verifies and imports them, `volume` splits and joins volumes,
+//! `sign` wraps OpenPGP (rPGP).
+
+pub mod create;
+pub mod format;
+pub mod import;
 pub mod sign;
+pub mod volume;

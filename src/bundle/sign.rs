@@ -295,6 +295,15 @@ fn sign_text<K: PgpSigningKey>(
     CleartextSignedMessage::new(text, config, key, &Password::empty()).map_err(sign_err)
 }
 
+/// The signed text of a cleartext-signed document WITHOUT checking any signature
+/// (for `bundle inspect`; never for import). Errors as [`Keyring::verify_cleartext`]'s framing errors.
+pub fn unverified_text(armored: &str) -> Result<String, SignError> {
+    let Framing { document, .. } = check_framing(armored)?;
+    let (msg, _) = CleartextSignedMessage::from_string(document)
+        .map_err(|e| SignError::NotCleartext(one_line(&e)))?;
+    Ok(msg.signed_text().replace("\r\n", "\n"))
+}
+
 /// The trusted public keys: an armored file that may hold several keys in one block
 /// (`gpg --export --armor a b`) or several concatenated `PUBLIC KEY BLOCK`s.
 pub struct Keyring {

@@ -50,7 +50,11 @@ pub struct ManifestInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<Digest>,
     /// `artifactType`, else the config media type (referrers descriptors).
-    #[serde(rename = "artifactType", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "artifactType",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub artifact_type: Option<String>,
 }
 

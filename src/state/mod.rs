@@ -84,7 +84,10 @@ pub struct StateStore {
     repos: Mutex<HashMap<Digest, Arc<Repository>>>,
 }
 
-async fn load_doc<T: serde::de::DeserializeOwned>(store: &dyn Blobstore, digest: &Digest) -> Result<T> {
+async fn load_doc<T: serde::de::DeserializeOwned>(
+    store: &dyn Blobstore,
+    digest: &Digest,
+) -> Result<T> {
     let bytes = store::get_verified(store, digest).await?;
     serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
         digest: digest.to_string(),
@@ -100,10 +103,34 @@ async fn put_doc<T: serde::Serialize>(store: &dyn Blobstore, doc: &T) -> Result<
     Ok(store::put_bytes(store, &bytes).await?)
 }
 
-fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
+/// The current time as RFC 3339 UTC, whole seconds (`2026-11-30T01:33:18Z`).
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    now.replace_nanosecond(0)
+        .unwrap_or(now)
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+}
+
+/// `user@host` of the current process, for `who` and `creator` fields:
+/// `$USER` (else `$LOGNAME`, else the uid's name in /etc/passwd) and /etc/hostname.
+pub fn user_at_host() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let from_passwd = || {
+        let uid = std::fs::metadata("/proc/self").ok()?.uid();
+        let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+        passwd.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+        })
+    };
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .or_else(from_passwd)
+        .unwrap_or_else(|| "unknown".into());
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "localhost".into());
+    format!("{user}@{}", host.trim())
 }
 
 impl StateStore {
@@ -140,10 +167,13 @@ impl StateStore {
         let Some(root) = root else {
             return Ok(Snapshot::default());
         };
-        let digest: Digest = root.value.parse().map_err(|e: crate::digest::DigestError| StateError::Corrupt {
-            digest: "refs/root".into(),
-            cause: e.to_string(),
-        })?;
+        let digest: Digest = root
+            .value
+            .parse()
+            .map_err(|e: crate::digest::DigestError| StateError::Corrupt {
+                digest: "refs/root".into(),
+                cause: e.to_string(),
+            })?;
         let state: StateDoc = load_doc(&*self.store, &digest).await?;
         let table: RepoTable = load_doc(&*self.store, &state.repositories).await?;
         Ok(Snapshot {
@@ -155,7 +185,11 @@ impl StateStore {
     }
 
     /// The repository `name` in `snap`, `None` if it does not exist.
-    pub async fn repository(&self, snap: &Snapshot, name: &RepositoryName) -> Result<Option<Arc<Repository>>> {
+    pub async fn repository(
+        &self,
+        snap: &Snapshot,
+        name: &RepositoryName,
+    ) -> Result<Option<Arc<Repository>>> {
         let Some(digest) = snap.table.repositories.get(name) else {
             return Ok(None);
         };
@@ -192,7 +226,9 @@ impl StateStore {
                     let current = self.repository(&snap, name).await?.map(|r| (*r).clone());
                     changed.insert(name.clone(), current);
                 }
-                let entry = changed.get_mut(name).ok_or_else(|| StateError::NotFound(name.to_string()))?;
+                let entry = changed
+                    .get_mut(name)
+                    .ok_or_else(|| StateError::NotFound(name.to_string()))?;
                 op.apply(entry)?;
             }
             let mut table = snap.table.clone();
@@ -224,7 +260,11 @@ impl StateStore {
             };
             let digest = put_doc(&*self.store, &state).await?;
             self.store.sync().await?;
-            if self.store.swap_root(snap.root.as_ref(), &digest.to_string()).await? {
+            if self
+                .store
+                .swap_root(snap.root.as_ref(), &digest.to_string())
+                .await?
+            {
                 tracing::info!(generation = state.generation, %digest, reason, "state root swapped");
                 return Ok(Commit {
                     generation: state.generation,

@@ -72,7 +72,9 @@ impl Op {
                     repo.blobs.insert(d.clone(), *size);
                 }
             }
-            Op::PutManifest { digest, info, tags, .. } => {
+            Op::PutManifest {
+                digest, info, tags, ..
+            } => {
                 let repo = slot.get_or_insert_with(Repository::default);
                 repo.manifests.insert(digest.clone(), info.clone());
                 for t in tags {
@@ -80,20 +82,26 @@ impl Op {
                 }
             }
             Op::DeleteTag { repo: name, tag } => {
-                let repo = slot.as_mut().ok_or_else(|| missing(format!("repository {name} not known")))?;
+                let repo = slot
+                    .as_mut()
+                    .ok_or_else(|| missing(format!("repository {name} not known")))?;
                 repo.tags
                     .remove(tag)
                     .ok_or_else(|| missing(format!("tag {tag} not known in {name}")))?;
             }
             Op::DeleteManifest { repo: name, digest } => {
-                let repo = slot.as_mut().ok_or_else(|| missing(format!("repository {name} not known")))?;
+                let repo = slot
+                    .as_mut()
+                    .ok_or_else(|| missing(format!("repository {name} not known")))?;
                 repo.manifests
                     .remove(digest)
                     .ok_or_else(|| missing(format!("manifest {digest} not known in {name}")))?;
                 repo.tags.retain(|_, d| d != digest);
             }
             Op::UnlinkBlob { repo: name, digest } => {
-                let repo = slot.as_mut().ok_or_else(|| missing(format!("repository {name} not known")))?;
+                let repo = slot
+                    .as_mut()
+                    .ok_or_else(|| missing(format!("repository {name} not known")))?;
                 repo.blobs
                     .remove(digest)
                     .ok_or_else(|| missing(format!("blob {digest} not known in {name}")))?;

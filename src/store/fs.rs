@@ -62,7 +62,9 @@ fn not_found(key: &str, e: std::io::Error) -> StoreError {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> Result<T> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => Ok(r?),
         Err(e) => Err(StoreError::Io(std::io::Error::other(e))),
@@ -87,7 +89,9 @@ impl super::Blobstore for FsStore {
 
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
         let path = self.path(key)?;
-        let mut file = tokio::fs::File::open(&path).await.map_err(|e| not_found(key, e))?;
+        let mut file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| not_found(key, e))?;
         let size = file.metadata().await?.len();
         let (start, end) = range.unwrap_or((0, size));
         if start > end || end > size {
@@ -243,7 +247,10 @@ impl ObjectWriter for FsWriter {
         let parent = blocking(move || {
             file.sync_all()?;
             drop(file);
-            let parent = final_path.parent().map(Path::to_path_buf).unwrap_or_default();
+            let parent = final_path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
             std::fs::create_dir_all(&parent)?;
             std::fs::rename(&tmp, &final_path)?;
             Ok(parent)

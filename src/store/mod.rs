@@ -116,11 +116,15 @@ pub fn check_key(key: &str) -> Result<()> {
             !seg.is_empty()
                 && seg != "."
                 && seg != ".."
-                && seg
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+                && seg.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+                })
         });
-    if ok { Ok(()) } else { Err(StoreError::InvalidKey(key.to_string())) }
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidKey(key.to_string()))
+    }
 }
 
 /// Reads a whole (small) object into memory.

@@ -1,0 +1,391 @@
+//! `airlock bundle create`: gathers the images a mirror config names into one
+//! signed bundle (format v1), full or delta.
+//!
+//! Owns: the mirror config, reading OCI image layouts (`oci:PATH[:REF]`), the
+//! walk from a root manifest to every blob, and writing the tar. Never
+//! rewrites a manifest, so digests never change. Every blob is hashed while it
+//! is copied; a mismatch aborts and removes the partial output.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::format::{
+    BlobEntry, BundleDoc, FORMAT_V1, INDEX_JSON, ImageEntry, Inventory, LayoutDigests, OCI_LAYOUT,
+    SIGNED_DOC, blob_path,
+};
+use super::sign::SigningKey;
+use super::volume::VolumeWriter;
+use crate::digest::{Digest, HashingReader};
+use crate::names::{RepositoryName, Tag};
+use crate::oci::{self, Descriptor, Manifest};
+use crate::state::{now_rfc3339, user_at_host};
+
+/// The mirror config (TOML): `[[image]]` tables.
+///
+/// ```toml
+/// [[image]]
+/// source = "oci:./build/stack:latest"   # skopeo transport syntax; oci:PATH[:REF]
+/// repository = "stacks/bookworm"
+/// tags = ["latest", "2026.11"]
+/// ```
+/// A relative `PATH` is resolved against the config file's directory.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// Images to carry.
+    #[serde(default)]
+    pub image: Vec<ImageSource>,
+}
+
+/// One `[[image]]` of the mirror config.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSource {
+    /// Where to read it: `oci:PATH[:REF]`.
+    pub source: String,
+    /// Repository to serve it as.
+    pub repository: RepositoryName,
+    /// Tags to give it; at least one.
+    pub tags: Vec<Tag>,
+}
+
+impl MirrorConfig {
+    /// Reads and checks a config file. Errors name the file and the cause.
+    pub fn load(path: &Path) -> Result<MirrorConfig> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let cfg: MirrorConfig =
+            toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.message()))?;
+        if cfg.image.is_empty() {
+            bail!("{}: no [[image]] entries", path.display());
+        }
+        for img in &cfg.image {
+            if img.tags.is_empty() {
+                bail!("{}: image {} has no tags", path.display(), img.repository);
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+/// Options of `bundle create`.
+pub struct CreateOptions<'a> {
+    /// The mirror config file.
+    pub config: &'a Path,
+    /// Signing key.
+    pub key: &'a SigningKey,
+    /// Output path (with volumes: `OUT.000`, `OUT.001`, ...).
+    pub out: &'a Path,
+    /// Split into volumes of at most this many bytes.
+    pub volume_size: Option<u64>,
+    /// Blobs the destination already holds: left out and listed as required.
+    pub have: Option<&'a Inventory>,
+}
+
+/// What `create` wrote.
+#[derive(Debug)]
+pub struct Created {
+    /// The signed document.
+    pub doc: BundleDoc,
+    /// Files written, in order.
+    pub files: Vec<PathBuf>,
+    /// Total bytes written.
+    pub bytes: u64,
+}
+
+/// An image resolved from its layout: root descriptor and every blob, with where to read it.
+struct Resolved {
+    entry: ImageEntry,
+    blobs: Vec<(BlobEntry, PathBuf)>,
+}
+
+/// Splits `oci:PATH[:REF]` like skopeo (at the first `:` after the path).
+fn parse_source(source: &str, base: &Path) -> Result<(PathBuf, Option<String>)> {
+    let rest = source.strip_prefix("oci:").ok_or_else(|| {
+        anyhow!("source {source:?}: only the oci:PATH[:REF] transport is supported")
+    })?;
+    let (path, reference) = match rest.split_once(':') {
+        Some((p, r)) => (p, Some(r.to_string())),
+        None => (rest, None),
+    };
+    if path.is_empty() {
+        bail!("source {source:?}: empty path");
+    }
+    Ok((base.join(path), reference))
+}
+
+fn layout_blob(layout: &Path, d: &Digest) -> PathBuf {
+    layout
+        .join("blobs")
+        .join(d.algorithm().name())
+        .join(d.hex())
+}
+
+/// Reads a small blob from a layout, checking digest and size.
+fn read_small(layout: &Path, desc: &Descriptor) -> Result<Vec<u8>> {
+    if desc.size > oci::MAX_MANIFEST_SIZE {
+        bail!(
+            "manifest {} is {} bytes, over the 4 MiB limit",
+            desc.digest,
+            desc.size
+        );
+    }
+    let path = layout_blob(layout, &desc.digest);
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut h = HashingReader::new(&bytes[..], desc.digest.algorithm());
+    std::io::copy(&mut h, &mut std::io::sink())?;
+    h.verify(&desc.digest, desc.size)
+        .with_context(|| format!("layout blob {}", path.display()))?;
+    Ok(bytes)
+}
+
+/// Finds the root descriptor in a layout's index.json by ref name (or the only one).
+fn find_root(layout: &Path, reference: Option<&str>) -> Result<Descriptor> {
+    let index_path = layout.join(INDEX_JSON);
+    let bytes =
+        std::fs::read(&index_path).with_context(|| format!("reading {}", index_path.display()))?;
+    let index = Manifest::parse(&bytes).with_context(|| index_path.display().to_string())?;
+    let named = |d: &&Descriptor| {
+        d.annotations
+            .as_ref()
+            .and_then(|a| a.get(oci::REF_NAME))
+            .map(String::as_str)
+            == reference
+    };
+    let found: Vec<&Descriptor> = match reference {
+        Some(_) => index.manifests.iter().filter(named).collect(),
+        None => index.manifests.iter().collect(),
+    };
+    match found.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => bail!(
+            "{}: no image with ref name {:?}",
+            layout.display(),
+            reference.unwrap_or("")
+        ),
+        _ => bail!(
+            "{}: {} images match; name one with oci:PATH:REF",
+            layout.display(),
+            found.len()
+        ),
+    }
+}
+
+/// Walks from `root` to every blob (child manifests, configs, layers), depth first, each once.
+fn walk(
+    layout: &Path,
+    root: &Descriptor,
+    out: &mut Vec<(BlobEntry, PathBuf)>,
+    seen: &mut HashSet<Digest>,
+) -> Result<()> {
+    if !seen.insert(root.digest.clone()) {
+        return Ok(());
+    }
+    let is_manifest = oci::is_manifest_type(&root.media_type);
+    if is_manifest {
+        let bytes = read_small(layout, root)?;
+        let m = Manifest::parse(&bytes).with_context(|| format!("manifest {}", root.digest))?;
+        for child in m.manifests.iter().chain(m.blobs()) {
+            walk(layout, child, out, seen)?;
+        }
+    }
+    out.push((
+        BlobEntry {
+            digest: root.digest.clone(),
+            size: root.size,
+        },
+        layout_blob(layout, &root.digest),
+    ));
+    Ok(())
+}
+
+fn resolve(img: &ImageSource, base: &Path) -> Result<Resolved> {
+    let (layout, reference) = parse_source(&img.source, base)?;
+    let root = find_root(&layout, reference.as_deref())
+        .with_context(|| format!("source {}", img.source))?;
+    if !oci::is_manifest_type(&root.media_type) {
+        bail!(
+            "source {}: root media type {} is not a manifest or index",
+            img.source,
+            root.media_type
+        );
+    }
+    let mut blobs = Vec::new();
+    walk(&layout, &root, &mut blobs, &mut HashSet::new())
+        .with_context(|| format!("source {}", img.source))?;
+    Ok(Resolved {
+        entry: ImageEntry {
+            repository: img.repository.clone(),
+            tags: img.tags.clone(),
+            digest: root.digest,
+            media_type: root.media_type,
+            size: root.size,
+        },
+        blobs,
+    })
+}
+
+/// Builds the layout's `index.json`: one descriptor per (image, tag), ref name `REPOSITORY:TAG`.
+fn layout_index(images: &[ImageEntry]) -> Result<Vec<u8>> {
+    let mut manifests = Vec::new();
+    for img in images {
+        for tag in &img.tags {
+            let annotations = BTreeMap::from([(
+                oci::REF_NAME.to_string(),
+                format!("{}:{}", img.repository, tag),
+            )]);
+            manifests.push(Descriptor {
+                media_type: img.media_type.clone(),
+                digest: img.digest.clone(),
+                size: img.size,
+                annotations: Some(annotations),
+                artifact_type: None,
+                platform: None,
+            });
+        }
+    }
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": oci::OCI_INDEX,
+        "manifests": manifests,
+    });
+    Ok(serde_json::to_vec_pretty(&index)?)
+}
+
+fn tar_header(size: u64) -> tar::Header {
+    let mut h = tar::Header::new_ustar();
+    h.set_size(size);
+    h.set_mode(0o644);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mtime(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    );
+    h
+}
+
+/// Creates a bundle. On any error, removes every file it wrote.
+pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Result<Created> {
+    let cfg = MirrorConfig::load(opts.config)?;
+    let base = opts.config.parent().unwrap_or(Path::new("."));
+    let have: HashSet<&Digest> = opts
+        .have
+        .map(|h| h.blobs.iter().collect())
+        .unwrap_or_default();
+
+    let mut images = Vec::new();
+    let mut carried: Vec<(BlobEntry, PathBuf)> = Vec::new();
+    let mut required: BTreeSet<(Digest, u64)> = BTreeSet::new();
+    let mut seen = HashSet::new();
+    for img in &cfg.image {
+        let r = resolve(img, base)?;
+        images.push(r.entry);
+        for (blob, path) in r.blobs {
+            if have.contains(&blob.digest) {
+                required.insert((blob.digest, blob.size));
+            } else if seen.insert(blob.digest.clone()) {
+                carried.push((blob, path));
+            }
+        }
+    }
+    let oci_layout = br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec();
+    let index_json = layout_index(&images)?;
+    let doc = BundleDoc {
+        format: FORMAT_V1.into(),
+        id: uuid::Uuid::new_v4().to_string(),
+        created: now_rfc3339(),
+        creator: format!(
+            "{} (airlock {}, key {})",
+            user_at_host(),
+            env!("CARGO_PKG_VERSION"),
+            opts.key.fingerprint()
+        ),
+        images,
+        layout: LayoutDigests {
+            oci_layout: Digest::sha256_of(&oci_layout),
+            index_json: Digest::sha256_of(&index_json),
+        },
+        blobs: carried.iter().map(|(b, _)| b.clone()).collect(),
+        required: required
+            .into_iter()
+            .map(|(digest, size)| BlobEntry { digest, size })
+            .collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&doc)?;
+    text.push('\n');
+    let signed = opts.key.clearsign(&text)?;
+
+    let total: u64 = carried.iter().map(|(b, _)| b.size).sum();
+    progress.set_length(total);
+    let mut out = VolumeWriter::create(opts.out, opts.volume_size)?;
+    let result = write_tar(
+        &mut out,
+        &signed,
+        &oci_layout,
+        &index_json,
+        &carried,
+        progress,
+    );
+    match result.and_then(|()| out.finish()) {
+        Ok((files, bytes)) => Ok(Created { doc, files, bytes }),
+        Err(e) => {
+            out.remove_all();
+            Err(e)
+        }
+    }
+}
+
+fn write_tar(
+    out: &mut VolumeWriter,
+    signed: &str,
+    oci_layout: &[u8],
+    index_json: &[u8],
+    carried: &[(BlobEntry, PathBuf)],
+    progress: &indicatif::ProgressBar,
+) -> Result<()> {
+    let mut tar = tar::Builder::new(out);
+    for (name, bytes) in [
+        (SIGNED_DOC, signed.as_bytes()),
+        (OCI_LAYOUT, oci_layout),
+        (INDEX_JSON, index_json),
+    ] {
+        tar.append_data(&mut tar_header(bytes.len() as u64), name, bytes)?;
+    }
+    for (blob, path) in carried {
+        let file = File::open(path).with_context(|| {
+            format!(
+                "blob {} missing from layout: {}",
+                blob.digest,
+                path.display()
+            )
+        })?;
+        let actual = file.metadata()?.len();
+        if actual != blob.size {
+            bail!(
+                "blob {}: descriptor says {} bytes, {} has {}",
+                blob.digest,
+                blob.size,
+                path.display(),
+                actual
+            );
+        }
+        let mut reader = HashingReader::new(
+            BufReader::with_capacity(1 << 20, file),
+            blob.digest.algorithm(),
+        );
+        {
+            let counted = progress.wrap_read(&mut reader).take(blob.size);
+            tar.append_data(&mut tar_header(blob.size), blob_path(&blob.digest), counted)?;
+        }
+        reader
+            .verify(&blob.digest, blob.size)
+            .with_context(|| format!("layout blob {}", path.display()))?;
+    }
+    tar.into_inner()?.flush()?;
+    Ok(())
+}

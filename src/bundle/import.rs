@@ -1,0 +1,498 @@
+//! `airlock import` and `airlock bundle verify`: the streaming import pipeline.
+//!
+//! Owns: reading a bundle tar once, front to back, in constant memory:
+//! 1. the first entry must be the signed document; its signature is verified
+//!    against the admin's keyring before anything else is read;
+//! 2. every later entry must be exactly `oci-layout`, `index.json` or a
+//!    listed `blobs/<alg>/<hex>`, a regular file, seen once, of the listed size;
+//!    each is hashed while it streams into the blobstore (a reader thread
+//!    hashes while the async side writes) and committed only if it matches;
+//! 3. when the tar ends, every listed blob must have been seen and every
+//!    required (delta) blob must already be in the store;
+//! 4. the images' manifests are walked from the store and linked into their
+//!    repositories with one root swap.
+//!
+//! Any failure leaves the state root as it was. Blobs written before a
+//! failure are unreferenced and left to garbage collection.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{mpsc, oneshot};
+
+use super::format::{
+    BundleDoc, FORMAT_V1, INDEX_JSON, ImageEntry, MAX_LAYOUT_FILE, MAX_SIGNED_DOC, OCI_LAYOUT,
+    SIGNED_DOC, parse_blob_path,
+};
+use super::sign::Keyring;
+use crate::digest::{Digest, Hasher};
+use crate::oci::{self, Manifest};
+use crate::state::{ManifestInfo, Op, StateStore};
+use crate::store::{self, Blobstore, ObjectWriter, blob_key};
+
+/// Bytes per chunk handed from the reader thread to the writer.
+const CHUNK: usize = 1 << 20;
+/// Chunks in flight between reader and writer (bounds memory: CHUNK × this).
+const IN_FLIGHT: usize = 8;
+
+/// What an import did.
+#[derive(Debug, Clone)]
+pub struct ImportReport {
+    /// The bundle's id.
+    pub id: String,
+    /// Images (repository + tags) linked.
+    pub images: usize,
+    /// Blobs written to the store.
+    pub blobs_new: u64,
+    /// Blobs already present (verified, not written).
+    pub blobs_skipped: u64,
+    /// Bytes written to the store.
+    pub bytes_new: u64,
+    /// Blob bytes read from the bundle.
+    pub bytes_read: u64,
+    /// The generation now current.
+    pub generation: u64,
+    /// False when the store already had everything (no new generation).
+    pub changed: bool,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl std::fmt::Display for ImportReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.elapsed.as_secs_f64().max(1e-6);
+        write!(
+            f,
+            "imported bundle {}: {} images, {} blobs new, {} skipped, {:.1} MB written, {:.1} MB read in {:.2} s ({:.1} MB/s), generation {}{}",
+            self.id,
+            self.images,
+            self.blobs_new,
+            self.blobs_skipped,
+            self.bytes_new as f64 / 1e6,
+            self.bytes_read as f64 / 1e6,
+            secs,
+            self.bytes_read as f64 / 1e6 / secs,
+            self.generation,
+            if self.changed { "" } else { " (no change)" }
+        )
+    }
+}
+
+/// Messages from the reader thread to the writer.
+enum Msg {
+    /// The verified document; the reader waits for the set of blobs already present.
+    Doc(Box<BundleDoc>, oneshot::Sender<HashSet<Digest>>),
+    /// A new blob starts.
+    Begin(Digest),
+    /// Bytes of the current blob.
+    Chunk(Bytes),
+    /// The current blob is complete and verified.
+    End,
+    /// A blob already present was read and verified (bytes).
+    Skipped(u64),
+}
+
+/// Checks a verified document's own consistency.
+fn check_doc(doc: &BundleDoc) -> Result<()> {
+    if doc.format != FORMAT_V1 {
+        bail!(
+            "unsupported bundle format {:?} (expected {FORMAT_V1})",
+            doc.format
+        );
+    }
+    let mut seen = HashSet::new();
+    for b in doc.blobs.iter().chain(doc.required.iter()) {
+        if !seen.insert(&b.digest) {
+            bail!("signed document lists blob {} twice", b.digest);
+        }
+    }
+    Ok(())
+}
+
+/// The entry's path as raw UTF-8, refusing anything but a regular file.
+fn entry_path<R: Read>(entry: &tar::Entry<'_, R>) -> Result<String> {
+    let raw = entry.path_bytes();
+    let path =
+        String::from_utf8(raw.into_owned()).map_err(|_| anyhow!("entry with a non-UTF-8 path"))?;
+    let kind = entry.header().entry_type();
+    if !matches!(kind, tar::EntryType::Regular) {
+        let what = match kind {
+            tar::EntryType::Symlink => "a symlink",
+            tar::EntryType::Link => "a hardlink",
+            tar::EntryType::Directory => "a directory",
+            tar::EntryType::Char | tar::EntryType::Block => "a device",
+            tar::EntryType::Fifo => "a fifo",
+            _ => "not a regular file",
+        };
+        bail!("entry {path:?} is {what}; bundles hold regular files only");
+    }
+    Ok(path)
+}
+
+fn read_bounded<R: Read>(entry: &mut R, size: u64, limit: u64, what: &str) -> Result<Vec<u8>> {
+    if size > limit {
+        bail!("{what} is {size} bytes, over the {limit}-byte limit");
+    }
+    let mut buf = Vec::with_capacity(size as usize);
+    entry.take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 != size {
+        bail!("{what}: truncated ({} of {size} bytes)", buf.len());
+    }
+    Ok(buf)
+}
+
+/// The reader thread: parses, verifies and hashes; sends blob bytes to the writer.
+fn read_bundle(
+    reader: impl Read,
+    keyring: &Keyring,
+    tx: mpsc::Sender<Msg>,
+    progress: &indicatif::ProgressBar,
+) -> Result<BundleDoc> {
+    let send = |m: Msg| {
+        tx.blocking_send(m)
+            .map_err(|_| anyhow!("import aborted by the store writer"))
+    };
+    let mut archive = tar::Archive::new(reader);
+    let mut entries = archive.entries()?;
+    let mut first = entries
+        .next()
+        .ok_or_else(|| anyhow!("empty bundle: no entries"))??;
+    let path = entry_path(&first)?;
+    if path != SIGNED_DOC {
+        bail!("first entry is {path:?}; a bundle starts with {SIGNED_DOC}");
+    }
+    let size = first.size();
+    let armored = read_bounded(&mut first, size, MAX_SIGNED_DOC, SIGNED_DOC)?;
+    let armored = String::from_utf8(armored).map_err(|_| anyhow!("{SIGNED_DOC} is not UTF-8"))?;
+    let verified = keyring
+        .verify_cleartext(&armored)
+        .map_err(|e| anyhow!("signature check failed: {e}"))?;
+    let doc: BundleDoc = serde_json::from_str(&verified.text)
+        .map_err(|e| anyhow!("signed document is not a bundle document: {e}"))?;
+    check_doc(&doc)?;
+    tracing::info!(id = %doc.id, signer = %verified.signer, blobs = doc.blobs.len(), "bundle signature verified");
+    progress.set_length(doc.blobs.iter().map(|b| b.size).sum());
+
+    let (ptx, prx) = oneshot::channel();
+    send(Msg::Doc(Box::new(doc.clone()), ptx))?;
+    let present = prx
+        .blocking_recv()
+        .map_err(|_| anyhow!("import aborted by the store writer"))?;
+
+    let listed: HashMap<&Digest, u64> = doc.blobs.iter().map(|b| (&b.digest, b.size)).collect();
+    let mut seen: HashSet<Digest> = HashSet::new();
+    let mut layout_seen: HashSet<&'static str> = HashSet::new();
+    for entry in entries {
+        let mut entry = entry.context("reading the bundle (truncated or not a tar?)")?;
+        let path = entry_path(&entry)?;
+        let size = entry.size();
+        let layout_file = [
+            (OCI_LAYOUT, &doc.layout.oci_layout),
+            (INDEX_JSON, &doc.layout.index_json),
+        ]
+        .into_iter()
+        .find(|(name, _)| *name == path);
+        if let Some((name, expected)) = layout_file {
+            if !layout_seen.insert(name) {
+                bail!("entry {name:?} appears twice");
+            }
+            let bytes = read_bounded(&mut entry, size, MAX_LAYOUT_FILE, name)?;
+            let actual = expected.same_alg_of(&bytes);
+            if &actual != expected {
+                bail!("entry {name:?}: digest mismatch: expected {expected}, got {actual}");
+            }
+            continue;
+        }
+        let digest = parse_blob_path(&path)
+            .ok_or_else(|| anyhow!("unexpected entry {path:?}: not part of bundle format v1"))?;
+        let listed_size = *listed.get(&digest).ok_or_else(|| {
+            anyhow!("entry {path:?}: blob {digest} is not listed in the signed document")
+        })?;
+        if !seen.insert(digest.clone()) {
+            bail!("entry {path:?} appears twice");
+        }
+        if size != listed_size {
+            bail!("blob {digest}: signed document says {listed_size} bytes, tar entry has {size}");
+        }
+        let skip = present.contains(&digest);
+        if !skip {
+            send(Msg::Begin(digest.clone()))?;
+        }
+        let mut hasher = Hasher::new(digest.algorithm());
+        let mut remaining = size;
+        while remaining > 0 {
+            let want = remaining.min(CHUNK as u64) as usize;
+            let mut buf = BytesMut::zeroed(want);
+            entry
+                .read_exact(&mut buf)
+                .with_context(|| format!("blob {digest}: bundle truncated"))?;
+            hasher.update(&buf);
+            remaining -= want as u64;
+            progress.inc(want as u64);
+            if !skip {
+                send(Msg::Chunk(buf.freeze()))?;
+            }
+        }
+        let actual = hasher.finish();
+        if actual != digest {
+            bail!("blob {digest}: digest mismatch: content hashes to {actual}");
+        }
+        send(if skip { Msg::Skipped(size) } else { Msg::End })?;
+    }
+    for name in [OCI_LAYOUT, INDEX_JSON] {
+        if !layout_seen.contains(name) {
+            bail!("bundle truncated or incomplete: entry {name:?} missing");
+        }
+    }
+    if let Some(b) = doc.blobs.iter().find(|b| !seen.contains(&b.digest)) {
+        bail!(
+            "bundle truncated or incomplete: listed blob {} missing",
+            b.digest
+        );
+    }
+    Ok(doc)
+}
+
+/// Counters kept by the writer side.
+#[derive(Default)]
+struct Written {
+    new: u64,
+    skipped: u64,
+    bytes_new: u64,
+    bytes_read: u64,
+}
+
+/// Which listed blobs the store already holds (right size); fails if a required blob is missing.
+async fn present_blobs(store: &dyn Blobstore, doc: &BundleDoc) -> Result<HashSet<Digest>> {
+    for r in &doc.required {
+        match store.stat(&blob_key(&r.digest)).await? {
+            Some(size) if size == r.size => {}
+            _ => bail!(
+                "delta bundle requires blob {} ({} bytes) which this store does not hold; import the bundle it was made against first",
+                r.digest,
+                r.size
+            ),
+        }
+    }
+    let mut present = HashSet::new();
+    for b in &doc.blobs {
+        if store.stat(&blob_key(&b.digest)).await? == Some(b.size) {
+            present.insert(b.digest.clone());
+        }
+    }
+    Ok(present)
+}
+
+/// The writer side: receives messages, writes and commits blobs.
+async fn write_blobs(
+    store: Option<&dyn Blobstore>,
+    rx: &mut mpsc::Receiver<Msg>,
+    w: &mut Written,
+) -> Result<()> {
+    let mut current: Option<Box<dyn ObjectWriter>> = None;
+    let result = async {
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                Msg::Doc(doc, reply) => {
+                    let present = match store {
+                        Some(s) => present_blobs(s, &doc).await?,
+                        None => HashSet::new(),
+                    };
+                    let _ = reply.send(present);
+                }
+                Msg::Begin(d) => {
+                    if let Some(s) = store {
+                        current = Some(s.writer(&blob_key(&d)).await?);
+                    }
+                }
+                Msg::Chunk(b) => {
+                    w.bytes_read += b.len() as u64;
+                    if let Some(c) = current.as_mut() {
+                        w.bytes_new += b.len() as u64;
+                        c.write(b).await?;
+                    }
+                }
+                Msg::End => {
+                    if let Some(c) = current.take() {
+                        c.commit().await?;
+                    }
+                    w.new += 1;
+                }
+                Msg::Skipped(n) => {
+                    w.skipped += 1;
+                    w.bytes_read += n;
+                }
+            }
+        }
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+    if let Some(c) = current.take() {
+        let _ = c.cancel().await;
+    }
+    result
+}
+
+/// Runs the reader thread and the writer together. `store = None` verifies only.
+async fn run_pipeline(
+    store: Option<Arc<dyn Blobstore>>,
+    keyring: Keyring,
+    reader: Box<dyn Read + Send>,
+    progress: indicatif::ProgressBar,
+) -> Result<(BundleDoc, Written)> {
+    let (tx, mut rx) = mpsc::channel(IN_FLIGHT);
+    let handle = tokio::task::spawn_blocking(move || read_bundle(reader, &keyring, tx, &progress));
+    let mut written = Written::default();
+    let wrote = write_blobs(store.as_deref(), &mut rx, &mut written).await;
+    drop(rx);
+    let read = handle
+        .await
+        .map_err(|e| anyhow!("bundle reader failed: {e}"))?;
+    // The writer fails only for its own causes (store error, missing required blob); the
+    // reader then only sees a closed channel, so the writer's error is reported first.
+    wrote?;
+    let doc = read?;
+    Ok((doc, written))
+}
+
+/// Walks an image's manifests in the store and returns the ops that link it.
+async fn image_ops(store: &dyn Blobstore, img: &ImageEntry) -> Result<Vec<Op>> {
+    let mut ops = Vec::new();
+    let mut blobs = Vec::new();
+    let mut stack = vec![(img.digest.clone(), img.media_type.clone(), img.size, true)];
+    let mut seen = HashSet::new();
+    while let Some((digest, media_type, size, is_root)) = stack.pop() {
+        if !seen.insert(digest.clone()) {
+            continue;
+        }
+        let bytes = store::get_verified(store, &digest).await.with_context(|| {
+            format!(
+                "image {}: manifest {digest} is neither in the bundle nor in the store",
+                img.repository
+            )
+        })?;
+        if bytes.len() as u64 != size {
+            bail!(
+                "manifest {digest}: descriptor says {size} bytes, content has {}",
+                bytes.len()
+            );
+        }
+        let m = Manifest::parse(&bytes).with_context(|| format!("manifest {digest}"))?;
+        if let Some(own) = &m.media_type
+            && own != &media_type
+        {
+            bail!("manifest {digest}: mediaType {own} differs from its descriptor's {media_type}");
+        }
+        for child in &m.manifests {
+            if oci::is_manifest_type(&child.media_type) {
+                stack.push((
+                    child.digest.clone(),
+                    child.media_type.clone(),
+                    child.size,
+                    false,
+                ));
+            } else {
+                blobs.push((child.digest.clone(), child.size));
+            }
+        }
+        for b in m.blobs() {
+            blobs.push((b.digest.clone(), b.size));
+        }
+        ops.push(Op::PutManifest {
+            repo: img.repository.clone(),
+            digest,
+            info: ManifestInfo {
+                media_type,
+                size,
+                subject: m.subject.as_ref().map(|s| s.digest.clone()),
+                artifact_type: m.referrer_artifact_type(),
+            },
+            tags: if is_root {
+                img.tags.clone()
+            } else {
+                Vec::new()
+            },
+        });
+    }
+    for (d, size) in &blobs {
+        match store.stat(&blob_key(d)).await? {
+            Some(s) if s == *size => {}
+            _ => bail!(
+                "image {}: blob {d} ({size} bytes) is neither in the bundle nor in the store",
+                img.repository
+            ),
+        }
+    }
+    ops.insert(
+        0,
+        Op::LinkBlobs {
+            repo: img.repository.clone(),
+            blobs,
+        },
+    );
+    Ok(ops)
+}
+
+/// Imports one bundle stream into `state`, committing with one root swap.
+/// Errors: one-line causes; the root is unchanged on any error.
+pub async fn import(
+    state: &StateStore,
+    keyring: Keyring,
+    reader: Box<dyn Read + Send>,
+    who: &str,
+    progress: indicatif::ProgressBar,
+) -> Result<ImportReport> {
+    let start = Instant::now();
+    let store = state.blobstore().clone();
+    let (doc, w) = run_pipeline(Some(store.clone()), keyring, reader, progress).await?;
+    let mut ops = Vec::new();
+    for img in &doc.images {
+        ops.extend(image_ops(&*store, img).await?);
+    }
+    let commit = state
+        .commit(&format!("import bundle {}", doc.id), who, &ops)
+        .await?;
+    Ok(ImportReport {
+        id: doc.id,
+        images: doc.images.len(),
+        blobs_new: w.new,
+        blobs_skipped: w.skipped,
+        bytes_new: w.bytes_new,
+        bytes_read: w.bytes_read,
+        generation: commit.generation,
+        changed: commit.changed,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Verifies a bundle without a store: signature, every entry, every digest.
+/// Returns the verified document.
+pub async fn verify(
+    keyring: Keyring,
+    reader: Box<dyn Read + Send>,
+    progress: indicatif::ProgressBar,
+) -> Result<BundleDoc> {
+    let (doc, _) = run_pipeline(None, keyring, reader, progress).await?;
+    Ok(doc)
+}
+
+/// Reads the signed document of a bundle WITHOUT verifying its signature (`bundle inspect`).
+pub fn inspect(reader: impl Read) -> Result<BundleDoc> {
+    let mut archive = tar::Archive::new(reader);
+    let mut entries = archive.entries()?;
+    let mut first = entries
+        .next()
+        .ok_or_else(|| anyhow!("empty bundle: no entries"))??;
+    let path = entry_path(&first)?;
+    if path != SIGNED_DOC {
+        bail!("first entry is {path:?}; a bundle starts with {SIGNED_DOC}");
+    }
+    let size = first.size();
+    let armored = String::from_utf8(read_bounded(&mut first, size, MAX_SIGNED_DOC, SIGNED_DOC)?)?;
+    let text = super::sign::unverified_text(&armored)?;
+    Ok(serde_json::from_str(&text)?)
+}

@@ -1,0 +1,312 @@
+//! Registry errors: the distribution-spec error code table and the one HTTP
+//! error type every handler returns.
+//!
+//! Owns: code → (HTTP status, message) (distribution-spec v1.1 "Error Codes",
+//! code-1 … code-15), the JSON error body, and the `From` conversions from
+//! store and state errors. Never decides *when* an error happens; handlers do.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::state::StateError;
+use crate::store::StoreError;
+
+/// An error code of distribution-spec v1.1 "Error Codes".
+///
+/// `TAG_INVALID` (the old code-11) is not in the v1.1 list, so a malformed
+/// manifest reference is reported as [`ErrorCode::ManifestInvalid`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// code-1 `BLOB_UNKNOWN`, 404.
+    BlobUnknown,
+    /// code-2 `BLOB_UPLOAD_INVALID`, 400.
+    BlobUploadInvalid,
+    /// code-3 `BLOB_UPLOAD_UNKNOWN`, 404.
+    BlobUploadUnknown,
+    /// code-4 `DIGEST_INVALID`, 400.
+    DigestInvalid,
+    /// code-5 `MANIFEST_BLOB_UNKNOWN`, 404.
+    ManifestBlobUnknown,
+    /// code-6 `MANIFEST_INVALID`, 400.
+    ManifestInvalid,
+    /// code-7 `MANIFEST_UNKNOWN`, 404.
+    ManifestUnknown,
+    /// code-8 `NAME_INVALID`, 400.
+    NameInvalid,
+    /// code-9 `NAME_UNKNOWN`, 404.
+    NameUnknown,
+    /// code-10 `SIZE_INVALID`, 400.
+    SizeInvalid,
+    /// code-12 `UNAUTHORIZED`, 401.
+    Unauthorized,
+    /// code-13 `DENIED`, 403.
+    Denied,
+    /// code-14 `UNSUPPORTED`, 405 (airlock uses it for methods it does not serve).
+    Unsupported,
+    /// code-15 `TOOMANYREQUESTS`, 429.
+    TooManyRequests,
+}
+
+/// One row of the error code table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeInfo {
+    /// The code as sent (`BLOB_UNKNOWN`).
+    pub code: &'static str,
+    /// The HTTP status it is sent with.
+    pub status: StatusCode,
+    /// The fixed human-readable message (the spec's description).
+    pub message: &'static str,
+}
+
+impl ErrorCode {
+    /// The table row for this code: the single place codes map to statuses.
+    pub const fn info(self) -> CodeInfo {
+        use ErrorCode::*;
+        let (code, status, message) = match self {
+            BlobUnknown => (
+                "BLOB_UNKNOWN",
+                StatusCode::NOT_FOUND,
+                "blob unknown to registry",
+            ),
+            BlobUploadInvalid => (
+                "BLOB_UPLOAD_INVALID",
+                StatusCode::BAD_REQUEST,
+                "blob upload invalid",
+            ),
+            BlobUploadUnknown => (
+                "BLOB_UPLOAD_UNKNOWN",
+                StatusCode::NOT_FOUND,
+                "blob upload unknown to registry",
+            ),
+            DigestInvalid => (
+                "DIGEST_INVALID",
+                StatusCode::BAD_REQUEST,
+                "provided digest did not match uploaded content",
+            ),
+            ManifestBlobUnknown => (
+                "MANIFEST_BLOB_UNKNOWN",
+                StatusCode::NOT_FOUND,
+                "blob unknown to registry",
+            ),
+            ManifestInvalid => (
+                "MANIFEST_INVALID",
+                StatusCode::BAD_REQUEST,
+                "manifest invalid",
+            ),
+            ManifestUnknown => (
+                "MANIFEST_UNKNOWN",
+                StatusCode::NOT_FOUND,
+                "manifest unknown",
+            ),
+            NameInvalid => (
+                "NAME_INVALID",
+                StatusCode::BAD_REQUEST,
+                "invalid repository name",
+            ),
+            NameUnknown => (
+                "NAME_UNKNOWN",
+                StatusCode::NOT_FOUND,
+                "repository name not known to registry",
+            ),
+            SizeInvalid => (
+                "SIZE_INVALID",
+                StatusCode::BAD_REQUEST,
+                "provided length did not match content length",
+            ),
+            Unauthorized => (
+                "UNAUTHORIZED",
+                StatusCode::UNAUTHORIZED,
+                "authentication required",
+            ),
+            Denied => (
+                "DENIED",
+                StatusCode::FORBIDDEN,
+                "requested access to the resource is denied",
+            ),
+            Unsupported => (
+                "UNSUPPORTED",
+                StatusCode::METHOD_NOT_ALLOWED,
+                "the operation is unsupported",
+            ),
+            TooManyRequests => (
+                "TOOMANYREQUESTS",
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests",
+            ),
+        };
+        CodeInfo {
+            code,
+            status,
+            message,
+        }
+    }
+}
+
+/// The one error type of the `/v2` API. Every handler returns it; it renders
+/// itself as `{"errors":[{"code":..,"message":..,"detail":..}]}` with
+/// `Content-Type: application/json`.
+#[derive(Debug)]
+pub enum RegistryError {
+    /// A spec error: status and message from [`ErrorCode::info`], `detail` is
+    /// free JSON (`null` when there is nothing to add).
+    Api {
+        /// The code.
+        code: ErrorCode,
+        /// Sent as `detail`.
+        detail: Value,
+    },
+    /// A method this endpoint does not serve: 405 `UNSUPPORTED` with
+    /// `Allow: <allow>` (RFC 9110 §15.5.6 requires the header).
+    MethodNotAllowed {
+        /// The methods the endpoint does serve, e.g. `GET, HEAD`.
+        allow: &'static str,
+    },
+    /// No such endpoint under `/v2`, including endpoints airlock does not
+    /// offer yet (referrers, so that clients fall back to the referrers tag
+    /// schema): 404 with the plain-text body `404 page not found`, as the
+    /// reference registry's router answers.
+    NoEndpoint,
+    /// Anything else: 500 with a generic message; the cause is logged, never sent.
+    Internal(String),
+}
+
+/// Shorthand for the result of registry operations.
+pub type Result<T> = std::result::Result<T, RegistryError>;
+
+impl RegistryError {
+    /// A spec error with a JSON `detail`.
+    pub fn new(code: ErrorCode, detail: Value) -> RegistryError {
+        RegistryError::Api { code, detail }
+    }
+
+    /// The HTTP status this error is sent with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            RegistryError::Api { code, .. } => code.info().status,
+            RegistryError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            RegistryError::NoEndpoint => StatusCode::NOT_FOUND,
+            RegistryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The body as sent: `{"errors":[{"code":..,"message":..,"detail":..}]}`
+    /// (keys in that order), or the plain text of [`RegistryError::NoEndpoint`].
+    pub fn body(&self) -> String {
+        let (code, message, detail) = match self {
+            RegistryError::Api { code, detail } => {
+                let info = code.info();
+                (info.code, info.message, detail.clone())
+            }
+            RegistryError::MethodNotAllowed { allow } => {
+                let info = ErrorCode::Unsupported.info();
+                (info.code, info.message, json!({ "allow": allow }))
+            }
+            RegistryError::NoEndpoint => return "404 page not found\n".into(),
+            RegistryError::Internal(_) => ("UNKNOWN", "internal server error", Value::Null),
+        };
+        let body = ErrorBody {
+            errors: [ErrorEntry {
+                code,
+                message,
+                detail,
+            }],
+        };
+        serde_json::to_string(&body).unwrap_or_else(|_| r#"{"errors":[]}"#.into())
+    }
+}
+
+#[derive(serde::Serialize)]
+struct ErrorBody {
+    errors: [ErrorEntry; 1],
+}
+
+#[derive(serde::Serialize)]
+struct ErrorEntry {
+    code: &'static str,
+    message: &'static str,
+    detail: Value,
+}
+
+impl IntoResponse for RegistryError {
+    fn into_response(self) -> Response {
+        if let RegistryError::Internal(cause) = &self {
+            tracing::error!(%cause, "internal error serving registry request");
+        }
+        let status = self.status();
+        let content_type = match self {
+            RegistryError::NoEndpoint => "text/plain; charset=utf-8",
+            _ => "application/json",
+        };
+        let mut res = (status, [(header::CONTENT_TYPE, content_type)], self.body()).into_response();
+        if let RegistryError::MethodNotAllowed { allow } = self {
+            res.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        res
+    }
+}
+
+impl From<StoreError> for RegistryError {
+    /// For content reads only. `NotFound`: the state links content the store
+    /// does not hold (logged, sent as 404 `BLOB_UNKNOWN`); everything else is
+    /// internal.
+    fn from(e: StoreError) -> RegistryError {
+        match e {
+            StoreError::NotFound(key) => {
+                tracing::warn!(%key, "content recorded in state is missing from the blobstore");
+                RegistryError::new(ErrorCode::BlobUnknown, Value::Null)
+            }
+            other => RegistryError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<StateError> for RegistryError {
+    /// Always internal: state errors mean the metadata tree cannot be read
+    /// (store failure, a missing or corrupt document), never that the
+    /// client asked for something absent; handlers report absence themselves.
+    fn from(e: StateError) -> RegistryError {
+        RegistryError::Internal(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_matches_spec_statuses() {
+        let rows = [
+            (ErrorCode::BlobUnknown, "BLOB_UNKNOWN", 404),
+            (ErrorCode::BlobUploadInvalid, "BLOB_UPLOAD_INVALID", 400),
+            (ErrorCode::BlobUploadUnknown, "BLOB_UPLOAD_UNKNOWN", 404),
+            (ErrorCode::DigestInvalid, "DIGEST_INVALID", 400),
+            (ErrorCode::ManifestBlobUnknown, "MANIFEST_BLOB_UNKNOWN", 404),
+            (ErrorCode::ManifestInvalid, "MANIFEST_INVALID", 400),
+            (ErrorCode::ManifestUnknown, "MANIFEST_UNKNOWN", 404),
+            (ErrorCode::NameInvalid, "NAME_INVALID", 400),
+            (ErrorCode::NameUnknown, "NAME_UNKNOWN", 404),
+            (ErrorCode::SizeInvalid, "SIZE_INVALID", 400),
+            (ErrorCode::Unauthorized, "UNAUTHORIZED", 401),
+            (ErrorCode::Denied, "DENIED", 403),
+            (ErrorCode::Unsupported, "UNSUPPORTED", 405),
+            (ErrorCode::TooManyRequests, "TOOMANYREQUESTS", 429),
+        ];
+        for (code, name, status) in rows {
+            assert_eq!(code.info().code, name);
+            assert_eq!(code.info().status.as_u16(), status, "{name}");
+        }
+    }
+
+    #[test]
+    fn body_shape() {
+        let e = RegistryError::new(ErrorCode::NameUnknown, json!({"name": "a/b"}));
+        assert_eq!(
+            e.body(),
+            r#"{"errors":[{"code":"NAME_UNKNOWN","message":"repository name not known to registry","detail":{"name":"a/b"}}]}"#
+        );
+        let internal = RegistryError::Internal("disk on fire".into());
+        assert!(!internal.body().contains("fire"));
+    }
+}

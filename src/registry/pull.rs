@@ -1,0 +1,218 @@
+//! Pull (distribution-spec v1.1 "Pulling manifests", "Pulling blobs",
+//! "Checking if content exists"): end-2 and end-3.
+//!
+//! Owns: resolving a reference in one state snapshot, manifest content
+//! negotiation, and the rule that a blob is served from a repository only if
+//! it is linked there (or is one of its manifests). Never changes state and
+//! never converts a manifest: what was stored is what is sent.
+
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::json;
+
+use super::errors::{ErrorCode, RegistryError, Result};
+use super::range::RangeOutcome;
+use super::responses::{BlobResponse, ManifestResponse, RangeNotSatisfiable, etag};
+use crate::digest::Digest;
+use crate::names::{Reference, RepositoryName};
+use crate::state::{Repository, StateStore};
+use crate::store::{self, StoreError, blob_key};
+
+/// The repository `name` in the current snapshot; 404 `NAME_UNKNOWN` if absent.
+pub async fn repository(
+    state: &StateStore,
+    name: &RepositoryName,
+) -> Result<std::sync::Arc<Repository>> {
+    let snap = state.snapshot().await?;
+    state
+        .repository(&snap, name)
+        .await?
+        .ok_or_else(|| RegistryError::new(ErrorCode::NameUnknown, json!({ "name": name })))
+}
+
+/// GET/HEAD `/v2/<name>/manifests/<reference>` (end-3).
+///
+/// Resolves a tag or digest in `name`, checks `Accept` (see [`accepts`]) and
+/// returns the stored bytes, verified against their digest (GET) or just the
+/// headers (HEAD, `head = true`).
+///
+/// Errors: `NAME_UNKNOWN` (no such repository), `MANIFEST_UNKNOWN` (no such
+/// tag or digest in it, or its stored media type is not acceptable, as
+/// distribution answers), internal errors for store failures or content that
+/// no longer matches its digest.
+pub async fn manifest(
+    state: &StateStore,
+    name: &RepositoryName,
+    reference: &Reference,
+    headers: &HeaderMap,
+    head: bool,
+) -> Result<ManifestResponse> {
+    let repo = repository(state, name).await?;
+    let unknown = || {
+        RegistryError::new(
+            ErrorCode::ManifestUnknown,
+            json!({ "name": name, "reference": reference.to_string() }),
+        )
+    };
+    let digest = match reference {
+        Reference::Tag(t) => repo.tags.get(t).cloned().ok_or_else(unknown)?,
+        Reference::Digest(d) => d.clone(),
+    };
+    let info = repo.manifests.get(&digest).ok_or_else(unknown)?;
+    if !accepts(headers, &info.media_type) {
+        return Err(RegistryError::new(
+            ErrorCode::ManifestUnknown,
+            json!({
+                "name": name,
+                "reference": reference.to_string(),
+                "reason": format!("the manifest's media type {} is not in the Accept header", info.media_type),
+                "mediaType": info.media_type,
+            }),
+        ));
+    }
+    let media_type = HeaderValue::from_str(&info.media_type).map_err(|_| {
+        RegistryError::Internal(format!(
+            "stored media type of {digest} is not a header value"
+        ))
+    })?;
+    if head {
+        return Ok(ManifestResponse {
+            digest,
+            media_type,
+            length: info.size,
+            body: None,
+        });
+    }
+    let bytes = store::get_verified(&**state.blobstore(), &digest)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => {
+                tracing::warn!(%digest, %name, "manifest recorded in state is missing from the blobstore");
+                unknown()
+            }
+            other => other.into(),
+        })?;
+    Ok(ManifestResponse {
+        digest,
+        media_type,
+        length: bytes.len() as u64,
+        body: Some(Bytes::from(bytes)),
+    })
+}
+
+/// Whether a manifest stored as `media_type` may be sent to a client with
+/// these `Accept` headers: yes when no media range is listed, when one is
+/// `*/*` or `<type>/*` of the stored type, or when the stored type is listed.
+/// Parameters (including `q`) are ignored; comparison is case-insensitive.
+pub fn accepts(headers: &HeaderMap, media_type: &str) -> bool {
+    let stored_type = media_type.split('/').next().unwrap_or("");
+    let mut listed = false;
+    for value in headers.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else { continue };
+        for range in value.split(',') {
+            let range = range.split(';').next().unwrap_or("").trim();
+            if range.is_empty() {
+                continue;
+            }
+            listed = true;
+            let matches = range == "*/*"
+                || range.eq_ignore_ascii_case(media_type)
+                || range
+                    .strip_suffix("/*")
+                    .is_some_and(|t| t.eq_ignore_ascii_case(stored_type));
+            if matches {
+                return true;
+            }
+        }
+    }
+    !listed
+}
+
+/// GET/HEAD `/v2/<name>/blobs/<digest>` (end-2), with single byte ranges for
+/// GET (see [`RangeOutcome::evaluate`]; HEAD ignores `Range`, RFC 9110 §14.2).
+///
+/// The blob is streamed from the store, never held in memory.
+///
+/// Errors: `NAME_UNKNOWN` (no such repository), `BLOB_UNKNOWN` (not linked in
+/// this repository, even if the store holds it; or linked but missing from
+/// the store, which is logged), internal errors for store failures.
+pub async fn blob(
+    state: &StateStore,
+    name: &RepositoryName,
+    digest: &Digest,
+    headers: &HeaderMap,
+    head: bool,
+) -> Result<Response> {
+    let repo = repository(state, name).await?;
+    let unknown = || RegistryError::new(ErrorCode::BlobUnknown, json!({ "digest": digest }));
+    if !repo.blobs.contains_key(digest) && !repo.manifests.contains_key(digest) {
+        return Err(unknown());
+    }
+    let store = state.blobstore();
+    let key = blob_key(digest);
+    let Some(size) = store.stat(&key).await? else {
+        tracing::warn!(%digest, %name, "blob linked in state is missing from the blobstore");
+        return Err(unknown());
+    };
+    let outcome = if head {
+        RangeOutcome::Full
+    } else {
+        RangeOutcome::evaluate(headers, size, &etag(digest))
+    };
+    let (range, read) = match outcome {
+        RangeOutcome::Unsatisfiable => return Ok(RangeNotSatisfiable { size }.into_response()),
+        RangeOutcome::Full => (None, None),
+        RangeOutcome::Partial { start, end } => (Some((start, end)), Some((start, end + 1))),
+    };
+    let body = if head {
+        None
+    } else {
+        Some(store.read(&key, read).await?)
+    };
+    Ok(BlobResponse {
+        digest: digest.clone(),
+        size,
+        range,
+        body,
+    }
+    .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    const OCI: &str = "application/vnd.oci.image.manifest.v1+json";
+
+    #[test]
+    fn accept_rules() {
+        assert!(accepts(&accept(&[]), OCI));
+        assert!(accepts(&accept(&[""]), OCI));
+        assert!(accepts(&accept(&["*/*"]), OCI));
+        assert!(accepts(&accept(&["application/*"]), OCI));
+        assert!(accepts(&accept(&[&format!("text/html, {OCI};q=0.5")]), OCI));
+        assert!(accepts(&accept(&["text/html", OCI]), OCI));
+        assert!(accepts(
+            &accept(&["APPLICATION/VND.OCI.IMAGE.MANIFEST.V1+JSON"]),
+            OCI
+        ));
+        assert!(!accepts(
+            &accept(&["application/vnd.docker.distribution.manifest.v2+json"]),
+            OCI
+        ));
+        assert!(!accepts(&accept(&["text/*"]), OCI));
+        assert!(!accepts(
+            &accept(&["application/vnd.oci.image.index.v1+json"]),
+            OCI
+        ));
+    }
+}

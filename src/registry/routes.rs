@@ -1,0 +1,265 @@
+//! The `/v2` route table: path → [`Route`], with typed, validated parameters.
+//!
+//! Owns: the path grammar of distribution-spec v1.1 "Endpoints". Repository
+//! names contain `/`, so a path is matched by the *last* occurrence of each
+//! endpoint marker, and the part after a marker must be a single segment.
+//! Never looks at methods, headers or state (see `super::dispatch`).
+
+use serde_json::json;
+
+use super::errors::{ErrorCode, RegistryError, Result};
+use crate::digest::Digest;
+use crate::names::{Reference, RepositoryName};
+
+/// A parsed `/v2` request path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `/v2/` (also `/v2`): API version check (end-1).
+    Base,
+    /// `/v2/_catalog`: repository list (distribution extension).
+    Catalog,
+    /// `/v2/<name>/manifests/<reference>` (end-3, end-7, end-9).
+    Manifest {
+        /// Repository.
+        name: RepositoryName,
+        /// Tag or digest.
+        reference: Reference,
+    },
+    /// `/v2/<name>/blobs/<digest>` (end-2, end-10).
+    Blob {
+        /// Repository.
+        name: RepositoryName,
+        /// Blob digest.
+        digest: Digest,
+    },
+    /// `/v2/<name>/tags/list` (end-8a, end-8b).
+    TagsList {
+        /// Repository.
+        name: RepositoryName,
+    },
+    /// `/v2/<name>/referrers/<digest>` (end-12a, end-12b).
+    Referrers {
+        /// Repository.
+        name: RepositoryName,
+        /// The subject digest.
+        digest: Digest,
+    },
+    /// `/v2/<name>/blobs/uploads/` and `/v2/<name>/blobs/uploads/<session>`
+    /// (end-4a/4b/11 without a session; end-5/6/13/14 with one).
+    Upload {
+        /// Repository.
+        name: RepositoryName,
+        /// The upload session id, `None` for the POST endpoint.
+        session: Option<String>,
+    },
+}
+
+/// What may follow an endpoint marker.
+#[derive(Debug, Clone, Copy)]
+enum Tail {
+    /// Exactly one non-empty path segment.
+    Segment,
+    /// One segment or nothing.
+    SegmentOrEmpty,
+    /// Nothing: the marker ends the path.
+    End,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Manifest,
+    Blob,
+    TagsList,
+    Referrers,
+    Upload,
+}
+
+/// The endpoint table: marker, what follows it, endpoint. At most one row can
+/// match a given path (each requires a different second-to-last segment), so
+/// the order carries no meaning.
+const TABLE: [(&str, Tail, Kind); 5] = [
+    ("/blobs/uploads/", Tail::SegmentOrEmpty, Kind::Upload),
+    ("/manifests/", Tail::Segment, Kind::Manifest),
+    ("/blobs/", Tail::Segment, Kind::Blob),
+    ("/referrers/", Tail::Segment, Kind::Referrers),
+    ("/tags/list", Tail::End, Kind::TagsList),
+];
+
+impl Route {
+    /// Parses a request path (as sent, not percent-decoded; none of the
+    /// grammars admits `%`).
+    ///
+    /// Errors: [`RegistryError::NoEndpoint`] for a path that is no endpoint;
+    /// `NAME_INVALID` for a bad repository name; `MANIFEST_INVALID` for a
+    /// manifest reference that is neither a tag nor a digest; `DIGEST_INVALID`
+    /// for a bad or unsupported blob or referrers digest.
+    pub fn parse(path: &str) -> Result<Route> {
+        let rest = match path {
+            "/v2" | "/v2/" => return Ok(Route::Base),
+            "/v2/_catalog" => return Ok(Route::Catalog),
+            p => p.strip_prefix("/v2/").ok_or(RegistryError::NoEndpoint)?,
+        };
+        for (marker, tail, kind) in TABLE {
+            let Some(at) = rest.rfind(marker) else {
+                continue;
+            };
+            let after = &rest[at + marker.len()..];
+            let fits = match tail {
+                Tail::Segment => !after.is_empty() && !after.contains('/'),
+                Tail::SegmentOrEmpty => !after.contains('/'),
+                Tail::End => after.is_empty(),
+            };
+            if fits {
+                return build(kind, &rest[..at], after);
+            }
+        }
+        Err(RegistryError::NoEndpoint)
+    }
+
+    /// The repository the route is about, if any.
+    pub fn repository(&self) -> Option<&RepositoryName> {
+        match self {
+            Route::Base | Route::Catalog => None,
+            Route::Manifest { name, .. }
+            | Route::Blob { name, .. }
+            | Route::TagsList { name }
+            | Route::Referrers { name, .. }
+            | Route::Upload { name, .. } => Some(name),
+        }
+    }
+}
+
+fn build(kind: Kind, name: &str, after: &str) -> Result<Route> {
+    let name: RepositoryName = name
+        .parse()
+        .map_err(|_| RegistryError::new(ErrorCode::NameInvalid, json!({ "name": name })))?;
+    let digest = |s: &str| {
+        s.parse::<Digest>().map_err(|e| {
+            RegistryError::new(
+                ErrorCode::DigestInvalid,
+                json!({ "digest": s, "reason": e.to_string() }),
+            )
+        })
+    };
+    Ok(match kind {
+        Kind::Manifest => {
+            let reference = after.parse::<Reference>().map_err(|reason| {
+                RegistryError::new(
+                    ErrorCode::ManifestInvalid,
+                    json!({ "reference": after, "reason": format!("not a tag or digest: {reason}") }),
+                )
+            })?;
+            Route::Manifest { name, reference }
+        }
+        Kind::Blob => Route::Blob {
+            name,
+            digest: digest(after)?,
+        },
+        Kind::Referrers => Route::Referrers {
+            name,
+            digest: digest(after)?,
+        },
+        Kind::TagsList => Route::TagsList { name },
+        Kind::Upload => Route::Upload {
+            name,
+            session: (!after.is_empty()).then(|| after.to_string()),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    fn name(s: &str) -> RepositoryName {
+        s.parse().unwrap()
+    }
+
+    fn code(path: &str) -> &'static str {
+        match Route::parse(path) {
+            Err(RegistryError::Api { code, .. }) => code.info().code,
+            Err(RegistryError::NoEndpoint) => "none",
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fixed_paths() {
+        assert_eq!(Route::parse("/v2/").unwrap(), Route::Base);
+        assert_eq!(Route::parse("/v2").unwrap(), Route::Base);
+        assert_eq!(Route::parse("/v2/_catalog").unwrap(), Route::Catalog);
+    }
+
+    #[test]
+    fn names_with_slashes_split_at_last_marker() {
+        assert_eq!(
+            Route::parse("/v2/a/manifests/b/manifests/latest").unwrap(),
+            Route::Manifest {
+                name: name("a/manifests/b"),
+                reference: Reference::Tag("latest".parse().unwrap())
+            }
+        );
+        assert_eq!(
+            Route::parse("/v2/a/manifests/x/tags/list").unwrap(),
+            Route::TagsList {
+                name: name("a/manifests/x")
+            }
+        );
+        assert_eq!(
+            Route::parse(&format!("/v2/x/blobs/uploads/y/blobs/{D}")).unwrap(),
+            Route::Blob {
+                name: name("x/blobs/uploads/y"),
+                digest: D.parse().unwrap()
+            }
+        );
+        assert_eq!(
+            Route::parse("/v2/docker.io/library/busybox/blobs/uploads/").unwrap(),
+            Route::Upload {
+                name: name("docker.io/library/busybox"),
+                session: None
+            }
+        );
+        assert_eq!(
+            Route::parse("/v2/a/blobs/uploads/5f1c").unwrap(),
+            Route::Upload {
+                name: name("a"),
+                session: Some("5f1c".into())
+            }
+        );
+        assert_eq!(
+            Route::parse(&format!("/v2/a/b/referrers/{D}")).unwrap(),
+            Route::Referrers {
+                name: name("a/b"),
+                digest: D.parse().unwrap()
+            }
+        );
+        assert!(matches!(
+            Route::parse(&format!("/v2/a/manifests/{D}")).unwrap(),
+            Route::Manifest {
+                reference: Reference::Digest(_),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(code("/v2/A/B/manifests/latest"), "NAME_INVALID");
+        assert_eq!(code("/v2/a//b/manifests/latest"), "NAME_INVALID");
+        assert_eq!(code("/v2//manifests/latest"), "NAME_INVALID");
+        assert_eq!(code("/v2/a/manifests/-bad"), "MANIFEST_INVALID");
+        assert_eq!(code("/v2/a/manifests/sha256:abc"), "MANIFEST_INVALID");
+        assert_eq!(code("/v2/a/blobs/sha256:abc"), "DIGEST_INVALID");
+        assert_eq!(code("/v2/a/blobs/latest"), "DIGEST_INVALID");
+        assert_eq!(code("/v2/a/blobs/uploads"), "DIGEST_INVALID");
+        assert_eq!(code("/v2/a/referrers/nope"), "DIGEST_INVALID");
+        assert_eq!(code("/v2/a"), "none");
+        assert_eq!(code("/v2/a/manifests/"), "none");
+        assert_eq!(code("/v2/a/manifests/x/y"), "none");
+        assert_eq!(code("/v2/a/tags/list/"), "none");
+        assert_eq!(code("/v3/a/tags/list"), "none");
+        assert_eq!(code("/v2/a/blobs/uploads/x/y"), "none");
+    }
+}

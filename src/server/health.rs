@@ -1,0 +1,29 @@
+//! Liveness and readiness probes for operators and BOSH/Kubernetes.
+//!
+//! Owns: `/healthz` (the process answers) and `/readyz` (the state can be
+//! read). Never reports details of failures to the caller; they are logged.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+
+use super::App;
+
+/// `GET /healthz`: always 200 `ok` while the process serves requests.
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// `GET /readyz`: 200 `ok` when the current state snapshot can be read from
+/// the blobstore (root and metadata documents), else 503 `not ready` (the
+/// cause is logged at warn).
+pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
+    match app.state.snapshot().await {
+        Ok(_) => (StatusCode::OK, "ok"),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready: state cannot be read");
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! Bundle create → verify → import with the real busybox fixture, and every
+//! kind of bad bundle: each must fail with a one-line cause, exit non-zero,
+//! and leave the state root exactly as it was.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+/// Tar entries as (header, data), for tampering.
+fn read_entries(path: &Path) -> Vec<(tar::Header, Vec<u8>)> {
+    let mut archive = tar::Archive::new(std::fs::File::open(path).unwrap());
+    archive
+        .entries()
+        .unwrap()
+        .map(|e| {
+            let mut e = e.unwrap();
+            let h = e.header().clone();
+            let mut data = Vec::new();
+            e.read_to_end(&mut data).unwrap();
+            (h, data)
+        })
+        .collect()
+}
+
+fn write_entries(path: &Path, entries: &[(tar::Header, Vec<u8>)]) {
+    let mut b = tar::Builder::new(std::fs::File::create(path).unwrap());
+    for (h, data) in entries {
+        b.append(h, &data[..]).unwrap();
+    }
+    b.finish().unwrap();
+}
+
+/// A header with a raw (unchecked) name, as an attacker would write it.
+fn raw_header(name: &str, size: u64, kind: tar::EntryType) -> tar::Header {
+    let mut h = tar::Header::new_old();
+    h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    h.set_size(size);
+    h.set_mode(0o644);
+    h.set_entry_type(kind);
+    h.set_cksum();
+    h
+}
+
+fn path_of(h: &tar::Header) -> String {
+    String::from_utf8(h.path_bytes().into_owned()).unwrap()
+}
+
+struct World {
+    dir: tempfile::TempDir,
+    bundle: PathBuf,
+    data: PathBuf,
+    public: PathBuf,
+}
+
+/// A store with the fixture imported once (generation 1) and the bundle that did it.
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = fixture_layout();
+    let (sec, public) = test_key();
+    let config = write_config(
+        dir.path(),
+        &layout,
+        &[
+            ("latest", "stacks/busybox", &["latest", "1.0"]),
+            ("multi", "library/multi", &["v1"]),
+        ],
+    );
+    let bundle = dir.path().join("b.tar");
+    airlock_ok(&[
+        "bundle",
+        "create",
+        "--config",
+        config.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        bundle.to_str().unwrap(),
+    ]);
+    let data = dir.path().join("data");
+    airlock_ok(&[
+        "import",
+        "--data",
+        data.to_str().unwrap(),
+        "--keyring",
+        public.to_str().unwrap(),
+        bundle.to_str().unwrap(),
+    ]);
+    World {
+        dir,
+        bundle,
+        data,
+        public,
+    }
+}
+
+/// Imports `bundle` expecting failure; asserts the one-line cause contains `expect` and the root did not move.
+fn assert_refused(w: &World, bundle: &Path, keyring: &Path, expect: &str) {
+    let before = root_of(&w.data);
+    let o = airlock(&[
+        "import",
+        "--data",
+        w.data.to_str().unwrap(),
+        "--keyring",
+        keyring.to_str().unwrap(),
+        bundle.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "import of a bad bundle succeeded: {stderr}"
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    assert!(stderr.contains(expect), "expected {expect:?} in: {stderr}");
+    assert_eq!(
+        root_of(&w.data),
+        before,
+        "state root changed after a refused import"
+    );
+}
+
+fn tampered(w: &World, name: &str, f: impl FnOnce(&mut Vec<(tar::Header, Vec<u8>)>)) -> PathBuf {
+    let mut entries = read_entries(&w.bundle);
+    f(&mut entries);
+    let out = w.dir.path().join(name);
+    write_entries(&out, &entries);
+    out
+}
+
+fn first_blob_index(entries: &[(tar::Header, Vec<u8>)]) -> usize {
+    entries
+        .iter()
+        .position(|(h, _)| path_of(h).starts_with("blobs/"))
+        .unwrap()
+}
+
+#[test]
+fn import_links_every_blob_and_reimport_writes_nothing() {
+    let w = world();
+    let layout = fixture_layout();
+    // Every blob of the layout that the two images use is in the store, byte for byte.
+    let manifest = layout_ref_digest(&layout, "latest");
+    let hex = manifest.strip_prefix("sha256:").unwrap();
+    let stored = w.data.join(format!("blobs/sha256/{}/{}", &hex[..2], hex));
+    assert_eq!(sha256sum(&stored), manifest);
+    let history = airlock_ok(&["history", "--data", w.data.to_str().unwrap()]);
+    assert!(history.contains("import bundle"), "{history}");
+    let gen_lines = history
+        .lines()
+        .filter(|l| l.contains("import bundle"))
+        .count();
+    assert_eq!(gen_lines, 1);
+
+    // Same bundle again: succeeds, writes nothing, no new generation.
+    let root = root_of(&w.data);
+    let out = airlock_ok(&[
+        "import",
+        "--data",
+        w.data.to_str().unwrap(),
+        "--keyring",
+        w.public.to_str().unwrap(),
+        w.bundle.to_str().unwrap(),
+    ]);
+    assert!(out.contains("0 blobs new"), "{out}");
+    assert!(out.contains("(no change)"), "{out}");
+    assert_eq!(root_of(&w.data), root);
+}
+
+#[test]
+fn bundle_verify_and_inspect() {
+    let w = world();
+    let out = airlock_ok(&[
+        "bundle",
+        "verify",
+        "--keyring",
+        w.public.to_str().unwrap(),
+        w.bundle.to_str().unwrap(),
+    ]);
+    assert!(out.contains("OK"), "{out}");
+    let doc: serde_json::Value = serde_json::from_str(&airlock_ok(&[
+        "bundle",
+        "inspect",
+        w.bundle.to_str().unwrap(),
+    ]))
+    .unwrap();
+    let layout = fixture_layout();
+    assert_eq!(
+        doc["images"][0]["digest"],
+        layout_ref_digest(&layout, "latest")
+    );
+    assert_eq!(
+        doc["images"][1]["digest"],
+        layout_ref_digest(&layout, "multi")
+    );
+    assert_eq!(
+        doc["images"][1]["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    // Every blob listed in the document has the digest sha256sum computes from the layout.
+    for b in doc["blobs"].as_array().unwrap() {
+        let d = b["digest"].as_str().unwrap();
+        let file = layout
+            .join("blobs/sha256")
+            .join(d.strip_prefix("sha256:").unwrap());
+        assert_eq!(sha256sum(&file), d);
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().len(),
+            b["size"].as_u64().unwrap()
+        );
+    }
+}
+
+#[test]
+fn gpg_verifies_the_bundle_signature() {
+    require_tool("gpg", "gnupg");
+    let w = world();
+    let entries = read_entries(&w.bundle);
+    let (h, signed) = &entries[0];
+    assert_eq!(path_of(h), "airlock-bundle.json.asc");
+    let home = tempfile::tempdir().unwrap();
+    let asc = w.dir.path().join("doc.asc");
+    std::fs::write(&asc, signed).unwrap();
+    let gpg = |args: &[&str]| {
+        std::process::Command::new("gpg")
+            .env("GNUPGHOME", home.path())
+            .args(["--batch", "--quiet"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(
+        gpg(&["--import", w.public.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let o = gpg(&["--verify", asc.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "gpg --verify: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Good signature"));
+}
+
+#[test]
+fn volumes_and_stdin_import() {
+    let w = world();
+    let (sec, _) = test_key();
+    let config = w.dir.path().join("mirror.toml");
+    let base = w.dir.path().join("vol.tar");
+    let out = airlock_ok(&[
+        "bundle",
+        "create",
+        "--config",
+        config.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        base.to_str().unwrap(),
+        "--volume-size",
+        "256K",
+    ]);
+    assert!(out.contains("vol.tar.000"), "{out}");
+    let v1 = w.dir.path().join("vol.tar.001");
+    assert!(v1.exists());
+    assert_eq!(
+        std::fs::metadata(w.dir.path().join("vol.tar.000"))
+            .unwrap()
+            .len(),
+        256 * 1024
+    );
+    // By base name (volumes found in order) into a fresh store.
+    let data2 = w.dir.path().join("data2");
+    let out = airlock_ok(&[
+        "import",
+        "--data",
+        data2.to_str().unwrap(),
+        "--keyring",
+        w.public.to_str().unwrap(),
+        base.to_str().unwrap(),
+    ]);
+    assert!(out.contains("2 images"), "{out}");
+    // From stdin into another fresh store: same state content.
+    let data3 = w.dir.path().join("data3");
+    let cat = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cat {}.0* | {} import --data {} --keyring {} -",
+            base.display(),
+            env!("CARGO_BIN_EXE_airlock"),
+            data3.display(),
+            w.public.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        cat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cat.stderr)
+    );
+    let tags = |d: &Path| {
+        let mut keys: Vec<String> = walk(d)
+            .into_iter()
+            .filter(|p| p.contains("blobs/"))
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(tags(&data2), tags(&data3));
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(
+                walk(&p)
+                    .into_iter()
+                    .map(|s| s.replace(dir.to_str().unwrap(), "")),
+            );
+        } else {
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn delta_bundle_carries_only_missing_blobs() {
+    let w = world();
+    let (sec, _) = test_key();
+    let inv = w.dir.path().join("have.json");
+    airlock_ok(&[
+        "inventory",
+        "--data",
+        w.data.to_str().unwrap(),
+        "-o",
+        inv.to_str().unwrap(),
+    ]);
+    let config = w.dir.path().join("mirror.toml");
+    let delta = w.dir.path().join("delta.tar");
+    airlock_ok(&[
+        "bundle",
+        "create",
+        "--config",
+        config.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        delta.to_str().unwrap(),
+        "--have",
+        inv.to_str().unwrap(),
+    ]);
+    let doc: serde_json::Value =
+        serde_json::from_str(&airlock_ok(&["bundle", "inspect", delta.to_str().unwrap()])).unwrap();
+    assert_eq!(doc["blobs"].as_array().unwrap().len(), 0);
+    assert!(!doc["required"].as_array().unwrap().is_empty());
+    // Into the store that has everything: fine. Into an empty store: refused.
+    airlock_ok(&[
+        "import",
+        "--data",
+        w.data.to_str().unwrap(),
+        "--keyring",
+        w.public.to_str().unwrap(),
+        delta.to_str().unwrap(),
+    ]);
+    let empty = World {
+        data: w.dir.path().join("empty"),
+        dir: tempfile::tempdir().unwrap(),
+        bundle: delta.clone(),
+        public: w.public.clone(),
+    };
+    assert_refused(&empty, &delta, &w.public, "delta bundle requires blob");
+}
+
+#[test]
+fn flipped_byte_in_a_blob_is_refused() {
+    let w = world();
+    let bad = tampered(&w, "flip-blob.tar", |e| {
+        let i = first_blob_index(e);
+        e[i].1[0] ^= 0xff;
+    });
+    assert_refused(&w, &bad, &w.public, "digest mismatch");
+}
+
+#[test]
+fn flipped_byte_in_the_signed_document_is_refused() {
+    let w = world();
+    let bad = tampered(&w, "flip-doc.tar", |e| {
+        let text = String::from_utf8(e[0].1.clone()).unwrap();
+        let altered = text.replacen("\"format\"", "\"formaT\"", 1);
+        assert_ne!(altered, text);
+        e[0].1 = altered.into_bytes();
+    });
+    assert_refused(&w, &bad, &w.public, "signature check failed");
+}
+
+#[test]
+fn bundle_signed_by_an_untrusted_key_is_refused() {
+    let w = world();
+    let (_, other_pub) = keypair(w.dir.path(), "stranger");
+    assert_refused(&w, &w.bundle, &other_pub, "signature check failed");
+    let o = airlock(&[
+        "bundle",
+        "verify",
+        "--keyring",
+        other_pub.to_str().unwrap(),
+        w.bundle.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn unlisted_extra_entry_is_refused() {
+    let w = world();
+    let extra = b"not in the signed document".to_vec();
+    let hex = {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(&extra))
+    };
+    let bad = tampered(&w, "extra.tar", |e| {
+        let name = format!("blobs/sha256/{hex}");
+        e.push((
+            raw_header(&name, extra.len() as u64, tar::EntryType::Regular),
+            extra.clone(),
+        ));
+    });
+    assert_refused(&w, &bad, &w.public, "is not listed in the signed document");
+    let bad = tampered(&w, "extra2.tar", |e| {
+        e.push((
+            raw_header("README", 2, tar::EntryType::Regular),
+            b"hi".to_vec(),
+        ));
+    });
+    assert_refused(&w, &bad, &w.public, "unexpected entry \"README\"");
+}
+
+#[test]
+fn missing_listed_blob_is_refused() {
+    let w = world();
+    let bad = tampered(&w, "missing.tar", |e| {
+        e.pop();
+    });
+    assert_refused(&w, &bad, &w.public, "listed blob");
+}
+
+#[test]
+fn traversal_paths_are_refused() {
+    let w = world();
+    for (name, path) in [
+        ("dotdot.tar", "../x"),
+        ("abs.tar", "/x"),
+        ("dotslash.tar", "./index.json"),
+    ] {
+        let bad = tampered(&w, name, |e| {
+            e.insert(
+                1,
+                (raw_header(path, 1, tar::EntryType::Regular), b"x".to_vec()),
+            );
+        });
+        assert_refused(&w, &bad, &w.public, &format!("unexpected entry {path:?}"));
+    }
+}
+
+#[test]
+fn link_entries_are_refused() {
+    let w = world();
+    let bad = tampered(&w, "symlink.tar", |e| {
+        let mut h = raw_header("blobs/sha256/aa", 0, tar::EntryType::Symlink);
+        h.set_link_name("/etc/passwd").unwrap();
+        h.set_cksum();
+        e.insert(1, (h, Vec::new()));
+    });
+    assert_refused(&w, &bad, &w.public, "is a symlink");
+    let bad = tampered(&w, "hardlink.tar", |e| {
+        let mut h = raw_header("index.json", 0, tar::EntryType::Link);
+        h.set_link_name("oci-layout").unwrap();
+        h.set_cksum();
+        e.insert(1, (h, Vec::new()));
+    });
+    assert_refused(&w, &bad, &w.public, "is a hardlink");
+}
+
+#[test]
+fn truncated_bundle_is_refused() {
+    let w = world();
+    let bytes = std::fs::read(&w.bundle).unwrap();
+    let cut = w.dir.path().join("cut.tar");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    assert_refused(&w, &cut, &w.public, "truncated");
+    // Not a tar at all.
+    let junk = w.dir.path().join("junk.tar");
+    std::fs::write(&junk, b"hello").unwrap();
+    let o = airlock(&[
+        "import",
+        "--data",
+        w.data.to_str().unwrap(),
+        "--keyring",
+        w.public.to_str().unwrap(),
+        junk.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn bad_config_and_missing_files_give_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sec, _) = test_key();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[[image]]\nsource = \"docker://x\"\nrepository = \"Bad Name\"\ntags = [\"x\"]\n",
+    )
+    .unwrap();
+    let o = airlock(&[
+        "bundle",
+        "create",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        "/dev/null/x",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("invalid repository name"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

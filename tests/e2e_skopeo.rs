@@ -1,0 +1,317 @@
+//! The vertical slice with a real client: bundle → import → `airlock serve`
+//! on an ephemeral port → skopeo pulls it back, digests unchanged.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// `airlock serve` as a child process, killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(data: &Path) -> Server {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["serve", "--data", data.to_str().unwrap(), "--listen", &addr])
+        .spawn()
+        .unwrap();
+    let server = Server { child, addr };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok((status, _, _)) = http(&server.addr, "GET", "/v2/", &[]) {
+            assert_eq!(status, 200);
+            return server;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("airlock serve did not answer on {}", server.addr);
+}
+
+/// (status, headers with lower-case names, body).
+type Reply = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// A minimal HTTP/1.1 request.
+fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
+    let mut s = TcpStream::connect(addr)?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no header end"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("bad status line"))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok((status, headers, raw[split + 4..].to_vec()))
+}
+
+fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+fn skopeo(args: &[&str]) -> Vec<u8> {
+    let o = Command::new("skopeo").args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "skopeo {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+struct Slice {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    data: PathBuf,
+    public: PathBuf,
+    server: Server,
+}
+
+fn slice() -> Slice {
+    require_tool("skopeo", "skopeo");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let layout = fixture_layout();
+    let (sec, public) = test_key();
+    let config = write_config(
+        &path,
+        &layout,
+        &[
+            ("latest", "stacks/busybox", &["latest", "1.0"]),
+            ("multi", "docker.io/library/multi", &["v1"]),
+        ],
+    );
+    let bundle = path.join("b.tar");
+    airlock_ok(&[
+        "bundle",
+        "create",
+        "--config",
+        config.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        bundle.to_str().unwrap(),
+    ]);
+    let data = path.join("data");
+    airlock_ok(&[
+        "import",
+        "--data",
+        data.to_str().unwrap(),
+        "--keyring",
+        public.to_str().unwrap(),
+        bundle.to_str().unwrap(),
+    ]);
+    let server = serve(&data);
+    Slice {
+        _dir: dir,
+        dir: path,
+        data,
+        public,
+        server,
+    }
+}
+
+fn blob_file(layout: &Path, digest: &str) -> PathBuf {
+    layout
+        .join("blobs/sha256")
+        .join(digest.strip_prefix("sha256:").unwrap())
+}
+
+#[test]
+fn skopeo_copy_keeps_every_digest() {
+    let s = slice();
+    let layout = fixture_layout();
+    let want = layout_ref_digest(&layout, "latest");
+    let out = s.dir.join("pulled");
+    let src = format!("docker://{}/stacks/busybox:latest", s.server.addr);
+    let dst = format!("oci:{}:latest", out.display());
+    skopeo(&["copy", "--src-tls-verify=false", &src, &dst]);
+    let got = layout_ref_digest(&out, "latest");
+    assert_eq!(got, want);
+    // The pulled manifest's bytes hash (by sha256sum) to the source digest.
+    assert_eq!(sha256sum(&blob_file(&out, &got)), want);
+    // Every layer came back bit for bit.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blob_file(&out, &got)).unwrap()).unwrap();
+    for l in manifest["layers"].as_array().unwrap() {
+        let d = l["digest"].as_str().unwrap();
+        assert_eq!(sha256sum(&blob_file(&out, d)), d);
+        assert_eq!(sha256sum(&blob_file(&layout, d)), d);
+    }
+    // inspect --raw returns the stored bytes exactly.
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/stacks/busybox:1.0", s.server.addr),
+    ]);
+    assert_eq!(raw, std::fs::read(blob_file(&layout, &want)).unwrap());
+}
+
+#[test]
+fn skopeo_copy_all_keeps_the_index() {
+    let s = slice();
+    let layout = fixture_layout();
+    let want = layout_ref_digest(&layout, "multi");
+    let out = s.dir.join("multi");
+    let src = format!("docker://{}/docker.io/library/multi:v1", s.server.addr);
+    skopeo(&[
+        "copy",
+        "--all",
+        "--src-tls-verify=false",
+        &src,
+        &format!("oci:{}:multi", out.display()),
+    ]);
+    let got = layout_ref_digest(&out, "multi");
+    assert_eq!(got, want);
+    assert_eq!(sha256sum(&blob_file(&out, &got)), want);
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blob_file(&out, &got)).unwrap()).unwrap();
+    let children = index["manifests"].as_array().unwrap();
+    assert_eq!(children.len(), 2);
+    for c in children {
+        let d = c["digest"].as_str().unwrap();
+        assert_eq!(sha256sum(&blob_file(&out, d)), d);
+    }
+    // The arm64 child is pullable by digest on its own.
+    let arm = children
+        .iter()
+        .find(|c| c["platform"]["architecture"] == "arm64")
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap();
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/docker.io/library/multi@{arm}", s.server.addr),
+    ]);
+    assert_eq!(raw, std::fs::read(blob_file(&layout, arm)).unwrap());
+}
+
+#[test]
+fn range_gets_follow_rfc_9110() {
+    let s = slice();
+    let layout = fixture_layout();
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(blob_file(&layout, &layout_ref_digest(&layout, "latest"))).unwrap(),
+    )
+    .unwrap();
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bytes = std::fs::read(blob_file(&layout, &layer)).unwrap();
+    let size = bytes.len();
+    let path = format!("/v2/stacks/busybox/blobs/{layer}");
+
+    let (st, h, body) = http(&s.server.addr, "GET", &path, &[("Range", "bytes=0-99")]).unwrap();
+    assert_eq!(st, 206);
+    assert_eq!(body, &bytes[..100]);
+    assert_eq!(
+        header(&h, "content-range"),
+        Some(format!("bytes 0-99/{size}").as_str())
+    );
+    let (st, _, body) = http(&s.server.addr, "GET", &path, &[("Range", "bytes=-10")]).unwrap();
+    assert_eq!(st, 206);
+    assert_eq!(body, &bytes[size - 10..]);
+    let (st, h, _) = http(
+        &s.server.addr,
+        "GET",
+        &path,
+        &[("Range", &format!("bytes={size}-"))],
+    )
+    .unwrap();
+    assert_eq!(st, 416);
+    assert_eq!(
+        header(&h, "content-range"),
+        Some(format!("bytes */{size}").as_str())
+    );
+    let (st, h, body) = http(&s.server.addr, "GET", &path, &[]).unwrap();
+    assert_eq!(st, 200);
+    assert_eq!(header(&h, "docker-content-digest"), Some(layer.as_str()));
+    assert_eq!(body, bytes);
+}
+
+#[test]
+fn a_new_import_is_served_without_restart() {
+    let s = slice();
+    let (sec, _) = test_key();
+    let layout = fixture_layout();
+    let (st, _, _) = http(&s.server.addr, "GET", "/v2/stacks/later/manifests/v2", &[]).unwrap();
+    assert_eq!(st, 404);
+    let config = write_config(&s.dir, &layout, &[("latest", "stacks/later", &["v2"])]);
+    let bundle = s.dir.join("later.tar");
+    airlock_ok(&[
+        "bundle",
+        "create",
+        "--config",
+        config.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        bundle.to_str().unwrap(),
+    ]);
+    airlock_ok(&[
+        "import",
+        "--data",
+        s.data.to_str().unwrap(),
+        "--keyring",
+        s.public.to_str().unwrap(),
+        bundle.to_str().unwrap(),
+    ]);
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/stacks/later:v2", s.server.addr),
+    ]);
+    assert_eq!(
+        raw,
+        std::fs::read(blob_file(&layout, &layout_ref_digest(&layout, "latest"))).unwrap()
+    );
+    let (st, _, body) = http(&s.server.addr, "GET", "/v2/_catalog", &[]).unwrap();
+    assert_eq!(st, 200);
+    let cat: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        cat["repositories"],
+        serde_json::json!(["docker.io/library/multi", "stacks/busybox", "stacks/later"])
+    );
+}
