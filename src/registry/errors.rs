@@ -61,79 +61,24 @@ pub struct CodeInfo {
 
 impl ErrorCode {
     /// The table row for this code: the single place codes map to statuses.
+    #[rustfmt::skip]
     pub const fn info(self) -> CodeInfo {
         use ErrorCode::*;
         let (code, status, message) = match self {
-            BlobUnknown => (
-                "BLOB_UNKNOWN",
-                StatusCode::NOT_FOUND,
-                "blob unknown to registry",
-            ),
-            BlobUploadInvalid => (
-                "BLOB_UPLOAD_INVALID",
-                StatusCode::BAD_REQUEST,
-                "blob upload invalid",
-            ),
-            BlobUploadUnknown => (
-                "BLOB_UPLOAD_UNKNOWN",
-                StatusCode::NOT_FOUND,
-                "blob upload unknown to registry",
-            ),
-            DigestInvalid => (
-                "DIGEST_INVALID",
-                StatusCode::BAD_REQUEST,
-                "provided digest did not match uploaded content",
-            ),
-            ManifestBlobUnknown => (
-                "MANIFEST_BLOB_UNKNOWN",
-                StatusCode::NOT_FOUND,
-                "blob unknown to registry",
-            ),
-            ManifestInvalid => (
-                "MANIFEST_INVALID",
-                StatusCode::BAD_REQUEST,
-                "manifest invalid",
-            ),
-            ManifestUnknown => (
-                "MANIFEST_UNKNOWN",
-                StatusCode::NOT_FOUND,
-                "manifest unknown",
-            ),
-            NameInvalid => (
-                "NAME_INVALID",
-                StatusCode::BAD_REQUEST,
-                "invalid repository name",
-            ),
-            NameUnknown => (
-                "NAME_UNKNOWN",
-                StatusCode::NOT_FOUND,
-                "repository name not known to registry",
-            ),
-            SizeInvalid => (
-                "SIZE_INVALID",
-                StatusCode::BAD_REQUEST,
-                "provided length did not match content length",
-            ),
-            Unauthorized => (
-                "UNAUTHORIZED",
-                StatusCode::UNAUTHORIZED,
-                "authentication required",
-            ),
-            Denied => (
-                "DENIED",
-                StatusCode::FORBIDDEN,
-                "requested access to the resource is denied",
-            ),
-            Unsupported => (
-                "UNSUPPORTED",
-                StatusCode::METHOD_NOT_ALLOWED,
-                "the operation is unsupported",
-            ),
-            TooManyRequests => (
-                "TOOMANYREQUESTS",
-                StatusCode::TOO_MANY_REQUESTS,
-                "too many requests",
-            ),
+            BlobUnknown =>         ("BLOB_UNKNOWN",          StatusCode::NOT_FOUND,          "blob unknown to registry"),
+            BlobUploadInvalid =>   ("BLOB_UPLOAD_INVALID",   StatusCode::BAD_REQUEST,        "blob upload invalid"),
+            BlobUploadUnknown =>   ("BLOB_UPLOAD_UNKNOWN",   StatusCode::NOT_FOUND,          "blob upload unknown to registry"),
+            DigestInvalid =>       ("DIGEST_INVALID",        StatusCode::BAD_REQUEST,        "provided digest did not match uploaded content"),
+            ManifestBlobUnknown => ("MANIFEST_BLOB_UNKNOWN", StatusCode::NOT_FOUND,          "blob unknown to registry"),
+            ManifestInvalid =>     ("MANIFEST_INVALID",      StatusCode::BAD_REQUEST,        "manifest invalid"),
+            ManifestUnknown =>     ("MANIFEST_UNKNOWN",      StatusCode::NOT_FOUND,          "manifest unknown"),
+            NameInvalid =>         ("NAME_INVALID",          StatusCode::BAD_REQUEST,        "invalid repository name"),
+            NameUnknown =>         ("NAME_UNKNOWN",          StatusCode::NOT_FOUND,          "repository name not known to registry"),
+            SizeInvalid =>         ("SIZE_INVALID",          StatusCode::BAD_REQUEST,        "provided length did not match content length"),
+            Unauthorized =>        ("UNAUTHORIZED",          StatusCode::UNAUTHORIZED,       "authentication required"),
+            Denied =>              ("DENIED",                StatusCode::FORBIDDEN,          "requested access to the resource is denied"),
+            Unsupported =>         ("UNSUPPORTED",           StatusCode::METHOD_NOT_ALLOWED, "the operation is unsupported"),
+            TooManyRequests =>     ("TOOMANYREQUESTS",       StatusCode::TOO_MANY_REQUESTS,  "too many requests"),
         };
         CodeInfo {
             code,

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# Benchmark `airlock import` against the disk it runs on.
+#
+#   scripts/bench-import.sh [SIZE_MIB]        (default 1024)
+#
+# What it does
+#   1. Setup (not timed): builds airlock (`cargo build --release`, a no-op when
+#      fresh), generates an OCI image layout of SIZE_MIB MiB of incompressible
+#      random layers of mixed sizes (4 KiB .. 256 MiB; see
+#      scripts/bench-gen-oci.py), a signing key, and one signed bundle of it
+#      with `airlock bundle create`.
+#   2. Measures, RUNS times each (default 3), dropping the page cache before
+#      every run (sync; echo 3 > /proc/sys/vm/drop_caches) so the bundle is read
+#      from disk each time:
+#        fsync copy  dd if=BUNDLE of=COPY bs=4M conv=fsync  (read + write + fsync:
+#                    the best a file-to-file import can do on this disk)
+#        sha256sum   sha256sum BUNDLE  (read + hash: the floor set by hashing)
+#        airlock     airlock import --data FRESH_DIR --keyring KEY BUNDLE
+#                    (read, verify signature, hash every blob, write + fsync
+#                    into the store, commit), into a new data dir each run
+#      Every run is wrapped in /usr/bin/time -v for CPU% and peak RSS.
+#   3. Prints a table of medians: wall seconds, MB/s (bundle bytes / wall
+#      seconds, MB = 10^6 bytes, like airlock's own summary), CPU%, peak RSS;
+#      then airlock/fsync-copy and airlock/sha256sum ratios and the targets:
+#        airlock MB/s >= 0.8 x fsync copy MB/s
+#        airlock peak RSS < 64 MiB  (the largest of the runs)
+#
+# Reading it: the ratio to the fsync copy is the headline; the ratio to
+# sha256sum says whether hashing (CPU) or the disk bounds the import. CPU%
+# near 100 % (one core) for airlock with a low ratio means it is CPU-bound;
+# low CPU% with a low ratio means it waits on I/O (fsyncs, small writes).
+# If the page cache could not be dropped the output says so, and the figures
+# then measure cached reads.
+#
+# Exit status: 0 when the benchmark ran, whether or not a target was met;
+# non-zero on any error (missing tool, failed build, failed import, ...).
+#
+# Environment:
+#   BENCH_DIR    where the temporary work dir goes (default /var/tmp); it needs
+#                about 3 x SIZE_MIB free and is removed at exit
+#   RUNS         runs per measurement (default 3; the median is reported)
+#   AIRLOCK_BIN  use this binary instead of building target/release/airlock
+set -euo pipefail
+
+prog=$(basename "$0")
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+die() {
+    echo "$prog: error: $*" >&2
+    exit 1
+}
+note() {
+    echo "$prog: $*" >&2
+}
+
+case "${1:-}" in
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+esac
+[ $# -le 1 ] || die "usage: $prog [SIZE_MIB]"
+SIZE_MIB=${1:-1024}
+[[ $SIZE_MIB =~ ^[1-9][0-9]*$ ]] || die "SIZE_MIB must be a positive integer, got '$SIZE_MIB'"
+RUNS=${RUNS:-3}
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, got '$RUNS'"
+
+# --- tools -----------------------------------------------------------------
+need() { # tool package
+    command -v "$1" >/dev/null 2>&1 || die "'$1' not found: apt-get install $2"
+}
+[ -x /usr/bin/time ] || die "/usr/bin/time not found: apt-get install time"
+need sha256sum coreutils
+need dd coreutils
+need sync coreutils
+need stat coreutils
+need df coreutils
+need sort coreutils
+need awk mawk
+need python3 python3
+/usr/bin/time -v true 2>/dev/null || die "/usr/bin/time does not support -v (need GNU time): apt-get install time"
+
+if [ -n "${AIRLOCK_BIN:-}" ]; then
+    airlock=$AIRLOCK_BIN
+    [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
+else
+    need cargo "cargo (or rustup)"
+    note "building airlock (cargo build --release)"
+    (cd "$repo" && cargo build --release --quiet) || die "cargo build --release failed"
+    airlock=$repo/target/release/airlock
+    [ -x "$airlock" ] || die "$airlock missing after build"
+fi
+
+# --- work dir --------------------------------------------------------------
+base=${BENCH_DIR:-/var/tmp}
+[ -d "$base" ] || die "BENCH_DIR $base is not a directory"
+avail_kib=$(df -Pk "$base" | awk 'NR == 2 { print $4 }')
+need_kib=$((SIZE_MIB * 1024 * 3 + 256 * 1024))
+[ "$avail_kib" -ge "$need_kib" ] ||
+    die "$base has $((avail_kib / 1024)) MiB free; need about $((need_kib / 1024)) MiB (3 x SIZE_MIB)"
+work=$(mktemp -d "$base/airlock-bench.XXXXXX")
+cleanup() { rm -rf "$work"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- setup (not timed) -----------------------------------------------------
+note "generating a $SIZE_MIB MiB OCI layout in $work"
+python3 "$repo/scripts/bench-gen-oci.py" "$work/layout" "$SIZE_MIB" >"$work/images.txt"
+n_images=$(wc -l <"$work/images.txt")
+n_layers=$(awk '{ n += $2 } END { print n }' "$work/images.txt")
+
+: >"$work/mirror.toml"
+while read -r ref _ _; do
+    printf '[[image]]\nsource = "oci:%s:%s"\nrepository = "bench/%s"\ntags = ["latest"]\n\n' \
+        "$work/layout" "$ref" "$ref" >>"$work/mirror.toml"
+done <"$work/images.txt"
+
+"$airlock" keys generate --uid "Bench <bench@example.org>" --out "$work/key" >/dev/null
+note "creating the bundle"
+"$airlock" bundle create --config "$work/mirror.toml" --sign-key "$work/key.sec.asc" \
+    -o "$work/bundle.tar" >/dev/null
+rm -rf "$work/layout" # frees SIZE_MIB for the copies
+bundle=$work/bundle.tar
+bytes=$(stat -c %s "$bundle")
+
+# --- measurement -----------------------------------------------------------
+cache_note="page cache dropped before every run"
+drop_caches() {
+    sync
+    if ! { echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then
+        if [ "$cache_note" != "COULD NOT DROP the page cache (not root?): figures are for cached reads" ]; then
+            note "warning: cannot write /proc/sys/vm/drop_caches; continuing with a warm cache"
+        fi
+        cache_note="COULD NOT DROP the page cache (not root?): figures are for cached reads"
+    fi
+}
+
+now_ns() { date +%s%N; }
+
+# run NAME RUN_NO CMD...: drops caches, runs CMD under /usr/bin/time -v, appends
+# "wall_seconds cpu_percent maxrss_kib" to $work/NAME.results.
+run() {
+    local name=$1 i=$2
+    shift 2
+    drop_caches
+    local t0 t1 tv=$work/$name.$i.time
+    t0=$(now_ns)
+    if ! /usr/bin/time -v -o "$tv" "$@" >"$work/$name.$i.out" 2>"$work/$name.$i.err"; then
+        cat "$work/$name.$i.err" >&2
+        die "$name run $i failed: $*"
+    fi
+    t1=$(now_ns)
+    local cpu rss
+    cpu=$(awk -F': ' '/Percent of CPU this job got/ { sub(/%/, "", $2); print $2 }' "$tv")
+    rss=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$tv")
+    if [ -z "$cpu" ] || [ -z "$rss" ]; then
+        die "could not parse /usr/bin/time -v output in $tv"
+    fi
+    awk -v a="$t0" -v b="$t1" -v c="$cpu" -v r="$rss" \
+        'BEGIN { printf "%.3f %s %s\n", (b - a) / 1e9, c, r }' >>"$work/$name.results"
+}
+
+# median COLUMN FILE
+median() {
+    sort -g -k"$1","$1" "$2" | awk -v c="$1" '{ v[NR] = $c } END { print v[int((NR + 1) / 2)] }'
+}
+maximum() {
+    sort -g -k"$1","$1" "$2" | awk -v c="$1" 'END { print $c }'
+}
+
+for i in $(seq 1 "$RUNS"); do
+    note "run $i/$RUNS: fsync copy"
+    rm -f "$work/copy.tar"
+    run copy "$i" dd if="$bundle" of="$work/copy.tar" bs=4M conv=fsync status=none
+    rm -f "$work/copy.tar"
+
+    note "run $i/$RUNS: sha256sum"
+    run sha256 "$i" sha256sum "$bundle"
+
+    note "run $i/$RUNS: airlock import"
+    rm -rf "$work/data"
+    run airlock "$i" "$airlock" import --data "$work/data" --keyring "$work/key.pub.asc" "$bundle"
+    grep -q "^imported bundle .*: $n_images images" "$work/airlock.$i.out" || {
+        cat "$work/airlock.$i.out" "$work/airlock.$i.err" >&2
+        die "airlock import did not report $n_images images"
+    }
+    rm -rf "$work/data"
+done
+
+# --- report ----------------------------------------------------------------
+row() { # label name
+    local wall cpu rss
+    wall=$(median 1 "$work/$2.results")
+    cpu=$(median 2 "$work/$2.results")
+    rss=$(maximum 3 "$work/$2.results")
+    awk -v l="$1" -v w="$wall" -v c="$cpu" -v r="$rss" -v b="$bytes" \
+        'BEGIN { printf "  %-12s %9.2f %9.1f %7s%% %9.1f\n", l, w, b / 1e6 / w, c, r / 1024 }'
+}
+mbps() { awk -v w="$(median 1 "$work/$1.results")" -v b="$bytes" 'BEGIN { printf "%.3f", b / 1e6 / w }'; }
+
+copy_mbps=$(mbps copy)
+sha_mbps=$(mbps sha256)
+air_mbps=$(mbps airlock)
+air_rss_kib=$(maximum 3 "$work/airlock.results")
+
+echo
+echo "airlock import benchmark: bundle $(awk -v b="$bytes" 'BEGIN { printf "%.1f MB (%.1f MiB)", b / 1e6, b / 1048576 }'), $n_images images, $n_layers layers"
+echo "  filesystem: $(df -PT "$base" | awk 'NR == 2 { print $1 " (" $2 ")" }') at $base; $cache_note"
+echo "  median of $RUNS runs; peak RSS is the largest of the runs; MB = 10^6 bytes"
+echo
+printf '  %-12s %9s %9s %8s %9s\n' "" "wall s" "MB/s" "CPU" "RSS MiB"
+row "fsync copy" copy
+row "sha256sum" sha256
+row "airlock" airlock
+echo
+awk -v a="$air_mbps" -v c="$copy_mbps" -v s="$sha_mbps" -v r="$air_rss_kib" 'BEGIN {
+    rc = a / c; rs = a / s; mib = r / 1024
+    printf "  airlock / fsync copy  %5.2fx   target >= 0.80x   %s\n", rc, (rc >= 0.8 ? "PASS" : "FAIL")
+    printf "  airlock / sha256sum   %5.2fx\n", rs
+    printf "  airlock peak RSS  %6.1f MiB   target <  64 MiB  %s\n", mib, (mib < 64 ? "PASS" : "FAIL")
+}'
+echo
+echo "  airlock's own summary (last run): $(cat "$work/airlock.$RUNS.out")"
