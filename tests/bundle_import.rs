@@ -59,7 +59,7 @@ struct World {
 fn world() -> World {
     let dir = tempfile::tempdir().unwrap();
     let layout = fixture_layout();
-    let (sec, public) = test_key();
+    let (_, public) = test_key();
     let config = write_config(
         dir.path(),
         &layout,
@@ -69,25 +69,9 @@ fn world() -> World {
         ],
     );
     let bundle = dir.path().join("b.tar");
-    airlock_ok(&[
-        "bundle",
-        "create",
-        "--config",
-        config.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        bundle.to_str().unwrap(),
-    ]);
+    create_bundle(&config, &bundle, &[]);
     let data = dir.path().join("data");
-    airlock_ok(&[
-        "import",
-        "--data",
-        data.to_str().unwrap(),
-        "--keyring",
-        public.to_str().unwrap(),
-        bundle.to_str().unwrap(),
-    ]);
+    import_bundle(&data, &public, &bundle);
     World {
         dir,
         bundle,
@@ -160,14 +144,7 @@ fn import_links_every_blob_and_reimport_writes_nothing() {
 
     // Same bundle again: succeeds, writes nothing, no new generation.
     let root = root_of(&w.data);
-    let out = airlock_ok(&[
-        "import",
-        "--data",
-        w.data.to_str().unwrap(),
-        "--keyring",
-        w.public.to_str().unwrap(),
-        w.bundle.to_str().unwrap(),
-    ]);
+    let out = import_bundle(&w.data, &w.public, &w.bundle);
     assert!(out.contains("0 blobs new"), "{out}");
     assert!(out.contains("(no change)"), "{out}");
     assert_eq!(root_of(&w.data), root);
@@ -252,21 +229,9 @@ fn gpg_verifies_the_bundle_signature() {
 #[test]
 fn volumes_and_stdin_import() {
     let w = world();
-    let (sec, _) = test_key();
     let config = w.dir.path().join("mirror.toml");
     let base = w.dir.path().join("vol.tar");
-    let out = airlock_ok(&[
-        "bundle",
-        "create",
-        "--config",
-        config.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        base.to_str().unwrap(),
-        "--volume-size",
-        "256K",
-    ]);
+    let out = create_bundle(&config, &base, &["--volume-size", "256K"]);
     assert!(out.contains("vol.tar.000"), "{out}");
     let v1 = w.dir.path().join("vol.tar.001");
     assert!(v1.exists());
@@ -278,14 +243,7 @@ fn volumes_and_stdin_import() {
     );
     // By base name (volumes found in order) into a fresh store.
     let data2 = w.dir.path().join("data2");
-    let out = airlock_ok(&[
-        "import",
-        "--data",
-        data2.to_str().unwrap(),
-        "--keyring",
-        w.public.to_str().unwrap(),
-        base.to_str().unwrap(),
-    ]);
+    let out = import_bundle(&data2, &w.public, &base);
     assert!(out.contains("2 images"), "{out}");
     // From stdin into another fresh store: same state content.
     let data3 = w.dir.path().join("data3");
@@ -336,7 +294,6 @@ fn walk(dir: &Path) -> Vec<String> {
 #[test]
 fn delta_bundle_carries_only_missing_blobs() {
     let w = world();
-    let (sec, _) = test_key();
     let inv = w.dir.path().join("have.json");
     airlock_ok(&[
         "inventory",
@@ -347,31 +304,13 @@ fn delta_bundle_carries_only_missing_blobs() {
     ]);
     let config = w.dir.path().join("mirror.toml");
     let delta = w.dir.path().join("delta.tar");
-    airlock_ok(&[
-        "bundle",
-        "create",
-        "--config",
-        config.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        delta.to_str().unwrap(),
-        "--have",
-        inv.to_str().unwrap(),
-    ]);
+    create_bundle(&config, &delta, &["--have", inv.to_str().unwrap()]);
     let doc: serde_json::Value =
         serde_json::from_str(&airlock_ok(&["bundle", "inspect", delta.to_str().unwrap()])).unwrap();
     assert_eq!(doc["blobs"].as_array().unwrap().len(), 0);
     assert!(!doc["required"].as_array().unwrap().is_empty());
     // Into the store that has everything: fine. Into an empty store: refused.
-    airlock_ok(&[
-        "import",
-        "--data",
-        w.data.to_str().unwrap(),
-        "--keyring",
-        w.public.to_str().unwrap(),
-        delta.to_str().unwrap(),
-    ]);
+    import_bundle(&w.data, &w.public, &delta);
     let empty = World {
         data: w.dir.path().join("empty"),
         dir: tempfile::tempdir().unwrap(),

@@ -109,7 +109,7 @@ fn slice() -> Slice {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     let layout = fixture_layout();
-    let (sec, public) = test_key();
+    let (_, public) = test_key();
     let config = write_config(
         &path,
         &layout,
@@ -119,25 +119,9 @@ fn slice() -> Slice {
         ],
     );
     let bundle = path.join("b.tar");
-    airlock_ok(&[
-        "bundle",
-        "create",
-        "--config",
-        config.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        bundle.to_str().unwrap(),
-    ]);
+    create_bundle(&config, &bundle, &[]);
     let data = path.join("data");
-    airlock_ok(&[
-        "import",
-        "--data",
-        data.to_str().unwrap(),
-        "--keyring",
-        public.to_str().unwrap(),
-        bundle.to_str().unwrap(),
-    ]);
+    import_bundle(&data, &public, &bundle);
     let server = serve(&data);
     Slice {
         _dir: dir,
@@ -273,30 +257,13 @@ fn range_gets_follow_rfc_9110() {
 #[test]
 fn a_new_import_is_served_without_restart() {
     let s = slice();
-    let (sec, _) = test_key();
     let layout = fixture_layout();
     let (st, _, _) = http(&s.server.addr, "GET", "/v2/stacks/later/manifests/v2", &[]).unwrap();
     assert_eq!(st, 404);
     let config = write_config(&s.dir, &layout, &[("latest", "stacks/later", &["v2"])]);
     let bundle = s.dir.join("later.tar");
-    airlock_ok(&[
-        "bundle",
-        "create",
-        "--config",
-        config.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        bundle.to_str().unwrap(),
-    ]);
-    airlock_ok(&[
-        "import",
-        "--data",
-        s.data.to_str().unwrap(),
-        "--keyring",
-        s.public.to_str().unwrap(),
-        bundle.to_str().unwrap(),
-    ]);
+    create_bundle(&config, &bundle, &[]);
+    import_bundle(&s.data, &s.public, &bundle);
     let raw = skopeo(&[
         "inspect",
         "--raw",

@@ -145,6 +145,20 @@ fn read_bounded<R: Read>(entry: &mut R, size: u64, limit: u64, what: &str) -> Re
     Ok(buf)
 }
 
+/// Reads the first entry, which must be the signed document (bounded in size).
+fn read_signed_doc<R: Read>(entries: &mut tar::Entries<'_, R>) -> Result<String> {
+    let mut first = entries
+        .next()
+        .ok_or_else(|| anyhow!("empty bundle: no entries"))??;
+    let path = entry_path(&first)?;
+    if path != SIGNED_DOC {
+        bail!("first entry is {path:?}; a bundle starts with {SIGNED_DOC}");
+    }
+    let size = first.size();
+    let armored = read_bounded(&mut first, size, MAX_SIGNED_DOC, SIGNED_DOC)?;
+    String::from_utf8(armored).map_err(|_| anyhow!("{SIGNED_DOC} is not UTF-8"))
+}
+
 /// The reader thread: parses, verifies and hashes; sends blob bytes to the writer.
 fn read_bundle(
     reader: impl Read,
@@ -158,16 +172,7 @@ fn read_bundle(
     };
     let mut archive = tar::Archive::new(reader);
     let mut entries = archive.entries()?;
-    let mut first = entries
-        .next()
-        .ok_or_else(|| anyhow!("empty bundle: no entries"))??;
-    let path = entry_path(&first)?;
-    if path != SIGNED_DOC {
-        bail!("first entry is {path:?}; a bundle starts with {SIGNED_DOC}");
-    }
-    let size = first.size();
-    let armored = read_bounded(&mut first, size, MAX_SIGNED_DOC, SIGNED_DOC)?;
-    let armored = String::from_utf8(armored).map_err(|_| anyhow!("{SIGNED_DOC} is not UTF-8"))?;
+    let armored = read_signed_doc(&mut entries)?;
     let verified = keyring
         .verify_cleartext(&armored)
         .map_err(|e| anyhow!("signature check failed: {e}"))?;
@@ -483,16 +488,7 @@ pub async fn verify(
 /// Reads the signed document of a bundle WITHOUT verifying its signature (`bundle inspect`).
 pub fn inspect(reader: impl Read) -> Result<BundleDoc> {
     let mut archive = tar::Archive::new(reader);
-    let mut entries = archive.entries()?;
-    let mut first = entries
-        .next()
-        .ok_or_else(|| anyhow!("empty bundle: no entries"))??;
-    let path = entry_path(&first)?;
-    if path != SIGNED_DOC {
-        bail!("first entry is {path:?}; a bundle starts with {SIGNED_DOC}");
-    }
-    let size = first.size();
-    let armored = String::from_utf8(read_bounded(&mut first, size, MAX_SIGNED_DOC, SIGNED_DOC)?)?;
+    let armored = read_signed_doc(&mut archive.entries()?)?;
     let text = super::sign::unverified_text(&armored)?;
     Ok(serde_json::from_str(&text)?)
 }

@@ -147,3 +147,32 @@ pub fn layout_ref_digest(layout: &Path, ref_name: &str) -> String {
 pub fn root_of(data: &Path) -> String {
     std::fs::read_to_string(data.join("refs/root")).unwrap_or_default()
 }
+
+/// `airlock bundle create` of `config` into `out`, signed with [`test_key`], plus `extra` args; returns stdout.
+pub fn create_bundle(config: &Path, out: &Path, extra: &[&str]) -> String {
+    let (sec, _) = test_key();
+    let mut args = vec![
+        "bundle",
+        "create",
+        "--config",
+        config.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    airlock_ok(&args)
+}
+
+/// `airlock import` of `bundle` into `data` trusting `keyring`; returns stdout.
+pub fn import_bundle(data: &Path, keyring: &Path, bundle: &Path) -> String {
+    airlock_ok(&[
+        "import",
+        "--data",
+        data.to_str().unwrap(),
+        "--keyring",
+        keyring.to_str().unwrap(),
+        bundle.to_str().unwrap(),
+    ])
+}
