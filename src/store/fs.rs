@@ -16,6 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use super::{BoxRead, ObjectWriter, Result, RootVersion, StoreError, check_key};
 
 const ROOT_KEY: &str = "refs/root";
+/// Reads of at most this many bytes are done inline in one `read(2)`, not streamed.
+const INLINE_READ_MAX: u64 = 64 * 1024;
 
 /// A blobstore rooted at a directory. Layout: `<dir>/<key>` for every key,
 /// `<dir>/tmp/` for objects being written, `<dir>/refs/root.lock` for the CAS lock.
@@ -79,7 +81,8 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
 impl super::Blobstore for FsStore {
     async fn stat(&self, key: &str) -> Result<Option<u64>> {
         let path = self.path(key)?;
-        match tokio::fs::metadata(&path).await {
+        // One stat(2) on a local file system: cheaper inline than a hop to the blocking pool.
+        match std::fs::metadata(&path) {
             Ok(m) if m.is_file() => Ok(Some(m.len())),
             Ok(_) => Ok(None),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
@@ -89,14 +92,22 @@ impl super::Blobstore for FsStore {
 
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
         let path = self.path(key)?;
-        let mut file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| not_found(key, e))?;
-        let size = file.metadata().await?.len();
+        // open(2) and fstat(2) inline; small reads inline too (one read(2), usually from
+        // the page cache); large ones stream through tokio's blocking pool.
+        let mut file = std::fs::File::open(&path).map_err(|e| not_found(key, e))?;
+        let size = file.metadata()?.len();
         let (start, end) = range.unwrap_or((0, size));
         if start > end || end > size {
             return Err(StoreError::Range { start, end, size });
         }
+        if end - start <= INLINE_READ_MAX {
+            use std::io::{Read, Seek};
+            let mut buf = vec![0; (end - start) as usize];
+            file.seek(SeekFrom::Start(start))?;
+            file.read_exact(&mut buf)?;
+            return Ok(Box::pin(std::io::Cursor::new(buf)));
+        }
+        let mut file = tokio::fs::File::from_std(file);
         if start > 0 {
             file.seek(SeekFrom::Start(start)).await?;
         }
@@ -170,7 +181,8 @@ impl super::Blobstore for FsStore {
 
     async fn read_root(&self) -> Result<Option<RootVersion>> {
         let path = self.path(ROOT_KEY)?;
-        match tokio::fs::read_to_string(&path).await {
+        // Readers call this on every request: a tiny file, read inline.
+        match std::fs::read_to_string(&path) {
             Ok(s) => {
                 let value = s.trim().to_string();
                 Ok(Some(RootVersion {
