@@ -77,6 +77,19 @@ enum Command {
         /// Address to listen on.
         #[arg(long, env = "AIRLOCK_LISTEN", default_value = "127.0.0.1:5000")]
         listen: SocketAddr,
+        /// Serve the push endpoints (blob uploads, manifest PUT). Off: 405 UNSUPPORTED.
+        #[arg(long, env = "AIRLOCK_ALLOW_PUSH")]
+        allow_push: bool,
+        /// Serve deletes of manifests, tags and blobs. Off: 405 UNSUPPORTED.
+        #[arg(long, env = "AIRLOCK_ALLOW_DELETE")]
+        allow_delete: bool,
+        /// Namespace for reads without `ns=` whose repository does not exist
+        /// (docker `registry-mirrors`), e.g. `docker.io`.
+        #[arg(long, env = "AIRLOCK_MIRROR_NAMESPACE")]
+        mirror_namespace: Option<String>,
+        /// Upload sessions older than this many seconds are refused and swept.
+        #[arg(long, env = "AIRLOCK_UPLOAD_EXPIRY", default_value_t = 86400, value_parser = clap::value_parser!(u64).range(1..))]
+        upload_expiry_secs: u64,
     },
 }
 
@@ -344,9 +357,28 @@ async fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Command::Serve { data, listen } => {
+        Command::Serve {
+            data,
+            listen,
+            allow_push,
+            allow_delete,
+            mirror_namespace,
+            upload_expiry_secs,
+        } => {
+            if let Some(ns) = &mirror_namespace {
+                let probe: airlock::names::RepositoryName = "x".parse()?;
+                airlock::registry::namespace::qualify(ns, &probe).map_err(|_| {
+                    anyhow::anyhow!("--mirror-namespace {ns:?} cannot prefix a repository name")
+                })?;
+            }
             let state = state_at(&data.data)?;
-            let app = Arc::new(airlock::server::App::new(state));
+            let config = airlock::registry::RegistryConfig {
+                allow_push,
+                allow_delete,
+                mirror_namespace,
+                upload_expiry: std::time::Duration::from_secs(upload_expiry_secs),
+            };
+            let app = Arc::new(airlock::server::App::with_config(state, config));
             airlock::server::serve(listen, app).await?;
         }
     }

@@ -723,7 +723,7 @@ async fn write_methods_are_unsupported() {
 }
 
 #[tokio::test]
-async fn upload_sessions_and_referrers_are_not_served_yet() {
+async fn read_only_upload_sessions_are_unknown_and_referrers_are_empty() {
     let f = fixture().await;
     get(&f.router, "/v2/library/busybox/blobs/uploads/abc")
         .await
@@ -733,9 +733,16 @@ async fn upload_sessions_and_referrers_are_not_served_yet() {
         &format!("/v2/library/busybox/referrers/{}", sha256(&f.manifest)),
     )
     .await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.header("docker-distribution-api-version"), "registry/2.0");
-    assert_ne!(r.header("content-type"), "application/json");
+    assert_eq!(
+        r.header("content-type"),
+        "application/vnd.oci.image.index.v1+json"
+    );
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []})
+    );
 }
 
 #[tokio::test]

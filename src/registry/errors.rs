@@ -5,7 +5,7 @@
 //! code-1 … code-15), the JSON error body, and the `From` conversions from
 //! store and state errors. Never decides *when* an error happens; handlers do.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -26,7 +26,8 @@ pub enum ErrorCode {
     BlobUploadUnknown,
     /// code-4 `DIGEST_INVALID`, 400.
     DigestInvalid,
-    /// code-5 `MANIFEST_BLOB_UNKNOWN`, 404.
+    /// code-5 `MANIFEST_BLOB_UNKNOWN`, 400 (the spec names no status; 400 is
+    /// what distribution and zot send for a manifest PUT naming absent content).
     ManifestBlobUnknown,
     /// code-6 `MANIFEST_INVALID`, 400.
     ManifestInvalid,
@@ -69,7 +70,7 @@ impl ErrorCode {
             BlobUploadInvalid =>   ("BLOB_UPLOAD_INVALID",   StatusCode::BAD_REQUEST,        "blob upload invalid"),
             BlobUploadUnknown =>   ("BLOB_UPLOAD_UNKNOWN",   StatusCode::NOT_FOUND,          "blob upload unknown to registry"),
             DigestInvalid =>       ("DIGEST_INVALID",        StatusCode::BAD_REQUEST,        "provided digest did not match uploaded content"),
-            ManifestBlobUnknown => ("MANIFEST_BLOB_UNKNOWN", StatusCode::NOT_FOUND,          "blob unknown to registry"),
+            ManifestBlobUnknown => ("MANIFEST_BLOB_UNKNOWN", StatusCode::BAD_REQUEST,        "blob unknown to registry"),
             ManifestInvalid =>     ("MANIFEST_INVALID",      StatusCode::BAD_REQUEST,        "manifest invalid"),
             ManifestUnknown =>     ("MANIFEST_UNKNOWN",      StatusCode::NOT_FOUND,          "manifest unknown"),
             NameInvalid =>         ("NAME_INVALID",          StatusCode::BAD_REQUEST,        "invalid repository name"),
@@ -101,6 +102,21 @@ pub enum RegistryError {
         /// Sent as `detail`.
         detail: Value,
     },
+    /// A spec error sent with a status the spec names for the case instead of
+    /// the code's table row, plus headers: 416 for an upload chunk out of
+    /// order (`BLOB_UPLOAD_INVALID`, with `Location`, `Range`,
+    /// `Docker-Upload-UUID`), 413 for a manifest over the size limit
+    /// (`SIZE_INVALID`).
+    Status {
+        /// The HTTP status sent.
+        status: StatusCode,
+        /// The code in the body.
+        code: ErrorCode,
+        /// Sent as `detail`.
+        detail: Value,
+        /// Extra response headers (boxed: keeps every `Result` small).
+        headers: Box<HeaderMap>,
+    },
     /// A method this endpoint does not serve: 405 `UNSUPPORTED` with
     /// `Allow: <allow>` (RFC 9110 §15.5.6 requires the header).
     MethodNotAllowed {
@@ -129,6 +145,7 @@ impl RegistryError {
     pub fn status(&self) -> StatusCode {
         match self {
             RegistryError::Api { code, .. } => code.info().status,
+            RegistryError::Status { status, .. } => *status,
             RegistryError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             RegistryError::NoEndpoint => StatusCode::NOT_FOUND,
             RegistryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -139,7 +156,7 @@ impl RegistryError {
     /// (keys in that order), or the plain text of [`RegistryError::NoEndpoint`].
     pub fn body(&self) -> String {
         let (code, message, detail) = match self {
-            RegistryError::Api { code, detail } => {
+            RegistryError::Api { code, detail } | RegistryError::Status { code, detail, .. } => {
                 let info = code.info();
                 (info.code, info.message, detail.clone())
             }
@@ -184,9 +201,13 @@ impl IntoResponse for RegistryError {
             _ => "application/json",
         };
         let mut res = (status, [(header::CONTENT_TYPE, content_type)], self.body()).into_response();
-        if let RegistryError::MethodNotAllowed { allow } = self {
-            res.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        match self {
+            RegistryError::MethodNotAllowed { allow } => {
+                res.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            RegistryError::Status { headers, .. } => res.headers_mut().extend(*headers),
+            _ => {}
         }
         res
     }
@@ -227,7 +248,7 @@ mod tests {
             (ErrorCode::BlobUploadInvalid, "BLOB_UPLOAD_INVALID", 400),
             (ErrorCode::BlobUploadUnknown, "BLOB_UPLOAD_UNKNOWN", 404),
             (ErrorCode::DigestInvalid, "DIGEST_INVALID", 400),
-            (ErrorCode::ManifestBlobUnknown, "MANIFEST_BLOB_UNKNOWN", 404),
+            (ErrorCode::ManifestBlobUnknown, "MANIFEST_BLOB_UNKNOWN", 400),
             (ErrorCode::ManifestInvalid, "MANIFEST_INVALID", 400),
             (ErrorCode::ManifestUnknown, "MANIFEST_UNKNOWN", 404),
             (ErrorCode::NameInvalid, "NAME_INVALID", 400),

@@ -1,35 +1,48 @@
-//! OCI distribution-spec v1.1 routes: pull (end-1, end-2, end-3) and content
-//! discovery (end-8a/8b tags list, `/v2/_catalog`).
+//! OCI distribution-spec v1.1 routes: pull (end-1, end-2, end-3), push
+//! (end-4a/4b, end-5, end-6, end-7, end-11, end-13, upload cancel), content
+//! discovery (end-8a/8b tags list, end-12a/12b referrers, `/v2/_catalog`)
+//! and content management (end-9, end-10), with `?ns=` mirror namespaces.
 //!
 //! Layers inside: one wildcard `/v2` handler parses the path ([`routes`]),
-//! picks a handler from the (route, method) table in [`dispatch`], and the
-//! handler calls one function of [`pull`] or [`discovery`], which read
-//! `state` and return a typed response ([`responses`]) or the one error type
-//! ([`errors`]). Handlers never touch the blobstore layout; `pull` and
-//! `discovery` never see HTTP requests beyond headers they interpret.
-//!
-//! Not yet served: push, deletes (405 `UNSUPPORTED`), referrers and upload
-//! sessions (404, so clients fall back to the referrers tag schema).
+//! resolves the repository ([`namespace`]), picks a handler from the
+//! (route, method) table in [`dispatch`], and the handler calls one function
+//! of [`pull`], [`discovery`], [`referrers`], [`upload`], [`push`] or
+//! [`delete`], which read or change `state` and return a typed response
+//! ([`responses`]) or the one error type ([`errors`]). Upload sessions live
+//! in [`uploads`]. Writes are served only when [`RegistryConfig`] switches
+//! them on; otherwise they answer 405 `UNSUPPORTED` with `Allow`.
 
+pub mod config;
+pub mod delete;
 pub mod discovery;
 pub mod errors;
+pub mod namespace;
 pub mod pull;
+pub mod push;
+pub mod query;
 pub mod range;
+pub mod referrers;
 pub mod responses;
 pub mod routes;
+pub mod upload;
+pub mod uploads;
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde_json::json;
 
+pub use self::config::RegistryConfig;
 use self::errors::{ErrorCode, RegistryError, Result};
+use self::query::QueryParams;
 use self::responses::{API_VERSION, ApiBase, DOCKER_DISTRIBUTION_API_VERSION};
 use self::routes::Route;
+use self::uploads::{BodyStream, Uploads};
 use crate::state::StateStore;
 
 /// What the registry needs from the composition root (`server::App`).
@@ -37,6 +50,10 @@ pub trait Context: Send + Sync + 'static {
     /// The state to serve; read once per request via `snapshot()`, so
     /// changes committed by other processes show up on the next request.
     fn state(&self) -> &StateStore;
+    /// The operator's switches.
+    fn config(&self) -> &RegistryConfig;
+    /// Upload sessions.
+    fn uploads(&self) -> &Uploads;
 }
 
 /// The `/v2` router: `/v2`, `/v2/` and `/v2/{*path}` all go to one handler.
@@ -54,8 +71,10 @@ async fn v2(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    body: Body,
 ) -> Response {
-    let mut res = dispatch(ctx.state(), &method, &uri, &headers)
+    let mut body = body.into_data_stream();
+    let mut res = dispatch(&*ctx, &method, &uri, &headers, &mut body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     res.headers_mut()
@@ -63,61 +82,112 @@ async fn v2(
     res
 }
 
-/// How a method relates to the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
-    /// GET (`head = false`) or HEAD (`head = true`).
-    Read { head: bool },
-    /// Anything else (POST, PUT, PATCH, DELETE, ...).
-    Other,
-}
-
-impl Access {
-    fn of(method: &Method) -> Access {
-        match *method {
-            Method::GET => Access::Read { head: false },
-            Method::HEAD => Access::Read { head: true },
-            _ => Access::Other,
-        }
+/// The `Allow` header of each endpoint, by what is switched on.
+fn allow(route: &Route, cfg: &RegistryConfig) -> &'static str {
+    let (push, del) = (cfg.allow_push, cfg.allow_delete);
+    match route {
+        Route::Manifest { .. } => match (push, del) {
+            (false, false) => "GET, HEAD",
+            (true, false) => "GET, HEAD, PUT",
+            (false, true) => "GET, HEAD, DELETE",
+            (true, true) => "GET, HEAD, PUT, DELETE",
+        },
+        Route::Blob { .. } if del => "GET, HEAD, DELETE",
+        Route::Upload { session: None, .. } if push => "GET, HEAD, POST",
+        Route::Upload {
+            session: Some(_), ..
+        } if push => "GET, HEAD, PATCH, PUT, DELETE",
+        _ => "GET, HEAD",
     }
 }
 
-/// The (route, method) dispatch table. Push, deletes and referrers go here
-/// beside the pull rows when they are implemented.
+/// The (route, method) dispatch table.
 async fn dispatch(
-    state: &StateStore,
+    ctx: &dyn Context,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Response> {
-    let route = Route::parse(uri.path())?;
-    let Access::Read { head } = Access::of(method) else {
-        return Err(RegistryError::MethodNotAllowed { allow: "GET, HEAD" });
+    let mut route = Route::parse(uri.path())?;
+    let query = QueryParams::from_uri(uri);
+    let read = matches!(*method, Method::GET | Method::HEAD);
+    namespace::apply(ctx, &mut route, &query, read).await?;
+    let cfg = ctx.config();
+    let not_allowed = RegistryError::MethodNotAllowed {
+        allow: allow(&route, cfg),
     };
-    Ok(match route {
-        Route::Base => ApiBase.into_response(),
-        Route::Manifest { name, reference } => {
+    let state = ctx.state();
+    let head = *method == Method::HEAD;
+    let (push, del) = (cfg.allow_push, cfg.allow_delete);
+    Ok(match (route, method.clone()) {
+        (Route::Base, Method::GET | Method::HEAD) => ApiBase.into_response(),
+        (Route::Manifest { name, reference }, Method::GET | Method::HEAD) => {
             pull::manifest(state, &name, &reference, headers, head)
                 .await?
                 .into_response()
         }
-        Route::Blob { name, digest } => pull::blob(state, &name, &digest, headers, head).await?,
-        Route::TagsList { name } => {
+        (Route::Manifest { name, reference }, Method::PUT) if push => {
+            push::manifest(ctx, &name, &reference, headers, body)
+                .await?
+                .into_response()
+        }
+        (Route::Manifest { name, reference }, Method::DELETE) if del => {
+            delete::manifest(state, &name, &reference)
+                .await?
+                .into_response()
+        }
+        (Route::Blob { name, digest }, Method::GET | Method::HEAD) => {
+            pull::blob(state, &name, &digest, headers, head).await?
+        }
+        (Route::Blob { name, digest }, Method::DELETE) if del => {
+            delete::blob(state, &name, &digest).await?.into_response()
+        }
+        (Route::TagsList { name }, Method::GET | Method::HEAD) => {
             let paging = discovery::Paging::from_uri(uri);
             discovery::tags_list(state, &name, &paging)
                 .await?
                 .into_response()
         }
-        Route::Catalog => {
+        (Route::Catalog, Method::GET | Method::HEAD) => {
             let paging = discovery::Paging::from_uri(uri);
             discovery::catalog(state, &paging).await?.into_response()
         }
-        Route::Upload { name, session } => {
+        (Route::Referrers { name, digest }, Method::GET | Method::HEAD) => {
+            referrers::referrers(state, &name, &digest, query.get("artifactType"))
+                .await?
+                .into_response()
+        }
+        (
+            Route::Upload {
+                name,
+                session: None,
+            },
+            Method::POST,
+        ) if push => upload::start(ctx, &name, &query, body).await?,
+        (
+            Route::Upload {
+                name,
+                session: Some(s),
+            },
+            m,
+        ) if push => match m {
+            Method::GET | Method::HEAD => upload::progress(ctx, &name, &s).await?.into_response(),
+            Method::PATCH => upload::patch(ctx, &name, &s, headers, body)
+                .await?
+                .into_response(),
+            Method::PUT => upload::finish(ctx, &name, &s, &query, headers, body)
+                .await?
+                .into_response(),
+            Method::DELETE => upload::cancel(ctx, &name, &s).await?.into_response(),
+            _ => return Err(not_allowed),
+        },
+        (Route::Upload { name, session }, Method::GET | Method::HEAD) => {
             return Err(RegistryError::new(
                 ErrorCode::BlobUploadUnknown,
                 json!({ "name": name, "session": session }),
             ));
         }
-        Route::Referrers { .. } => return Err(RegistryError::NoEndpoint),
+        _ => return Err(not_allowed),
     })
 }

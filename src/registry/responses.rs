@@ -183,3 +183,142 @@ impl<T: serde::Serialize> IntoResponse for JsonPage<T> {
         res
     }
 }
+
+/// `Docker-Upload-UUID`: the upload session id.
+pub const DOCKER_UPLOAD_UUID: HeaderName = HeaderName::from_static("docker-upload-uuid");
+/// `OCI-Subject`: the `subject` digest of a pushed manifest (referrers API).
+pub const OCI_SUBJECT: HeaderName = HeaderName::from_static("oci-subject");
+/// `OCI-Filters-Applied`: the filters a referrers response applied.
+pub const OCI_FILTERS_APPLIED: HeaderName = HeaderName::from_static("oci-filters-applied");
+
+fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        headers.insert(name, v);
+    }
+}
+
+/// 201 Created for a stored blob (end-4b, end-6, end-11) or manifest
+/// (end-7): `Location` (the content's URL), `Docker-Content-Digest`,
+/// `Content-Length: 0`, and `OCI-Subject` for a manifest with a `subject`.
+#[derive(Debug)]
+pub struct Created {
+    /// Path of the new content, e.g. `/v2/<name>/blobs/<digest>`.
+    pub location: String,
+    /// Its digest.
+    pub digest: Digest,
+    /// The manifest's `subject`, if any.
+    pub subject: Option<Digest>,
+}
+
+impl IntoResponse for Created {
+    fn into_response(self) -> Response {
+        let mut res = StatusCode::CREATED.into_response();
+        let h = res.headers_mut();
+        set(h, header::LOCATION, &self.location);
+        set(h, DOCKER_CONTENT_DIGEST, &self.digest.to_string());
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+        if let Some(s) = self.subject {
+            set(h, OCI_SUBJECT, &s.to_string());
+        }
+        res
+    }
+}
+
+/// Where an upload session stands: 202 after POST (end-4a) and PATCH
+/// (end-5), 204 for GET (end-13). Headers: `Location` (the session URL),
+/// `Range: 0-<last byte received>` (`0-0` before the first byte, as
+/// distribution sends), `Docker-Upload-UUID`, and `Content-Length: 0` on 202
+/// (a 204 carries no `Content-Length`, RFC 9110 §8.6).
+#[derive(Debug)]
+pub struct UploadStatus {
+    /// 202 or 204.
+    pub status: StatusCode,
+    /// The session URL, `/v2/<name>/blobs/uploads/<uuid>`.
+    pub location: String,
+    /// The session id.
+    pub uuid: String,
+    /// Bytes received so far.
+    pub offset: u64,
+}
+
+impl UploadStatus {
+    /// The headers shared by this response and a 416 for the same session.
+    pub fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        set(&mut h, header::LOCATION, &self.location);
+        set(
+            &mut h,
+            header::RANGE,
+            &format!("0-{}", self.offset.saturating_sub(1)),
+        );
+        set(&mut h, DOCKER_UPLOAD_UUID, &self.uuid);
+        h
+    }
+}
+
+impl IntoResponse for UploadStatus {
+    fn into_response(self) -> Response {
+        let mut res = self.status.into_response();
+        let headers = self.headers();
+        let h = res.headers_mut();
+        h.extend(headers);
+        if self.status != StatusCode::NO_CONTENT {
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+        }
+        res
+    }
+}
+
+/// 202 Accepted with `Content-Length: 0`: a delete took effect (end-9, end-10).
+#[derive(Debug, Clone, Copy)]
+pub struct Accepted;
+
+impl IntoResponse for Accepted {
+    fn into_response(self) -> Response {
+        let mut res = StatusCode::ACCEPTED.into_response();
+        res.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+        res
+    }
+}
+
+/// 204 No Content: an upload session was cancelled.
+#[derive(Debug, Clone, Copy)]
+pub struct NoContent;
+
+impl IntoResponse for NoContent {
+    fn into_response(self) -> Response {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+/// The referrers list (end-12a/12b): 200, an image index,
+/// `Content-Type: application/vnd.oci.image.index.v1+json`, and
+/// `OCI-Filters-Applied: artifactType` when the list was filtered.
+#[derive(Debug)]
+pub struct ReferrersResponse {
+    /// The serialized index.
+    pub body: Vec<u8>,
+    /// Whether an `artifactType` filter was applied.
+    pub filtered: bool,
+}
+
+impl IntoResponse for ReferrersResponse {
+    fn into_response(self) -> Response {
+        let len = self.body.len() as u64;
+        let mut res = Response::new(Body::from(self.body));
+        let h = res.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(crate::oci::OCI_INDEX),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        if self.filtered {
+            h.insert(
+                OCI_FILTERS_APPLIED,
+                HeaderValue::from_static("artifactType"),
+            );
+        }
+        res
+    }
+}

@@ -116,6 +116,19 @@ impl Route {
         Err(RegistryError::NoEndpoint)
     }
 
+    /// The repository the route is about, if any, for rewriting (mirror
+    /// namespaces).
+    pub fn repository_mut(&mut self) -> Option<&mut RepositoryName> {
+        match self {
+            Route::Base | Route::Catalog => None,
+            Route::Manifest { name, .. }
+            | Route::Blob { name, .. }
+            | Route::TagsList { name }
+            | Route::Referrers { name, .. }
+            | Route::Upload { name, .. } => Some(name),
+        }
+    }
+
     /// The repository the route is about, if any.
     pub fn repository(&self) -> Option<&RepositoryName> {
         match self {

@@ -19,7 +19,7 @@ use axum::routing::get;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
-use crate::registry;
+use crate::registry::{self, RegistryConfig, uploads::Uploads};
 use crate::state::StateStore;
 
 /// The composition root: every shared handle, built once at start-up.
@@ -27,12 +27,26 @@ pub struct App {
     /// Metadata and blobs; re-reads `refs/root` on every request, so imports
     /// by other processes are served without a restart.
     pub state: StateStore,
+    /// Registry switches (push, delete, mirror namespace, upload expiry).
+    pub registry: RegistryConfig,
+    /// Blob upload sessions (scratch objects under `uploads/`).
+    pub uploads: Uploads,
 }
 
 impl App {
-    /// An app serving `state`.
+    /// A read-only app serving `state` (the default [`RegistryConfig`]).
     pub fn new(state: StateStore) -> App {
-        App { state }
+        App::with_config(state, RegistryConfig::default())
+    }
+
+    /// An app serving `state` with `registry` switches.
+    pub fn with_config(state: StateStore, registry: RegistryConfig) -> App {
+        let uploads = Uploads::new(state.blobstore().clone(), registry.upload_expiry);
+        App {
+            state,
+            registry,
+            uploads,
+        }
     }
 }
 
@@ -40,6 +54,34 @@ impl registry::Context for App {
     fn state(&self) -> &StateStore {
         &self.state
     }
+
+    fn config(&self) -> &RegistryConfig {
+        &self.registry
+    }
+
+    fn uploads(&self) -> &Uploads {
+        &self.uploads
+    }
+}
+
+/// Sweeps expired upload sessions every `min(expiry / 4, 1 h)` (at least
+/// every second) until the process ends; failures are logged and retried
+/// at the next tick.
+pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
+    let period = (app.registry.upload_expiry / 4)
+        .min(std::time::Duration::from_secs(3600))
+        .max(std::time::Duration::from_secs(1));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            match app.uploads.sweep().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(sessions = n, "expired upload sessions removed"),
+                Err(e) => tracing::warn!(error = %e, "upload sweep failed"),
+            }
+        }
+    })
 }
 
 /// The whole HTTP surface: `/healthz`, `/readyz` and the OCI `/v2` API,
@@ -54,14 +96,18 @@ pub fn router(app: Arc<App>) -> Router {
 }
 
 /// Binds `listen` and serves [`router`] until SIGINT or SIGTERM, then stops
-/// accepting and waits for in-flight requests to finish.
+/// accepting and waits for in-flight requests to finish. Expired upload
+/// sessions are swept meanwhile ([`spawn_upload_sweeper`]).
 ///
 /// Errors: the address cannot be bound, or the accept loop fails.
 pub async fn serve(listen: SocketAddr, app: Arc<App>) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    serve_on(listener, app, shutdown_signal()).await
+    let sweeper = spawn_upload_sweeper(app.clone());
+    let result = serve_on(listener, app, shutdown_signal()).await;
+    sweeper.abort();
+    result
 }
 
 /// Serves [`router`] on an already bound `listener` until `shutdown`

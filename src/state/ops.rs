@@ -47,6 +47,19 @@ pub enum Op {
         /// The blob.
         digest: Digest,
     },
+    /// Changes nothing, but fails the whole change ([`StateError::NotFound`])
+    /// unless every digest in `blobs` is linked in `repo` (as a blob or a
+    /// manifest) and every digest in `manifests` is a manifest of `repo`.
+    /// Put before an [`Op::PutManifest`] so that the check and the change
+    /// see the same root (a manifest push racing a delete).
+    Require {
+        /// The repository.
+        repo: RepositoryName,
+        /// Blobs (configs, layers) that must be linked.
+        blobs: Vec<Digest>,
+        /// Child manifests that must be present.
+        manifests: Vec<Digest>,
+    },
 }
 
 impl Op {
@@ -57,7 +70,8 @@ impl Op {
             | Op::PutManifest { repo, .. }
             | Op::DeleteTag { repo, .. }
             | Op::DeleteManifest { repo, .. }
-            | Op::UnlinkBlob { repo, .. } => repo,
+            | Op::UnlinkBlob { repo, .. }
+            | Op::Require { repo, .. } => repo,
         }
     }
 
@@ -105,6 +119,22 @@ impl Op {
                 repo.blobs
                     .remove(digest)
                     .ok_or_else(|| missing(format!("blob {digest} not known in {name}")))?;
+            }
+            Op::Require {
+                repo: name,
+                blobs,
+                manifests,
+            } => {
+                let empty = Repository::default();
+                let repo = slot.as_ref().unwrap_or(&empty);
+                let linked =
+                    |d: &Digest| repo.blobs.contains_key(d) || repo.manifests.contains_key(d);
+                if let Some(d) = blobs.iter().find(|d| !linked(d)) {
+                    return Err(missing(format!("blob {d} not known in {name}")));
+                }
+                if let Some(d) = manifests.iter().find(|d| !repo.manifests.contains_key(*d)) {
+                    return Err(missing(format!("manifest {d} not known in {name}")));
+                }
             }
         }
         if slot

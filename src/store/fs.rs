@@ -131,7 +131,15 @@ impl super::Blobstore for FsStore {
     async fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         match tokio::fs::remove_file(&path).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // Scratch directories (`uploads/<id>/`) go with their last object.
+                if key.starts_with("uploads/")
+                    && let Some(parent) = path.parent()
+                {
+                    let _ = tokio::fs::remove_dir(parent).await;
+                }
+                Ok(())
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -172,7 +180,11 @@ impl super::Blobstore for FsStore {
         };
         blocking(move || {
             for d in dirs {
-                fsync_dir(&d)?;
+                match fsync_dir(&d) {
+                    // Removed since (an emptied `uploads/<id>/`): nothing to make durable.
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    other => other?,
+                }
             }
             Ok(())
         })

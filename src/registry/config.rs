@@ -1,0 +1,41 @@
+//! What the operator switched on for the `/v2` API: writes, deletes, the
+//! default mirror namespace and how long upload sessions live.
+//!
+//! Owns: the typed registry configuration, built once in `main` and handed
+//! to the router through `server::App`. Never read from globals or the
+//! environment here.
+
+use std::time::Duration;
+
+/// Default lifetime of an upload session: 24 hours.
+pub const DEFAULT_UPLOAD_EXPIRY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Registry switches (`airlock serve` flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryConfig {
+    /// Serve the push endpoints (distribution-spec v1.1 "Push": end-4a/4b,
+    /// end-5, end-6, end-7, end-11, end-13, upload cancel). Off: 405 `UNSUPPORTED`.
+    pub allow_push: bool,
+    /// Serve the content management endpoints (distribution-spec v1.1
+    /// "Content Management": end-9, end-10). Off: 405 `UNSUPPORTED`.
+    pub allow_delete: bool,
+    /// Namespace tried for reads that carry no `ns=` query parameter when
+    /// `<name>` itself does not exist (docker's `registry-mirrors`), e.g.
+    /// `docker.io`: `GET /v2/library/busybox/...` then serves
+    /// `docker.io/library/busybox`.
+    pub mirror_namespace: Option<String>,
+    /// Upload sessions older than this are refused and swept.
+    pub upload_expiry: Duration,
+}
+
+impl Default for RegistryConfig {
+    /// Read-only, no mirror namespace, 24 h upload expiry.
+    fn default() -> RegistryConfig {
+        RegistryConfig {
+            allow_push: false,
+            allow_delete: false,
+            mirror_namespace: None,
+            upload_expiry: DEFAULT_UPLOAD_EXPIRY,
+        }
+    }
+}

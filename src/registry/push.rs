@@ -1,0 +1,273 @@
+//! Pushing manifests (distribution-spec v1.1 "Pushing Manifests", end-7).
+//!
+//! Owns: the checks a manifest passes before it is stored (size, media
+//! type, digest, referenced content) and the one root swap that records it.
+//! Never rewrites a manifest: the body is stored and later served byte for
+//! byte, so its digest never changes.
+//!
+//! Rules:
+//! - At most [`MAX_MANIFEST_SIZE`] bytes (4 MiB), else 413 `SIZE_INVALID`.
+//! - The media type is the `Content-Type` (parameters dropped), else the
+//!   body's `mediaType`; an OCI or Docker schema 2 manifest or index must
+//!   parse, carry `schemaVersion: 2` and agree with its `mediaType` field,
+//!   else 400 `MANIFEST_INVALID`. Any other media type (artifact manifests,
+//!   Docker schema 1, ...) is stored as given.
+//! - A digest reference must be the body's digest (400 `DIGEST_INVALID`).
+//! - Config and layers must be linked in the repository and index children
+//!   must be manifests of it, else 400 `MANIFEST_BLOB_UNKNOWN`, checked in
+//!   the same root swap that records the manifest. Layers with a
+//!   non-distributable or foreign media type are not required. A `subject`
+//!   need not exist (spec: "MUST accept").
+
+use axum::http::{HeaderMap, header};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use super::Context;
+use super::errors::{ErrorCode, RegistryError, Result};
+use super::responses::Created;
+use super::upload::HTTP_WHO;
+use super::uploads::BodyStream;
+use crate::digest::Digest;
+use crate::names::{Reference, RepositoryName};
+use crate::oci::{self, MAX_MANIFEST_SIZE, Manifest};
+use crate::state::{ManifestInfo, Op, StateError};
+use crate::store::{Blobstore, blob_key};
+
+fn too_large(size: Option<u64>) -> RegistryError {
+    RegistryError::Status {
+        status: axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+        code: ErrorCode::SizeInvalid,
+        detail: json!({ "limit": MAX_MANIFEST_SIZE, "size": size }),
+        headers: Box::default(),
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> RegistryError {
+    RegistryError::new(
+        ErrorCode::ManifestInvalid,
+        json!({ "reason": reason.into() }),
+    )
+}
+
+/// Reads a manifest body, refusing more than [`MAX_MANIFEST_SIZE`] bytes.
+async fn read_body(headers: &HeaderMap, body: &mut (impl BodyStream + ?Sized)) -> Result<Bytes> {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_MANIFEST_SIZE) {
+        return Err(too_large(announced));
+    }
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| invalid(format!("reading the body: {e}")))?;
+        if (buf.len() + chunk.len()) as u64 > MAX_MANIFEST_SIZE {
+            return Err(too_large(None));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// What a manifest requires and records.
+struct Checked {
+    media_type: String,
+    blobs: Vec<Digest>,
+    manifests: Vec<Digest>,
+    subject: Option<Digest>,
+    artifact_type: Option<String>,
+}
+
+fn not_required(media_type: &str) -> bool {
+    media_type.contains("nondistributable") || media_type.contains("foreign")
+}
+
+/// Validates `bytes` as sent with `content_type`.
+fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
+    let parsed = Manifest::parse(bytes);
+    let media_type = match content_type {
+        Some(ct) => ct.to_string(),
+        None => parsed
+            .as_ref()
+            .ok()
+            .and_then(|m| m.effective_media_type().map(str::to_owned))
+            .ok_or_else(|| invalid("no Content-Type and no mediaType in the manifest"))?,
+    };
+    if !oci::is_manifest_type(&media_type) {
+        // Kept as given; a subject or artifact type is recorded if readable.
+        let m = parsed.ok();
+        return Ok(Checked {
+            media_type,
+            blobs: Vec::new(),
+            manifests: Vec::new(),
+            subject: m
+                .as_ref()
+                .and_then(|m| m.subject.as_ref().map(|s| s.digest.clone())),
+            artifact_type: m.and_then(|m| m.referrer_artifact_type()),
+        });
+    }
+    let m = parsed.map_err(|e| invalid(e.to_string()))?;
+    if let Some(field) = &m.media_type
+        && field != &media_type
+    {
+        return Err(invalid(format!(
+            "mediaType {field} differs from Content-Type {media_type}"
+        )));
+    }
+    let (blobs, manifests) = if oci::is_index_type(&media_type) {
+        let children = m.manifests.iter().map(|d| d.digest.clone()).collect();
+        (Vec::new(), children)
+    } else {
+        if m.config.is_none() {
+            return Err(invalid("an image manifest needs a config"));
+        }
+        let blobs = m
+            .blobs()
+            .filter(|d| !not_required(&d.media_type))
+            .map(|d| d.digest.clone())
+            .collect();
+        (blobs, Vec::new())
+    };
+    Ok(Checked {
+        media_type,
+        blobs,
+        manifests,
+        subject: m.subject.as_ref().map(|s| s.digest.clone()),
+        artifact_type: m.referrer_artifact_type(),
+    })
+}
+
+/// Stores `bytes` at `blob_key(digest)` unless present (`digest` was
+/// computed from these bytes).
+async fn store_bytes(store: &dyn Blobstore, digest: &Digest, bytes: Bytes) -> Result<()> {
+    let key = blob_key(digest);
+    if store.stat(&key).await?.is_none() {
+        let mut w = store.writer(&key).await?;
+        w.write(bytes).await?;
+        w.commit().await?;
+    }
+    Ok(())
+}
+
+/// PUT `/v2/<name>/manifests/<reference>` (end-7): 201 with `Location`
+/// (`/v2/<name>/manifests/<digest>`), `Docker-Content-Digest`, and
+/// `OCI-Subject` when the manifest has a `subject`. A tag reference is
+/// moved to the new manifest in the same root swap.
+///
+/// Errors: 413 `SIZE_INVALID`; 400 `MANIFEST_INVALID`, `DIGEST_INVALID`,
+/// `MANIFEST_BLOB_UNKNOWN` (see the module docs).
+pub async fn manifest(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    reference: &Reference,
+    headers: &HeaderMap,
+    body: &mut (impl BodyStream + ?Sized),
+) -> Result<Created> {
+    let bytes = read_body(headers, body).await?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim())
+        .filter(|v| !v.is_empty());
+    let checked = check(content_type, &bytes)?;
+    let (digest, tags) = match reference {
+        Reference::Digest(d) => {
+            let actual = d.same_alg_of(&bytes);
+            if &actual != d {
+                return Err(RegistryError::new(
+                    ErrorCode::DigestInvalid,
+                    json!({ "digest": d, "actual": actual }),
+                ));
+            }
+            (actual, Vec::new())
+        }
+        Reference::Tag(t) => (Digest::sha256_of(&bytes), vec![t.clone()]),
+    };
+    let state = ctx.state();
+    let snap = state.snapshot().await?;
+    let repo = state.repository(&snap, name).await?.unwrap_or_default();
+    let missing = checked
+        .blobs
+        .iter()
+        .find(|d| !repo.blobs.contains_key(*d) && !repo.manifests.contains_key(*d))
+        .or_else(|| {
+            checked
+                .manifests
+                .iter()
+                .find(|d| !repo.manifests.contains_key(*d))
+        });
+    if let Some(d) = missing {
+        return Err(blob_unknown(name, d));
+    }
+    let size = bytes.len() as u64;
+    store_bytes(&**state.blobstore(), &digest, bytes).await?;
+    let ops = [
+        Op::Require {
+            repo: name.clone(),
+            blobs: checked.blobs,
+            manifests: checked.manifests,
+        },
+        Op::PutManifest {
+            repo: name.clone(),
+            digest: digest.clone(),
+            info: ManifestInfo {
+                media_type: checked.media_type,
+                size,
+                subject: checked.subject.clone(),
+                artifact_type: checked.artifact_type,
+            },
+            tags,
+        },
+    ];
+    let reason = match reference {
+        Reference::Tag(t) => format!("push manifest {name}:{t}"),
+        Reference::Digest(d) => format!("push manifest {name}@{d}"),
+    };
+    match state.commit(&reason, HTTP_WHO, &ops).await {
+        Ok(_) => {}
+        Err(StateError::NotFound(what)) => {
+            return Err(RegistryError::new(
+                ErrorCode::ManifestBlobUnknown,
+                json!({ "name": name, "reason": what }),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Created {
+        location: format!("/v2/{name}/manifests/{digest}"),
+        digest,
+        subject: checked.subject,
+    })
+}
+
+fn blob_unknown(name: &RepositoryName, digest: &Digest) -> RegistryError {
+    RegistryError::new(
+        ErrorCode::ManifestBlobUnknown,
+        json!({ "name": name, "digest": digest }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_types() {
+        let d = Digest::sha256_of(b"x");
+        let m = format!(
+            r#"{{"schemaVersion":2,"mediaType":"{}","config":{{"mediaType":"a/b","digest":"{d}","size":1}},"layers":[]}}"#,
+            oci::OCI_MANIFEST
+        );
+        let c = check(None, m.as_bytes()).unwrap();
+        assert_eq!(c.media_type, oci::OCI_MANIFEST);
+        assert_eq!(c.blobs, vec![d.clone()]);
+        assert_eq!(c.artifact_type.as_deref(), Some("a/b"));
+        assert!(check(Some(oci::OCI_INDEX), m.as_bytes()).is_err());
+        assert!(check(Some(oci::OCI_MANIFEST), b"not json").is_err());
+        let other = check(Some("application/x-anything"), b"not json").unwrap();
+        assert_eq!(other.media_type, "application/x-anything");
+        assert!(check(None, b"{}").is_err());
+    }
+}

@@ -1,0 +1,312 @@
+//! Pushing blobs (distribution-spec v1.1 "Pushing blobs", "Mounting a blob
+//! from another repository"): end-4a, end-4b, end-5, end-6, end-11, end-13
+//! and cancelling a session.
+//!
+//! Owns: what each upload request means and which status and headers it
+//! gets; linking a finished or mounted blob into the repository (one
+//! `Op::LinkBlobs` commit). Session storage is [`super::uploads`].
+//!
+//! Choices where the spec leaves room:
+//! - POST with `digest` (end-4b) stores the body at once: 201.
+//! - `mount` without `from`, or naming a blob not linked in `from`, opens a
+//!   normal session (202): a blob never becomes visible in a repository it
+//!   was not pushed or mounted into. A malformed `mount` or `from` is ignored
+//!   the same way, as distribution does.
+//! - PATCH without `Content-Range` appends the body at the current offset
+//!   (the streamed upload that docker, containerd and skopeo use).
+//! - A failed final PUT (digest or size mismatch) removes the session.
+
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::Context;
+use super::errors::{ErrorCode, RegistryError, Result};
+use super::query::QueryParams;
+use super::responses::{Created, NoContent, UploadStatus};
+use super::uploads::{BodyStream, UploadError, UploadId, parse_content_range};
+use crate::digest::Digest;
+use crate::names::RepositoryName;
+use crate::state::Op;
+use crate::store::blob_key;
+
+/// `who` of state changes made over HTTP (until authentication names a user).
+pub const HTTP_WHO: &str = "admin (http)";
+
+/// `/v2/<name>/blobs/uploads/<uuid>`.
+pub fn session_location(name: &RepositoryName, id: &UploadId) -> String {
+    format!("/v2/{name}/blobs/uploads/{}", id.as_str())
+}
+
+/// `/v2/<name>/blobs/<digest>`.
+pub fn blob_location(name: &RepositoryName, digest: &Digest) -> String {
+    format!("/v2/{name}/blobs/{digest}")
+}
+
+fn status(code: StatusCode, name: &RepositoryName, id: &UploadId, offset: u64) -> UploadStatus {
+    UploadStatus {
+        status: code,
+        location: session_location(name, id),
+        uuid: id.as_str().to_string(),
+        offset,
+    }
+}
+
+/// Maps an upload failure to the spec's answer; `id` gives a 416 its headers.
+fn upload_error(e: UploadError, name: &RepositoryName, id: Option<&UploadId>) -> RegistryError {
+    match e {
+        UploadError::Unknown => {
+            RegistryError::new(ErrorCode::BlobUploadUnknown, json!({ "name": name }))
+        }
+        UploadError::OutOfOrder { start, offset } => RegistryError::Status {
+            status: StatusCode::RANGE_NOT_SATISFIABLE,
+            code: ErrorCode::BlobUploadInvalid,
+            detail: json!({ "reason": "chunk out of order", "start": start, "offset": offset }),
+            headers: Box::new(
+                id.map(|id| status(StatusCode::ACCEPTED, name, id, offset).headers())
+                    .unwrap_or_default(),
+            ),
+        },
+        UploadError::Size { expected, actual } => RegistryError::new(
+            ErrorCode::SizeInvalid,
+            json!({ "expected": expected, "actual": actual }),
+        ),
+        UploadError::Digest { expected, actual } => RegistryError::new(
+            ErrorCode::DigestInvalid,
+            json!({ "digest": expected, "actual": actual }),
+        ),
+        UploadError::Body(reason) => {
+            RegistryError::new(ErrorCode::BlobUploadInvalid, json!({ "reason": reason }))
+        }
+        UploadError::Store(e) => RegistryError::Internal(e.to_string()),
+    }
+}
+
+fn session_id(name: &RepositoryName, session: &str) -> Result<UploadId> {
+    UploadId::parse(session).ok_or_else(|| {
+        RegistryError::new(
+            ErrorCode::BlobUploadUnknown,
+            json!({ "name": name, "session": session }),
+        )
+    })
+}
+
+fn digest_param(query: &QueryParams) -> Result<Digest> {
+    let raw = query.get("digest").ok_or_else(|| {
+        RegistryError::new(
+            ErrorCode::DigestInvalid,
+            json!({ "reason": "the digest query parameter is required" }),
+        )
+    })?;
+    raw.parse().map_err(|e: crate::digest::DigestError| {
+        RegistryError::new(
+            ErrorCode::DigestInvalid,
+            json!({ "digest": raw, "reason": e.to_string() }),
+        )
+    })
+}
+
+/// `Content-Range` of a chunk, if sent; `BLOB_UPLOAD_INVALID` when malformed.
+fn content_range(headers: &HeaderMap) -> Result<Option<(u64, u64)>> {
+    let Some(v) = headers.get(header::CONTENT_RANGE) else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(parse_content_range)
+        .map(Some)
+        .ok_or_else(|| {
+            RegistryError::new(
+                ErrorCode::BlobUploadInvalid,
+                json!({ "reason": "Content-Range must be <start>-<end>" }),
+            )
+        })
+}
+
+/// Links `digest` (`size` bytes) into `name`: one root swap, `reason` in history.
+async fn link(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    digest: &Digest,
+    size: u64,
+    reason: &str,
+) -> Result<()> {
+    let op = Op::LinkBlobs {
+        repo: name.clone(),
+        blobs: vec![(digest.clone(), size)],
+    };
+    ctx.state().commit(reason, HTTP_WHO, &[op]).await?;
+    Ok(())
+}
+
+/// POST `/v2/<name>/blobs/uploads/` (end-4a, end-4b, end-11).
+///
+/// - `?mount=<digest>&from=<repo>`: 201 with the blob's `Location` when the
+///   blob is linked in `from`, else a new session (202).
+/// - `?digest=<digest>` with the blob as body: 201, or 400
+///   `DIGEST_INVALID` (nothing stored) when the body does not match.
+/// - otherwise: 202, `Location` of a new session, `Range: 0-0`,
+///   `Docker-Upload-UUID`.
+pub async fn start(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    query: &QueryParams,
+    body: &mut (impl BodyStream + ?Sized),
+) -> Result<Response> {
+    if let Some(mount) = query.get("mount") {
+        if let Some(created) = mount_blob(ctx, name, mount, query.get("from")).await? {
+            return Ok(created.into_response());
+        }
+    } else if query.get("digest").is_some() {
+        let digest = digest_param(query)?;
+        let size = ctx
+            .uploads()
+            .put_blob(&digest, body)
+            .await
+            .map_err(|e| upload_error(e, name, None))?;
+        link(
+            ctx,
+            name,
+            &digest,
+            size,
+            &format!("push blob {name}@{digest}"),
+        )
+        .await?;
+        return Ok(Created {
+            location: blob_location(name, &digest),
+            digest,
+            subject: None,
+        }
+        .into_response());
+    }
+    let id = ctx
+        .uploads()
+        .create(name)
+        .await
+        .map_err(|e| upload_error(e, name, None))?;
+    Ok(status(StatusCode::ACCEPTED, name, &id, 0).into_response())
+}
+
+/// Mounts `mount` from `from` into `name` if it is linked there; `None`
+/// when it cannot (the caller opens a session instead).
+async fn mount_blob(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    mount: &str,
+    from: Option<&str>,
+) -> Result<Option<Created>> {
+    let (Ok(digest), Some(Ok(from))) = (
+        mount.parse::<Digest>(),
+        from.map(str::parse::<RepositoryName>),
+    ) else {
+        return Ok(None);
+    };
+    let state = ctx.state();
+    let snap = state.snapshot().await?;
+    let Some(source) = state.repository(&snap, &from).await? else {
+        return Ok(None);
+    };
+    if !source.blobs.contains_key(&digest) && !source.manifests.contains_key(&digest) {
+        return Ok(None);
+    }
+    let Some(size) = state.blobstore().stat(&blob_key(&digest)).await? else {
+        tracing::warn!(%digest, %from, "blob linked in state is missing from the blobstore");
+        return Ok(None);
+    };
+    let reason = format!("mount blob {name}@{digest} from {from}");
+    link(ctx, name, &digest, size, &reason).await?;
+    Ok(Some(Created {
+        location: blob_location(name, &digest),
+        digest,
+        subject: None,
+    }))
+}
+
+/// PATCH `/v2/<name>/blobs/uploads/<uuid>` (end-5): appends the body.
+/// 202 with `Location`, `Range: 0-<last byte>`, `Docker-Upload-UUID`.
+///
+/// Errors: 404 `BLOB_UPLOAD_UNKNOWN`; 416 (`BLOB_UPLOAD_INVALID`, with the
+/// session's `Range`) when `Content-Range` does not start at the current
+/// size; 400 `BLOB_UPLOAD_INVALID` for a malformed `Content-Range`; 400
+/// `SIZE_INVALID` when the body's length differs from the range's.
+pub async fn patch(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    session: &str,
+    headers: &HeaderMap,
+    body: &mut (impl BodyStream + ?Sized),
+) -> Result<UploadStatus> {
+    let id = session_id(name, session)?;
+    let range = content_range(headers)?;
+    let offset = ctx
+        .uploads()
+        .append(&id, name, range, body)
+        .await
+        .map_err(|e| upload_error(e, name, Some(&id)))?;
+    Ok(status(StatusCode::ACCEPTED, name, &id, offset))
+}
+
+/// GET `/v2/<name>/blobs/uploads/<uuid>` (end-13): 204 with `Location`,
+/// `Range`, `Docker-Upload-UUID`. Errors: 404 `BLOB_UPLOAD_UNKNOWN`.
+pub async fn progress(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    session: &str,
+) -> Result<UploadStatus> {
+    let id = session_id(name, session)?;
+    let offset = ctx
+        .uploads()
+        .status(&id, name)
+        .await
+        .map_err(|e| upload_error(e, name, Some(&id)))?;
+    Ok(status(StatusCode::NO_CONTENT, name, &id, offset))
+}
+
+/// PUT `/v2/<name>/blobs/uploads/<uuid>?digest=<digest>` (end-6): the body
+/// is the optional last chunk. 201 with the blob's `Location` and
+/// `Docker-Content-Digest`; the blob is linked into `name`.
+///
+/// Errors: 400 `DIGEST_INVALID` (missing or malformed `digest`, or content
+/// that does not match it: nothing is stored and the session is gone); 404
+/// `BLOB_UPLOAD_UNKNOWN`; 416 and 400 as for [`patch`].
+pub async fn finish(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    session: &str,
+    query: &QueryParams,
+    headers: &HeaderMap,
+    body: &mut (impl BodyStream + ?Sized),
+) -> Result<Created> {
+    let id = session_id(name, session)?;
+    let digest = digest_param(query)?;
+    let range = content_range(headers)?;
+    let size = ctx
+        .uploads()
+        .finish(&id, name, &digest, range, body)
+        .await
+        .map_err(|e| upload_error(e, name, Some(&id)))?;
+    link(
+        ctx,
+        name,
+        &digest,
+        size,
+        &format!("push blob {name}@{digest}"),
+    )
+    .await?;
+    Ok(Created {
+        location: blob_location(name, &digest),
+        digest,
+        subject: None,
+    })
+}
+
+/// DELETE `/v2/<name>/blobs/uploads/<uuid>`: cancels the session, 204.
+/// Errors: 404 `BLOB_UPLOAD_UNKNOWN`.
+pub async fn cancel(ctx: &dyn Context, name: &RepositoryName, session: &str) -> Result<NoContent> {
+    let id = session_id(name, session)?;
+    ctx.uploads()
+        .cancel(&id, name)
+        .await
+        .map_err(|e| upload_error(e, name, Some(&id)))?;
+    Ok(NoContent)
+}

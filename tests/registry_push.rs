@@ -1,0 +1,1086 @@
+//! OCI distribution-spec v1.1 push, referrers, content management and mirror
+//! namespaces through the in-process router (`tower::ServiceExt::oneshot`):
+//! every endpoint's success and error paths with the spec's status, error
+//! code and headers (`Location`, `Range`, `Docker-Upload-UUID`,
+//! `Docker-Content-Digest`, `OCI-Subject`, `OCI-Filters-Applied`,
+//! `Content-Length: 0`). Digests are computed here with `sha2`, never taken
+//! from airlock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock::registry::RegistryConfig;
+use airlock::server::{self, App};
+use airlock::state::StateStore;
+use airlock::store::{Blobstore, fs::FsStore};
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use http_body_util::BodyExt;
+use sha2::{Digest as _, Sha256};
+use tower::ServiceExt;
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+fn bytes_of(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (x >> 16) as u8
+        })
+        .collect()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    store: Arc<dyn Blobstore>,
+    router: Router,
+}
+
+fn fixture_with(config: RegistryConfig) -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let store: Arc<dyn Blobstore> = Arc::new(FsStore::open(&dir).unwrap());
+    let app = Arc::new(App::with_config(StateStore::new(store.clone()), config));
+    Fixture {
+        _dir: tmp,
+        dir,
+        store,
+        router: server::router(app),
+    }
+}
+
+fn fixture() -> Fixture {
+    fixture_with(RegistryConfig {
+        allow_push: true,
+        allow_delete: true,
+        ..RegistryConfig::default()
+    })
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .unwrap_or_else(|| panic!("missing header {name}: {:?}", self.headers))
+            .to_str()
+            .unwrap()
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    fn status(&self, want: u16) -> &Reply {
+        assert_eq!(
+            self.status.as_u16(),
+            want,
+            "{:?} {}",
+            self.headers,
+            String::from_utf8_lossy(&self.body)
+        );
+        assert_eq!(
+            self.header("docker-distribution-api-version"),
+            "registry/2.0"
+        );
+        self
+    }
+
+    /// A spec error: status, JSON body with exactly one error of `code`.
+    fn error(&self, status: u16, code: &str) {
+        self.status(status);
+        assert_eq!(self.header("content-type"), "application/json");
+        let v = self.json();
+        assert_eq!(v["errors"][0]["code"], code, "{v}");
+        assert_eq!(v["errors"].as_array().unwrap().len(), 1);
+        assert!(v["errors"][0]["message"].as_str().is_some());
+    }
+}
+
+async fn send(
+    router: &Router,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Reply {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let res = router
+        .clone()
+        .oneshot(req.body(Body::from(body)).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = res.into_parts();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes().to_vec(),
+    }
+}
+
+async fn get(router: &Router, uri: &str) -> Reply {
+    send(router, "GET", uri, &[], Vec::new()).await
+}
+
+/// POST + PUT with the whole blob; asserts 201.
+async fn push_blob(router: &Router, name: &str, blob: &[u8]) -> String {
+    let d = sha256(blob);
+    let r = send(
+        router,
+        "POST",
+        &format!("/v2/{name}/blobs/uploads/"),
+        &[],
+        Vec::new(),
+    )
+    .await;
+    r.status(202);
+    let loc = r.header("location").to_string();
+    let r = send(
+        router,
+        "PUT",
+        &format!("{loc}?digest={d}"),
+        &[("content-type", "application/octet-stream")],
+        blob.to_vec(),
+    )
+    .await;
+    r.status(201);
+    d
+}
+
+fn image_manifest(config: &[u8], layers: &[&[u8]]) -> Vec<u8> {
+    let layers: Vec<serde_json::Value> = layers
+        .iter()
+        .map(|l| serde_json::json!({"mediaType": LAYER, "digest": sha256(l), "size": l.len()}))
+        .collect();
+    // Pretty-printed on purpose: the exact bytes must come back.
+    serde_json::to_vec_pretty(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": CONFIG, "digest": sha256(config), "size": config.len()},
+        "layers": layers,
+    }))
+    .unwrap()
+}
+
+async fn put_manifest(router: &Router, name: &str, reference: &str, ct: &str, m: &[u8]) -> Reply {
+    send(
+        router,
+        "PUT",
+        &format!("/v2/{name}/manifests/{reference}"),
+        &[("content-type", ct)],
+        m.to_vec(),
+    )
+    .await
+}
+
+/// Pushes a config + one layer + manifest tagged `tag`; returns (manifest, digest).
+async fn push_image(router: &Router, name: &str, tag: &str, seed: u32) -> (Vec<u8>, String) {
+    let config = format!(r#"{{"architecture":"amd64","os":"linux","seed":{seed}}}"#).into_bytes();
+    let layer = bytes_of(3000, seed);
+    push_blob(router, name, &config).await;
+    push_blob(router, name, &layer).await;
+    let m = image_manifest(&config, &[&layer]);
+    put_manifest(router, name, tag, OCI_MANIFEST, &m)
+        .await
+        .status(201);
+    let d = sha256(&m);
+    (m, d)
+}
+
+#[tokio::test]
+async fn monolithic_single_post_with_digest() {
+    let f = fixture();
+    let blob = bytes_of(300_000, 7);
+    let d = sha256(&blob);
+    let r = send(
+        &f.router,
+        "POST",
+        &format!("/v2/a/b/blobs/uploads/?digest={d}"),
+        &[("content-type", "application/octet-stream")],
+        blob.clone(),
+    )
+    .await;
+    r.status(201);
+    assert_eq!(r.header("location"), format!("/v2/a/b/blobs/{d}"));
+    assert_eq!(r.header("docker-content-digest"), d);
+    assert_eq!(r.header("content-length"), "0");
+    let r = get(&f.router, &format!("/v2/a/b/blobs/{d}")).await;
+    r.status(200);
+    assert_eq!(r.body, blob);
+
+    // A body that does not match its digest: 400 DIGEST_INVALID, nothing stored.
+    let other = sha256(b"something else");
+    send(
+        &f.router,
+        "POST",
+        &format!("/v2/a/b/blobs/uploads/?digest={other}"),
+        &[],
+        blob.clone(),
+    )
+    .await
+    .error(400, "DIGEST_INVALID");
+    get(&f.router, &format!("/v2/a/b/blobs/{other}"))
+        .await
+        .error(404, "BLOB_UNKNOWN");
+    let hex = other.strip_prefix("sha256:").unwrap();
+    assert!(
+        !f.dir
+            .join("blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .exists()
+    );
+    send(
+        &f.router,
+        "POST",
+        "/v2/a/b/blobs/uploads/?digest=sha256:nope",
+        &[],
+        blob,
+    )
+    .await
+    .error(400, "DIGEST_INVALID");
+}
+
+#[tokio::test]
+async fn post_then_put_monolithic() {
+    let f = fixture();
+    let r = send(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
+    r.status(202);
+    let loc = r.header("location").to_string();
+    let uuid = r.header("docker-upload-uuid").to_string();
+    assert_eq!(loc, format!("/v2/x/blobs/uploads/{uuid}"));
+    assert!(uuid::Uuid::parse_str(&uuid).is_ok());
+    assert_eq!(r.header("range"), "0-0");
+    assert_eq!(r.header("content-length"), "0");
+    let blob = b"{}".to_vec();
+    let d = sha256(&blob);
+    let r = send(&f.router, "PUT", &format!("{loc}?digest={d}"), &[], blob).await;
+    r.status(201);
+    assert_eq!(r.header("location"), format!("/v2/x/blobs/{d}"));
+    assert_eq!(r.header("docker-content-digest"), d);
+    assert_eq!(r.header("content-length"), "0");
+    // The session is gone.
+    get(&f.router, &loc).await.error(404, "BLOB_UPLOAD_UNKNOWN");
+    // Scratch objects are not blobs: nothing under blobs/ names the session.
+    let keys = f.store.list("uploads/").await.unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[tokio::test]
+async fn chunked_upload_follows_the_spec() {
+    let f = fixture();
+    let blob = bytes_of(700_000, 3);
+    let d = sha256(&blob);
+    let (c1, c2) = blob.split_at(400_000);
+    let r = send(
+        &f.router,
+        "POST",
+        "/v2/c/blobs/uploads/",
+        &[("content-length", "0")],
+        Vec::new(),
+    )
+    .await;
+    r.status(202);
+    let loc = r.header("location").to_string();
+    let uuid = r.header("docker-upload-uuid").to_string();
+    let r2 = format!("400000-{}", blob.len() - 1);
+    let patch = |range: String, body: Vec<u8>| {
+        let loc = loc.clone();
+        let router = f.router.clone();
+        async move {
+            send(
+                &router,
+                "PATCH",
+                &loc,
+                &[
+                    ("content-type", "application/octet-stream"),
+                    ("content-range", &range),
+                    ("content-length", &body.len().to_string()),
+                ],
+                body,
+            )
+            .await
+        }
+    };
+    // Out of order: 416, with where the session stands.
+    let r = patch(r2.clone(), c2.to_vec()).await;
+    r.error(416, "BLOB_UPLOAD_INVALID");
+    assert_eq!(r.header("range"), "0-0");
+    assert_eq!(r.header("location"), loc);
+    // First chunk.
+    let r = patch("0-399999".into(), c1.to_vec()).await;
+    r.status(202);
+    assert_eq!(r.header("range"), "0-399999");
+    assert_eq!(r.header("location"), loc);
+    assert_eq!(r.header("docker-upload-uuid"), uuid);
+    assert_eq!(r.header("content-length"), "0");
+    // Retrying it: 416; the session survives.
+    patch("0-399999".into(), c1.to_vec())
+        .await
+        .error(416, "BLOB_UPLOAD_INVALID");
+    let r = get(&f.router, &loc).await;
+    r.status(204);
+    assert_eq!(r.header("range"), "0-399999");
+    assert_eq!(r.header("location"), loc);
+    assert_eq!(r.header("docker-upload-uuid"), uuid);
+    assert!(r.body.is_empty());
+    // Second chunk, then close with an empty PUT.
+    let r = patch(r2, c2.to_vec()).await;
+    r.status(202);
+    assert_eq!(r.header("range"), format!("0-{}", blob.len() - 1));
+    let r = send(
+        &f.router,
+        "PUT",
+        &format!("{loc}?digest={d}"),
+        &[("content-length", "0")],
+        Vec::new(),
+    )
+    .await;
+    r.status(201);
+    assert_eq!(r.header("docker-content-digest"), d);
+    let r = get(&f.router, &format!("/v2/c/blobs/{d}")).await;
+    assert_eq!(r.body, blob);
+}
+
+#[tokio::test]
+async fn streamed_patch_and_final_chunk_in_put() {
+    let f = fixture();
+    let blob = bytes_of(100_000, 11);
+    let d = sha256(&blob);
+    let r = send(&f.router, "POST", "/v2/s/blobs/uploads/", &[], Vec::new()).await;
+    let loc = r.header("location").to_string();
+    // PATCH without Content-Range appends (docker, containerd, skopeo).
+    let r = send(&f.router, "PATCH", &loc, &[], blob[..60_000].to_vec()).await;
+    r.status(202);
+    assert_eq!(r.header("range"), "0-59999");
+    let r = send(&f.router, "PATCH", &loc, &[], blob[60_000..90_000].to_vec()).await;
+    assert_eq!(r.header("range"), "0-89999");
+    // The last chunk rides on the PUT, with its range.
+    let r = send(
+        &f.router,
+        "PUT",
+        &format!("{loc}?digest={d}"),
+        &[("content-range", "90000-99999")],
+        blob[90_000..].to_vec(),
+    )
+    .await;
+    r.status(201);
+    assert_eq!(get(&f.router, &format!("/v2/s/blobs/{d}")).await.body, blob);
+}
+
+#[tokio::test]
+async fn upload_error_paths() {
+    let f = fixture();
+    let new_session = || async {
+        let r = send(&f.router, "POST", "/v2/e/blobs/uploads/", &[], Vec::new()).await;
+        r.header("location").to_string()
+    };
+    let loc = new_session().await;
+    // PUT without digest, with a malformed one.
+    send(&f.router, "PUT", &loc, &[], Vec::new())
+        .await
+        .error(400, "DIGEST_INVALID");
+    send(
+        &f.router,
+        "PUT",
+        &format!("{loc}?digest=md5:x"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .error(400, "DIGEST_INVALID");
+    // Malformed Content-Range; announced length differs from the body.
+    send(
+        &f.router,
+        "PATCH",
+        &loc,
+        &[("content-range", "a-b")],
+        b"xy".to_vec(),
+    )
+    .await
+    .error(400, "BLOB_UPLOAD_INVALID");
+    send(
+        &f.router,
+        "PATCH",
+        &loc,
+        &[("content-range", "0-9")],
+        b"xy".to_vec(),
+    )
+    .await
+    .error(400, "SIZE_INVALID");
+    // Nothing was appended by the failures.
+    assert_eq!(get(&f.router, &loc).await.header("range"), "0-0");
+    // Wrong digest: 400, nothing stored, session gone.
+    send(&f.router, "PATCH", &loc, &[], b"hello".to_vec())
+        .await
+        .status(202);
+    let wrong = sha256(b"not hello");
+    send(
+        &f.router,
+        "PUT",
+        &format!("{loc}?digest={wrong}"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .error(400, "DIGEST_INVALID");
+    get(&f.router, &loc).await.error(404, "BLOB_UPLOAD_UNKNOWN");
+    get(&f.router, &format!("/v2/e/blobs/{wrong}"))
+        .await
+        .error(404, "NAME_UNKNOWN");
+    assert!(f.store.list("blobs/").await.unwrap().is_empty());
+    // Unknown, malformed and foreign sessions.
+    let unknown = "/v2/e/blobs/uploads/3f1c0c3e-9f5e-4a53-8f8e-0c6d2c1e9b11";
+    for m in ["GET", "PATCH", "PUT", "DELETE"] {
+        send(
+            &f.router,
+            m,
+            &format!("{unknown}?digest={wrong}"),
+            &[],
+            Vec::new(),
+        )
+        .await
+        .error(404, "BLOB_UPLOAD_UNKNOWN");
+        send(&f.router, m, "/v2/e/blobs/uploads/..%2Fx", &[], Vec::new())
+            .await
+            .error(404, "BLOB_UPLOAD_UNKNOWN");
+    }
+    let loc = new_session().await;
+    let foreign = loc.replace("/v2/e/", "/v2/other/");
+    get(&f.router, &foreign)
+        .await
+        .error(404, "BLOB_UPLOAD_UNKNOWN");
+    // Cancel: 204, then unknown.
+    let r = send(&f.router, "DELETE", &loc, &[], Vec::new()).await;
+    r.status(204);
+    assert!(r.body.is_empty());
+    get(&f.router, &loc).await.error(404, "BLOB_UPLOAD_UNKNOWN");
+    send(&f.router, "DELETE", &loc, &[], Vec::new())
+        .await
+        .error(404, "BLOB_UPLOAD_UNKNOWN");
+    assert!(f.store.list("uploads/").await.unwrap().is_empty());
+    // Methods an upload endpoint does not serve.
+    let r = send(&f.router, "PUT", "/v2/e/blobs/uploads/", &[], Vec::new()).await;
+    r.error(405, "UNSUPPORTED");
+    assert_eq!(r.header("allow"), "GET, HEAD, POST");
+}
+
+#[tokio::test]
+async fn cross_repository_mount() {
+    let f = fixture();
+    let blob = bytes_of(5000, 5);
+    let d = push_blob(&f.router, "src/repo", &blob).await;
+    get(&f.router, &format!("/v2/dst/blobs/{d}"))
+        .await
+        .error(404, "NAME_UNKNOWN");
+    let r = send(
+        &f.router,
+        "POST",
+        &format!("/v2/dst/blobs/uploads/?mount={d}&from=src/repo"),
+        &[],
+        Vec::new(),
+    )
+    .await;
+    r.status(201);
+    assert_eq!(r.header("location"), format!("/v2/dst/blobs/{d}"));
+    assert_eq!(r.header("docker-content-digest"), d);
+    assert_eq!(
+        get(&f.router, &format!("/v2/dst/blobs/{d}")).await.body,
+        blob
+    );
+    // Not linked in `from`, no `from`, bad `from`: a normal session (202).
+    let absent = sha256(b"absent");
+    for q in [
+        format!("mount={absent}&from=src/repo"),
+        format!("mount={d}"),
+        format!("mount={d}&from=Not_A_Repo"),
+        format!("mount={d}&from=third"),
+        "mount=sha256:bad&from=src/repo".to_string(),
+    ] {
+        let r = send(
+            &f.router,
+            "POST",
+            &format!("/v2/other/blobs/uploads/?{q}"),
+            &[],
+            Vec::new(),
+        )
+        .await;
+        r.status(202);
+        assert!(r.header("location").starts_with("/v2/other/blobs/uploads/"));
+    }
+    get(&f.router, &format!("/v2/other/blobs/{d}"))
+        .await
+        .error(404, "NAME_UNKNOWN");
+}
+
+#[tokio::test]
+async fn manifest_put_stores_exact_bytes() {
+    let f = fixture();
+    let (m, d) = push_image(&f.router, "img", "v1", 1).await;
+    let r = get(&f.router, "/v2/img/manifests/v1").await;
+    r.status(200);
+    assert_eq!(r.body, m);
+    assert_eq!(r.header("content-type"), OCI_MANIFEST);
+    assert_eq!(r.header("docker-content-digest"), d);
+    // PUT by digest, response headers.
+    let r = put_manifest(&f.router, "img", &d, OCI_MANIFEST, &m).await;
+    r.status(201);
+    assert_eq!(r.header("location"), format!("/v2/img/manifests/{d}"));
+    assert_eq!(r.header("docker-content-digest"), d);
+    assert_eq!(r.header("content-length"), "0");
+    assert!(r.headers.get("oci-subject").is_none());
+    // Content-Type with parameters is stored without them.
+    let r = put_manifest(
+        &f.router,
+        "img",
+        "v2",
+        "application/vnd.oci.image.manifest.v1+json; charset=utf-8",
+        &m,
+    )
+    .await;
+    r.status(201);
+    let r = send(&f.router, "HEAD", "/v2/img/manifests/v2", &[], Vec::new()).await;
+    assert_eq!(r.header("content-type"), OCI_MANIFEST);
+    assert_eq!(r.header("content-length"), m.len().to_string());
+
+    // Index over it, and a Docker manifest list over it.
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": OCI_INDEX,
+        "manifests": [{"mediaType": OCI_MANIFEST, "digest": d, "size": m.len(),
+                       "platform": {"architecture": "amd64", "os": "linux"}}]
+    }))
+    .unwrap();
+    put_manifest(&f.router, "img", "multi", OCI_INDEX, &index)
+        .await
+        .status(201);
+    let list = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": DOCKER_LIST,
+        "manifests": [{"mediaType": OCI_MANIFEST, "digest": d, "size": m.len()}]
+    }))
+    .unwrap();
+    put_manifest(&f.router, "img", "list", DOCKER_LIST, &list)
+        .await
+        .status(201);
+    let r = get(&f.router, "/v2/img/manifests/list").await;
+    assert_eq!(r.header("content-type"), DOCKER_LIST);
+    assert_eq!(r.body, list);
+
+    // Docker schema 2 image manifest.
+    let config = b"{\"os\":\"linux\"}".to_vec();
+    push_blob(&f.router, "img", &config).await;
+    let dm = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": DOCKER_MANIFEST,
+        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": sha256(&config), "size": config.len()},
+        "layers": []
+    }))
+    .unwrap();
+    put_manifest(&f.router, "img", "docker", DOCKER_MANIFEST, &dm)
+        .await
+        .status(201);
+    // Served as stored, never converted: an OCI-only Accept gets 404.
+    get_with_accept(&f.router, "/v2/img/manifests/docker", OCI_MANIFEST)
+        .await
+        .error(404, "MANIFEST_UNKNOWN");
+    let r = get_with_accept(&f.router, "/v2/img/manifests/docker", DOCKER_MANIFEST).await;
+    assert_eq!(r.body, dm);
+    assert_eq!(r.header("docker-content-digest"), sha256(&dm));
+
+    // Any other media type is kept as given.
+    let helm = b"{\"anything\": true}".to_vec();
+    put_manifest(
+        &f.router,
+        "img",
+        "other",
+        "application/vnd.example.thing.v1+json",
+        &helm,
+    )
+    .await
+    .status(201);
+    let r = get(&f.router, "/v2/img/manifests/other").await;
+    assert_eq!(
+        r.header("content-type"),
+        "application/vnd.example.thing.v1+json"
+    );
+    assert_eq!(r.body, helm);
+}
+
+async fn get_with_accept(router: &Router, uri: &str, accept: &str) -> Reply {
+    send(router, "GET", uri, &[("accept", accept)], Vec::new()).await
+}
+
+#[tokio::test]
+async fn manifest_put_error_paths() {
+    let f = fixture();
+    let (m, d) = push_image(&f.router, "img", "v1", 2).await;
+
+    // Digest reference that is not the body's digest.
+    let other = sha256(b"other");
+    put_manifest(&f.router, "img", &other, OCI_MANIFEST, &m)
+        .await
+        .error(400, "DIGEST_INVALID");
+    // A layer that is not in the repository (or only in another one).
+    let missing = bytes_of(10, 99);
+    let config = br#"{"seed":2}"#.to_vec();
+    push_blob(&f.router, "elsewhere", &missing).await;
+    let root = std::fs::read_to_string(f.dir.join("refs/root")).unwrap();
+    let bad = image_manifest(&config, &[&missing]);
+    put_manifest(&f.router, "img", "bad", OCI_MANIFEST, &bad)
+        .await
+        .error(400, "MANIFEST_BLOB_UNKNOWN");
+    // An index whose child is unknown.
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": OCI_INDEX,
+        "manifests": [{"mediaType": OCI_MANIFEST, "digest": other, "size": 5}]
+    }))
+    .unwrap();
+    put_manifest(&f.router, "img", "idx", OCI_INDEX, &index)
+        .await
+        .error(400, "MANIFEST_BLOB_UNKNOWN");
+    // Not JSON, wrong schemaVersion, mediaType differing from Content-Type, no config.
+    for (ct, body) in [
+        (OCI_MANIFEST, b"not json".to_vec()),
+        (OCI_MANIFEST, br#"{"schemaVersion":1}"#.to_vec()),
+        (OCI_INDEX, m.clone()),
+        (OCI_MANIFEST, br#"{"schemaVersion":2,"layers":[]}"#.to_vec()),
+    ] {
+        put_manifest(&f.router, "img", "bad", ct, &body)
+            .await
+            .error(400, "MANIFEST_INVALID");
+    }
+    // Over 4 MiB: 413.
+    let mut huge = m.clone();
+    huge.resize(4 * 1024 * 1024 + 1, b' ');
+    let r = put_manifest(&f.router, "img", "huge", OCI_MANIFEST, &huge).await;
+    r.error(413, "SIZE_INVALID");
+    // Bad references.
+    put_manifest(&f.router, "img", "-bad", OCI_MANIFEST, &m)
+        .await
+        .error(400, "MANIFEST_INVALID");
+    put_manifest(&f.router, "Bad", "v1", OCI_MANIFEST, &m)
+        .await
+        .error(400, "NAME_INVALID");
+    // None of it changed the state.
+    assert_eq!(
+        std::fs::read_to_string(f.dir.join("refs/root")).unwrap(),
+        root
+    );
+    get(&f.router, "/v2/img/manifests/bad")
+        .await
+        .error(404, "MANIFEST_UNKNOWN");
+    assert_eq!(
+        get(&f.router, &format!("/v2/img/manifests/{d}")).await.body,
+        m
+    );
+}
+
+#[tokio::test]
+async fn referrers_list_subjects() {
+    let f = fixture();
+    let (m, d) = push_image(&f.router, "app", "v1", 3).await;
+    let empty = b"{}".to_vec();
+    push_blob(&f.router, "app", &empty).await;
+    let sbom = b"sbom contents".to_vec();
+    push_blob(&f.router, "app", &sbom).await;
+    let artifact = |at: &str, subject: &str, size: usize, note: &str| {
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": at,
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha256(&empty), "size": 2},
+            "layers": [{"mediaType": "application/spdx+json", "digest": sha256(&sbom), "size": sbom.len()}],
+            "subject": {"mediaType": OCI_MANIFEST, "digest": subject, "size": size},
+            "annotations": {"org.example.note": note}
+        }))
+        .unwrap()
+    };
+    let a1 = artifact("application/spdx+json", &d, m.len(), "sbom");
+    let a2 = artifact(
+        "application/vnd.dev.cosign.simplesigning.v1+json",
+        &d,
+        m.len(),
+        "sig",
+    );
+    for a in [&a1, &a2] {
+        let r = put_manifest(&f.router, "app", &sha256(a), OCI_MANIFEST, a).await;
+        r.status(201);
+        assert_eq!(r.header("oci-subject"), d);
+    }
+    let r = get(&f.router, &format!("/v2/app/referrers/{d}")).await;
+    r.status(200);
+    assert_eq!(r.header("content-type"), OCI_INDEX);
+    assert!(r.headers.get("oci-filters-applied").is_none());
+    let v = r.json();
+    assert_eq!(v["schemaVersion"], 2);
+    assert_eq!(v["mediaType"], OCI_INDEX);
+    let list = v["manifests"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    let sbom_desc = list.iter().find(|x| x["digest"] == sha256(&a1)).unwrap();
+    assert_eq!(
+        sbom_desc,
+        &serde_json::json!({"mediaType": OCI_MANIFEST, "digest": sha256(&a1), "size": a1.len(),
+            "artifactType": "application/spdx+json", "annotations": {"org.example.note": "sbom"}})
+    );
+    // Filter.
+    let r = get(
+        &f.router,
+        &format!("/v2/app/referrers/{d}?artifactType=application/spdx%2Bjson"),
+    )
+    .await;
+    r.status(200);
+    assert_eq!(r.header("oci-filters-applied"), "artifactType");
+    let list = r.json()["manifests"].as_array().unwrap().clone();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["digest"], sha256(&a1));
+    let r = get(
+        &f.router,
+        &format!("/v2/app/referrers/{d}?artifactType=x/y"),
+    )
+    .await;
+    assert_eq!(r.header("oci-filters-applied"), "artifactType");
+    assert_eq!(r.json()["manifests"], serde_json::json!([]));
+    // A subject that does not exist (yet): accepted, listed.
+    let ghost = sha256(b"ghost");
+    let a3 = artifact("application/x-note", &ghost, 10, "dangling");
+    let r = put_manifest(&f.router, "app", "note", OCI_MANIFEST, &a3).await;
+    r.status(201);
+    assert_eq!(r.header("oci-subject"), ghost);
+    let r = get(&f.router, &format!("/v2/app/referrers/{ghost}")).await;
+    assert_eq!(r.json()["manifests"][0]["digest"], sha256(&a3));
+    // Unknown repository: an empty index, never 404. Bad digest: 400.
+    let r = get(&f.router, &format!("/v2/nowhere/referrers/{d}")).await;
+    r.status(200);
+    assert_eq!(r.json()["manifests"], serde_json::json!([]));
+    get(&f.router, "/v2/app/referrers/sha256:123")
+        .await
+        .error(400, "DIGEST_INVALID");
+}
+
+#[tokio::test]
+async fn deletes_follow_the_spec() {
+    let f = fixture();
+    let (m, d) = push_image(&f.router, "del", "v1", 4).await;
+    put_manifest(&f.router, "del", "v2", OCI_MANIFEST, &m)
+        .await
+        .status(201);
+    // Tag: 202, the manifest stays.
+    let r = send(&f.router, "DELETE", "/v2/del/manifests/v1", &[], Vec::new()).await;
+    r.status(202);
+    assert_eq!(r.header("content-length"), "0");
+    get(&f.router, "/v2/del/manifests/v1")
+        .await
+        .error(404, "MANIFEST_UNKNOWN");
+    get(&f.router, "/v2/del/manifests/v2").await.status(200);
+    send(&f.router, "DELETE", "/v2/del/manifests/v1", &[], Vec::new())
+        .await
+        .error(404, "MANIFEST_UNKNOWN");
+    // Digest: 202, its tags go too.
+    send(
+        &f.router,
+        "DELETE",
+        &format!("/v2/del/manifests/{d}"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .status(202);
+    get(&f.router, &format!("/v2/del/manifests/{d}"))
+        .await
+        .error(404, "MANIFEST_UNKNOWN");
+    get(&f.router, "/v2/del/manifests/v2")
+        .await
+        .error(404, "MANIFEST_UNKNOWN");
+    send(
+        &f.router,
+        "DELETE",
+        &format!("/v2/del/manifests/{d}"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .error(404, "MANIFEST_UNKNOWN");
+    // Blob: 202, then 404.
+    let layer = bytes_of(3000, 4);
+    let ld = sha256(&layer);
+    send(
+        &f.router,
+        "DELETE",
+        &format!("/v2/del/blobs/{ld}"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .status(202);
+    get(&f.router, &format!("/v2/del/blobs/{ld}"))
+        .await
+        .error(404, "BLOB_UNKNOWN");
+    send(
+        &f.router,
+        "DELETE",
+        &format!("/v2/del/blobs/{ld}"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .error(404, "BLOB_UNKNOWN");
+    send(
+        &f.router,
+        "DELETE",
+        &format!("/v2/nope/blobs/{ld}"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .error(404, "NAME_UNKNOWN");
+    send(
+        &f.router,
+        "DELETE",
+        "/v2/nope/manifests/v1",
+        &[],
+        Vec::new(),
+    )
+    .await
+    .error(404, "NAME_UNKNOWN");
+    send(
+        &f.router,
+        "DELETE",
+        "/v2/del/blobs/sha256:1",
+        &[],
+        Vec::new(),
+    )
+    .await
+    .error(400, "DIGEST_INVALID");
+}
+
+#[tokio::test]
+async fn switches_off_answer_405() {
+    let push_only = fixture_with(RegistryConfig {
+        allow_push: true,
+        ..RegistryConfig::default()
+    });
+    let (_, d) = push_image(&push_only.router, "p", "v1", 5).await;
+    for uri in [
+        "/v2/p/manifests/v1".to_string(),
+        format!("/v2/p/manifests/{d}"),
+    ] {
+        let r = send(&push_only.router, "DELETE", &uri, &[], Vec::new()).await;
+        r.error(405, "UNSUPPORTED");
+        assert_eq!(r.header("allow"), "GET, HEAD, PUT");
+    }
+    let r = send(
+        &push_only.router,
+        "DELETE",
+        &format!("/v2/p/blobs/{d}"),
+        &[],
+        Vec::new(),
+    )
+    .await;
+    r.error(405, "UNSUPPORTED");
+    assert_eq!(r.header("allow"), "GET, HEAD");
+    get(&push_only.router, "/v2/p/manifests/v1")
+        .await
+        .status(200);
+
+    let read_only = fixture_with(RegistryConfig {
+        allow_delete: true,
+        ..RegistryConfig::default()
+    });
+    let r = send(
+        &read_only.router,
+        "POST",
+        "/v2/p/blobs/uploads/",
+        &[],
+        Vec::new(),
+    )
+    .await;
+    r.error(405, "UNSUPPORTED");
+    assert_eq!(r.header("allow"), "GET, HEAD");
+    let r = put_manifest(&read_only.router, "p", "v1", OCI_MANIFEST, b"{}").await;
+    r.error(405, "UNSUPPORTED");
+    assert_eq!(r.header("allow"), "GET, HEAD, DELETE");
+}
+
+#[tokio::test]
+async fn mirror_namespaces() {
+    let f = fixture_with(RegistryConfig {
+        allow_push: true,
+        mirror_namespace: Some("docker.io".into()),
+        ..RegistryConfig::default()
+    });
+    // A push with ns= lands in docker.io/library/busybox.
+    let config = b"{\"ns\":true}".to_vec();
+    let r = send(
+        &f.router,
+        "POST",
+        &format!(
+            "/v2/library/busybox/blobs/uploads/?ns=docker.io&digest={}",
+            sha256(&config)
+        ),
+        &[],
+        config.clone(),
+    )
+    .await;
+    r.status(201);
+    assert_eq!(
+        r.header("location"),
+        format!("/v2/docker.io/library/busybox/blobs/{}", sha256(&config))
+    );
+    let m = image_manifest(&config, &[]);
+    put_manifest(
+        &f.router,
+        "docker.io/library/busybox",
+        "latest",
+        OCI_MANIFEST,
+        &m,
+    )
+    .await
+    .status(201);
+    // containerd: ?ns=docker.io.
+    let r = get(
+        &f.router,
+        "/v2/library/busybox/manifests/latest?ns=docker.io",
+    )
+    .await;
+    r.status(200);
+    assert_eq!(r.body, m);
+    let r = get(
+        &f.router,
+        &format!("/v2/library/busybox/blobs/{}?ns=docker.io", sha256(&config)),
+    )
+    .await;
+    assert_eq!(r.body, config);
+    // docker registry-mirrors: no ns, the default namespace.
+    assert_eq!(
+        get(&f.router, "/v2/library/busybox/manifests/latest")
+            .await
+            .body,
+        m
+    );
+    // The full name still works; another ns does not find it.
+    get(&f.router, "/v2/docker.io/library/busybox/manifests/latest")
+        .await
+        .status(200);
+    get(&f.router, "/v2/library/busybox/manifests/latest?ns=quay.io")
+        .await
+        .error(404, "NAME_UNKNOWN");
+    get(
+        &f.router,
+        "/v2/library/busybox/manifests/latest?ns=localhost:5000",
+    )
+    .await
+    .error(400, "NAME_INVALID");
+    // Without a default namespace, no fallback.
+    let plain = fixture_with(RegistryConfig::default());
+    get(&plain.router, "/v2/library/busybox/manifests/latest")
+        .await
+        .error(404, "NAME_UNKNOWN");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn parallel_pushes_to_one_tag_and_pulls() {
+    let f = fixture();
+    let router = f.router.clone();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let router = router.clone();
+        let stop = stop.clone();
+        readers.push(tokio::spawn(async move {
+            let mut seen = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = get(&router, "/v2/race/manifests/latest").await;
+                if r.status == StatusCode::OK {
+                    // Whole manifests only: the body hashes to its digest header.
+                    assert_eq!(sha256(&r.body), r.header("docker-content-digest"));
+                    serde_json::from_slice::<serde_json::Value>(&r.body).unwrap();
+                    seen += 1;
+                } else {
+                    // Before the first manifest: no repository, or no tag yet.
+                    let code = r.json()["errors"][0]["code"].as_str().unwrap().to_string();
+                    assert!(
+                        code == "NAME_UNKNOWN" || code == "MANIFEST_UNKNOWN",
+                        "{code}"
+                    );
+                    r.status(404);
+                }
+            }
+            seen
+        }));
+    }
+    let mut pushers = Vec::new();
+    for i in 0..8u32 {
+        let router = router.clone();
+        pushers.push(tokio::spawn(async move {
+            push_image(&router, "race", "latest", 100 + i).await
+        }));
+    }
+    let mut pushed = Vec::new();
+    for p in pushers {
+        pushed.push(p.await.unwrap());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        r.await.unwrap();
+    }
+    // One winner; every manifest and blob whole and reachable.
+    let r = get(&router, "/v2/race/manifests/latest").await;
+    r.status(200);
+    assert!(
+        pushed
+            .iter()
+            .any(|(m, d)| *m == r.body && *d == r.header("docker-content-digest"))
+    );
+    for (i, (m, d)) in pushed.iter().enumerate() {
+        assert_eq!(
+            &get(&router, &format!("/v2/race/manifests/{d}")).await.body,
+            m
+        );
+        let layer = bytes_of(3000, 100 + i as u32);
+        assert_eq!(
+            get(&router, &format!("/v2/race/blobs/{}", sha256(&layer)))
+                .await
+                .body,
+            layer
+        );
+    }
+    assert!(f.store.list("uploads/").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn expired_sessions_are_refused_and_swept() {
+    let f = fixture_with(RegistryConfig {
+        allow_push: true,
+        upload_expiry: Duration::from_secs(1),
+        ..RegistryConfig::default()
+    });
+    let r = send(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
+    let loc = r.header("location").to_string();
+    send(&f.router, "PATCH", &loc, &[], b"part".to_vec())
+        .await
+        .status(202);
+    assert!(!f.store.list("uploads/").await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    get(&f.router, &loc).await.error(404, "BLOB_UPLOAD_UNKNOWN");
+    let uploads = airlock::registry::uploads::Uploads::new(f.store.clone(), Duration::from_secs(1));
+    assert_eq!(uploads.sweep().await.unwrap(), 1);
+    assert!(f.store.list("uploads/").await.unwrap().is_empty());
+    assert!(f.store.list("blobs/").await.unwrap().is_empty());
+}
