@@ -26,11 +26,15 @@
 #        airlock peak RSS < 64 MiB  (the largest of the runs)
 #
 # Reading it: the ratio to the fsync copy is the headline; the ratio to
-# sha256sum says whether hashing (CPU) or the disk bounds the import. CPU%
+# sha256sum says whether hashing (CPU) or the disk bounds the import (note:
+# coreutils sha256sum may not use the CPU's SHA extensions while airlock's
+# sha2 crate does, so airlock can beat it; check `openssl speed sha256`). CPU%
 # near 100 % (one core) for airlock with a low ratio means it is CPU-bound;
 # low CPU% with a low ratio means it waits on I/O (fsyncs, small writes).
 # If the page cache could not be dropped the output says so, and the figures
-# then measure cached reads.
+# then measure cached reads. The load average is printed too: builds or tests
+# running alongside (CPU or disk) make the runs noisy -- compare the per-run
+# wall times, and rerun on a quiet machine before trusting a ratio.
 #
 # Exit status: 0 when the benchmark ran, whether or not a target was met;
 # non-zero on any error (missing tool, failed build, failed import, ...).
@@ -42,7 +46,7 @@
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
 set -euo pipefail
 
-prog=$(basename "$0")
+prog=${0##*/}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 die() {
@@ -77,6 +81,7 @@ need stat coreutils
 need df coreutils
 need sort coreutils
 need awk mawk
+need nproc coreutils
 need python3 python3
 /usr/bin/time -v true 2>/dev/null || die "/usr/bin/time does not support -v (need GNU time): apt-get install time"
 
@@ -102,6 +107,7 @@ work=$(mktemp -d "$base/airlock-bench.XXXXXX")
 cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+trap 'echo "$prog: error: command failed (line $LINENO): $BASH_COMMAND" >&2' ERR
 
 # --- setup (not timed) -----------------------------------------------------
 note "generating a $SIZE_MIB MiB OCI layout in $work"
@@ -168,6 +174,7 @@ maximum() {
     sort -g -k"$1","$1" "$2" | awk -v c="$1" 'END { print $c }'
 }
 
+load_start=$(cut -d' ' -f1 /proc/loadavg)
 for i in $(seq 1 "$RUNS"); do
     note "run $i/$RUNS: fsync copy"
     rm -f "$work/copy.tar"
@@ -189,12 +196,13 @@ done
 
 # --- report ----------------------------------------------------------------
 row() { # label name
-    local wall cpu rss
+    local wall cpu rss runs
     wall=$(median 1 "$work/$2.results")
     cpu=$(median 2 "$work/$2.results")
     rss=$(maximum 3 "$work/$2.results")
-    awk -v l="$1" -v w="$wall" -v c="$cpu" -v r="$rss" -v b="$bytes" \
-        'BEGIN { printf "  %-12s %9.2f %9.1f %7s%% %9.1f\n", l, w, b / 1e6 / w, c, r / 1024 }'
+    runs=$(awk '{ printf "%s%.2f", (NR > 1 ? " " : ""), $1 }' "$work/$2.results")
+    awk -v l="$1" -v w="$wall" -v c="$cpu" -v r="$rss" -v b="$bytes" -v runs="$runs" \
+        'BEGIN { printf "  %-12s %9.2f %9.1f %7s%% %9.1f   %s\n", l, w, b / 1e6 / w, c, r / 1024, runs }'
 }
 mbps() { awk -v w="$(median 1 "$work/$1.results")" -v b="$bytes" 'BEGIN { printf "%.3f", b / 1e6 / w }'; }
 
@@ -207,8 +215,9 @@ echo
 echo "airlock import benchmark: bundle $(awk -v b="$bytes" 'BEGIN { printf "%.1f MB (%.1f MiB)", b / 1e6, b / 1048576 }'), $n_images images, $n_layers layers"
 echo "  filesystem: $(df -PT "$base" | awk 'NR == 2 { print $1 " (" $2 ")" }') at $base; $cache_note"
 echo "  median of $RUNS runs; peak RSS is the largest of the runs; MB = 10^6 bytes"
+echo "  $(nproc) CPUs; load average $load_start at start, $(cut -d' ' -f1 /proc/loadavg) at end (other work on the machine skews the figures)"
 echo
-printf '  %-12s %9s %9s %8s %9s\n' "" "wall s" "MB/s" "CPU" "RSS MiB"
+printf '  %-12s %9s %9s %8s %9s   %s\n' "" "wall s" "MB/s" "CPU" "RSS MiB" "each run (wall s)"
 row "fsync copy" copy
 row "sha256sum" sha256
 row "airlock" airlock

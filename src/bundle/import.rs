@@ -21,8 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 use super::format::{
     BundleDoc, FORMAT_V1, INDEX_JSON, ImageEntry, MAX_LAYOUT_FILE, MAX_SIGNED_DOC, OCI_LAYOUT,
@@ -227,26 +228,31 @@ fn read_bundle(
         if !skip {
             send(Msg::Begin(digest.clone()))?;
         }
-        let mut hasher = Hasher::new(digest.algorithm());
+        // Whoever consumes the bytes hashes them: the writer for blobs it writes (so
+        // hashing overlaps the write), this thread for blobs the store already holds.
+        let mut hasher = skip.then(|| Hasher::new(digest.algorithm()));
         let mut remaining = size;
         while remaining > 0 {
-            let want = remaining.min(CHUNK as u64) as usize;
-            let mut buf = BytesMut::zeroed(want);
-            entry
-                .read_exact(&mut buf)
-                .with_context(|| format!("blob {digest}: bundle truncated"))?;
-            hasher.update(&buf);
-            remaining -= want as u64;
-            progress.inc(want as u64);
-            if !skip {
-                send(Msg::Chunk(buf.freeze()))?;
+            let want = remaining.min(CHUNK as u64);
+            let mut buf = Vec::with_capacity(want as usize);
+            (&mut entry).take(want).read_to_end(&mut buf)?;
+            if buf.len() as u64 != want {
+                bail!("blob {digest}: bundle truncated");
+            }
+            remaining -= want;
+            progress.inc(want);
+            match hasher.as_mut() {
+                Some(h) => h.update(&buf),
+                None => send(Msg::Chunk(Bytes::from(buf)))?,
             }
         }
-        let actual = hasher.finish();
-        if actual != digest {
-            bail!("blob {digest}: digest mismatch: content hashes to {actual}");
+        match hasher {
+            Some(h) => {
+                check_digest(&digest, h.finish())?;
+                send(Msg::Skipped(size))?;
+            }
+            None => send(Msg::End)?,
         }
-        send(if skip { Msg::Skipped(size) } else { Msg::End })?;
     }
     for name in [OCI_LAYOUT, INDEX_JSON] {
         if !layout_seen.contains(name) {
@@ -292,13 +298,42 @@ async fn present_blobs(store: &dyn Blobstore, doc: &BundleDoc) -> Result<HashSet
     Ok(present)
 }
 
-/// The writer side: receives messages, writes and commits blobs.
+/// Fails with the one-line mismatch cause unless `actual == expected`.
+fn check_digest(expected: &Digest, actual: Digest) -> Result<()> {
+    if &actual != expected {
+        bail!("blob {expected}: digest mismatch: content hashes to {actual}");
+    }
+    Ok(())
+}
+
+/// The blob the writer is receiving.
+struct Current {
+    digest: Digest,
+    hasher: Hasher,
+    /// `None` when only verifying (no store).
+    writer: Option<Box<dyn ObjectWriter>>,
+}
+
+/// Blob commits (fsync + rename) allowed to run in the background while the
+/// next blobs stream in; all finish before the root swap.
+const MAX_COMMITS: usize = 8;
+
+async fn join_commit(commits: &mut JoinSet<store::Result<()>>) -> Result<()> {
+    if let Some(r) = commits.join_next().await {
+        r.map_err(|e| anyhow!("blob commit failed: {e}"))??;
+    }
+    Ok(())
+}
+
+/// The writer side: receives messages, hashes and writes each blob, and
+/// commits it only when its digest matched.
 async fn write_blobs(
     store: Option<&dyn Blobstore>,
     rx: &mut mpsc::Receiver<Msg>,
     w: &mut Written,
 ) -> Result<()> {
-    let mut current: Option<Box<dyn ObjectWriter>> = None;
+    let mut current: Option<Current> = None;
+    let mut commits = JoinSet::new();
     let result = async {
         while let Some(msg) = rx.recv().await {
             match msg {
@@ -309,21 +344,48 @@ async fn write_blobs(
                     };
                     let _ = reply.send(present);
                 }
-                Msg::Begin(d) => {
-                    if let Some(s) = store {
-                        current = Some(s.writer(&blob_key(&d)).await?);
-                    }
+                Msg::Begin(digest) => {
+                    let writer = match store {
+                        Some(s) => Some(s.writer(&blob_key(&digest)).await?),
+                        None => None,
+                    };
+                    current = Some(Current {
+                        hasher: Hasher::new(digest.algorithm()),
+                        digest,
+                        writer,
+                    });
                 }
                 Msg::Chunk(b) => {
                     w.bytes_read += b.len() as u64;
-                    if let Some(c) = current.as_mut() {
-                        w.bytes_new += b.len() as u64;
-                        c.write(b).await?;
+                    let Some(Current { hasher, writer, .. }) = current.as_mut() else {
+                        bail!("bundle reader sent bytes outside a blob");
+                    };
+                    match writer {
+                        Some(out) => {
+                            w.bytes_new += b.len() as u64;
+                            // The write runs on the blocking pool while this task hashes.
+                            let (written, ()) =
+                                tokio::join!(out.write(b.clone()), async { hasher.update(&b) });
+                            written?;
+                        }
+                        None => hasher.update(&b),
                     }
                 }
                 Msg::End => {
-                    if let Some(c) = current.take() {
-                        c.commit().await?;
+                    let Some(c) = current.take() else {
+                        bail!("bundle reader ended a blob it never began");
+                    };
+                    if let Err(e) = check_digest(&c.digest, c.hasher.finish()) {
+                        if let Some(out) = c.writer {
+                            let _ = out.cancel().await;
+                        }
+                        return Err(e);
+                    }
+                    if let Some(out) = c.writer {
+                        while commits.len() >= MAX_COMMITS {
+                            join_commit(&mut commits).await?;
+                        }
+                        commits.spawn(out.commit());
                     }
                     w.new += 1;
                 }
@@ -333,11 +395,14 @@ async fn write_blobs(
                 }
             }
         }
+        while !commits.is_empty() {
+            join_commit(&mut commits).await?;
+        }
         Ok::<(), anyhow::Error>(())
     }
     .await;
-    if let Some(c) = current.take() {
-        let _ = c.cancel().await;
+    if let Some(out) = current.take().and_then(|c| c.writer) {
+        let _ = out.cancel().await;
     }
     result
 }
