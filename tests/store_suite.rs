@@ -15,6 +15,16 @@ async fn read(store: &dyn Blobstore, key: &str, range: Option<(u64, u64)>) -> Ve
     out
 }
 
+async fn collect(store: &dyn Blobstore, key: &str, range: Option<(u64, u64)>) -> Vec<u8> {
+    use futures_util::StreamExt;
+    let mut stream = store.stream(key, range).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    out
+}
+
 /// Every behaviour the rest of airlock relies on.
 async fn suite(store: Arc<dyn Blobstore>) {
     let s = &*store;

@@ -168,7 +168,7 @@ pub async fn blob(
     let body = if head {
         None
     } else {
-        Some(store.read(&key, read).await?)
+        Some(store.stream(&key, read).await?)
     };
     Ok(BlobResponse {
         digest: digest.clone(),

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use crate::digest::Digest;
-use crate::store::BoxRead;
+use crate::store::ByteStream;
 
 /// `Docker-Content-Digest`: the digest of the whole entity (not of a range).
 pub const DOCKER_CONTENT_DIGEST: HeaderName = HeaderName::from_static("docker-content-digest");
@@ -21,9 +21,6 @@ pub const DOCKER_DISTRIBUTION_API_VERSION: HeaderName =
     HeaderName::from_static("docker-distribution-api-version");
 /// The value of [`DOCKER_DISTRIBUTION_API_VERSION`].
 pub const API_VERSION: HeaderValue = HeaderValue::from_static("registry/2.0");
-
-/// Read buffer for streaming blobs, in bytes (large reads, few syscalls).
-pub const STREAM_BUFFER: usize = 256 * 1024;
 
 /// Sets the entity headers of a content response: `Content-Type`,
 /// `Content-Length` (bytes in this response) and `Docker-Content-Digest`.
@@ -94,15 +91,13 @@ pub struct BlobResponse {
     /// `Some((start, end_inclusive))` for a 206.
     pub range: Option<(u64, u64)>,
     /// The bytes to send (exactly the range, or all); `None` for HEAD.
-    pub body: Option<BoxRead>,
+    pub body: Option<ByteStream>,
 }
 
 impl IntoResponse for BlobResponse {
     fn into_response(self) -> Response {
         let mut res = match self.body {
-            Some(r) => Response::new(Body::from_stream(
-                tokio_util::io::ReaderStream::with_capacity(r, STREAM_BUFFER),
-            )),
+            Some(s) => Response::new(Body::from_stream(s)),
             None => Response::new(Body::empty()),
         };
         let length = match self.range {

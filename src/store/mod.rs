@@ -22,6 +22,12 @@ use crate::digest::{Digest, HashingReader, Mismatch};
 /// A boxed, sendable byte stream returned by [`Blobstore::read`].
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
 
+/// A boxed stream of chunks returned by [`Blobstore::stream`], for response bodies.
+pub type ByteStream = Pin<Box<dyn futures_util::Stream<Item = std::io::Result<Bytes>> + Send>>;
+
+/// Chunk size of the default [`Blobstore::stream`].
+const STREAM_CHUNK: usize = 256 * 1024;
+
 /// Errors of every backend, mapped onto what callers act on.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -87,6 +93,16 @@ pub trait Blobstore: Send + Sync + 'static {
     /// Streams bytes `start..end` (end exclusive) of the object, or all of it.
     /// Errors: `NotFound`, `Range` when `end` exceeds the size or `start > end`.
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead>;
+    /// Streams bytes `start..end` (end exclusive) of the object, or all of it, as
+    /// chunks for an HTTP body. Errors as [`Blobstore::read`]. The default reads
+    /// through `read` in 256 KiB chunks; a backend may avoid copies (filesystem: mmap).
+    async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
+        let r = self.read(key, range).await?;
+        Ok(Box::pin(tokio_util::io::ReaderStream::with_capacity(
+            r,
+            STREAM_CHUNK,
+        )))
+    }
     /// Starts writing the object at `key`.
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>>;
     /// Removes the object; absent is not an error.

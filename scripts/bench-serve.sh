@@ -1,0 +1,602 @@
+#!/usr/bin/env bash
+# Benchmark `airlock serve` against Debian's docker-registry (CNCF distribution
+# 2.8) serving the same content, on loopback only (127.0.0.1).
+#
+#   scripts/bench-serve.sh
+#
+# What it does
+#   1. Setup (not timed): builds airlock (`cargo build --release`), generates an
+#      OCI image layout (scripts/bench/gen-serve-layout.py: images "small" with
+#      one 4 KiB layer, "big" with one 64 MiB layer, "multi" with five layers of
+#      2-6 MiB; random incompressible bytes in valid tar+gzip layers of exactly
+#      those sizes; every digest computed), starts docker-registry with its own generated config.yml
+#      (filesystem storage in the work dir, 127.0.0.1:PORT, log level warn,
+#      access log off, no auth, no redirects, in-memory blob descriptor cache)
+#      and loads it with `skopeo copy --preserve-digests oci:LAYOUT:NAME
+#      docker://.../bench/NAME:v1`.
+#      airlock is loaded the same way (serve --allow-push) if `airlock serve
+#      --help` lists --allow-push; otherwise (or with AIRLOCK_LOAD=bundle)
+#      through a signed bundle (keys generate, bundle create, import), then
+#      `airlock serve --listen 127.0.0.1:PORT`.
+#   2. Checks that both registries return identical manifest bytes (and the
+#      expected digest, media type and HEAD headers) and blobs whose sha256 is
+#      their digest, for every URL measured; stops with an error otherwise.
+#   3. Measures, each registry in turn:
+#      (a) GET of the 4 KiB blob, (b) GET of the manifest by tag (Accept: the
+#      OCI manifest media type), (c) GET of the 64 MiB blob, each with
+#        wrk -t2 -c64 -d${DURATION}s --latency --timeout 30s URL
+#      (--timeout only because wrk's 2 s default also caps its latency
+#      histogram at 2 s, which 64 connections fetching 64 MiB each reach);
+#      (d) HEAD of the manifest with
+#        hey -z ${DURATION}s -c 64 -m HEAD -H "Accept: ..." URL
+#      because Debian's wrk 4.1.0 cannot do HEAD: its parser waits for the
+#      Content-Length bytes of body that a HEAD response never sends, so a
+#      lua script setting wrk.method = "HEAD" completes 0 requests. hey is
+#      heavier per request than wrk, so compare (d) across registries, not
+#      with (b). Each run records requests/s, transfer/s, the p99 latency and
+#      the server's and the load generator's CPU use (/proc/PID/stat and
+#      /usr/bin/time);
+#      (e) wall time for PULLS (50) concurrent
+#        skopeo copy --src-tls-verify=false docker://HOST/bench/multi:v1 oci:DIR
+#      (f) VmRSS (/proc/PID/status) right after loading (baseline), and with
+#      CONNS (500) idle keep-alive connections open, each after one GET /v2/
+#      (scripts/bench/idle-conns.py): once on the fresh server, before any
+#      load, and once more at the end, after all the load (memory an
+#      allocator keeps from the 64 MiB GETs shows there).
+#   4. Prints the details, then the table: figure | airlock | docker-registry |
+#      ratio (airlock / docker-registry) | target, PASS/FAIL, for the targets:
+#        4 KiB blob GET and manifest GET: req/s >= 10x, p99 <= 0.2x reference
+#        64 MiB blob GET: bytes/s >= 1.2x reference
+#        500 idle connections: airlock RSS < 100 MiB
+#
+# Both servers and wrk share this machine's CPUs (nproc is printed); on a
+# small machine the load generator takes a large share of them.
+#
+# Exit status: 0 when the benchmark ran, whether or not a target was met;
+# non-zero on any error (missing tool, failed build, content mismatch, non-2xx
+# responses, failed pull, ...).
+#
+# Environment:
+#   DURATION     seconds per wrk run (default 10)
+#   PULLS        concurrent skopeo pulls in (e) (default 50)
+#   CONNS        idle connections in (f) (default 500)
+#   BENCH_DIR    where the temporary work dir goes (default /var/tmp; needs
+#                about 2 GiB free); removed at exit
+#   AIRLOCK_BIN  use this binary instead of building target/release/airlock
+#   AIRLOCK_LOAD how to load airlock: auto (default: push when `airlock serve
+#                --help` lists --allow-push, else bundle; a failed push is
+#                reported, in the output too, and the bundle is used instead),
+#                push (a failed push is an error), or bundle
+set -euo pipefail
+
+prog=$(basename "$0")
+repo=$(cd "$(dirname "$0")/.." && pwd)
+helpers=$repo/scripts/bench
+HOST=127.0.0.1
+TAG=v1
+MANIFEST_MT=application/vnd.oci.image.manifest.v1+json
+
+die() {
+    echo "$prog: error: $*" >&2
+    exit 1
+}
+note() {
+    echo "$prog: $*" >&2
+}
+
+case "${1:-}" in
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+esac
+[ $# -eq 0 ] || die "usage: $prog   (settings come from the environment; see --help)"
+DURATION=${DURATION:-10}
+PULLS=${PULLS:-50}
+CONNS=${CONNS:-500}
+AIRLOCK_LOAD=${AIRLOCK_LOAD:-auto}
+[[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a positive integer (seconds), got '$DURATION'"
+[[ $PULLS =~ ^[1-9][0-9]*$ ]] || die "PULLS must be a positive integer, got '$PULLS'"
+[[ $CONNS =~ ^[1-9][0-9]*$ ]] || die "CONNS must be a positive integer, got '$CONNS'"
+case $AIRLOCK_LOAD in auto | push | bundle) ;; *) die "AIRLOCK_LOAD must be auto, push or bundle, got '$AIRLOCK_LOAD'" ;; esac
+
+# --- tools -----------------------------------------------------------------
+need() { # tool package
+    command -v "$1" >/dev/null 2>&1 || die "'$1' not found: apt-get install $2"
+}
+need wrk wrk
+need hey hey
+need docker-registry docker-registry
+need skopeo skopeo
+need curl curl
+need jq jq
+need python3 python3
+need sha256sum coreutils
+need cmp diffutils
+need awk mawk
+need getconf libc-bin
+need df coreutils
+[ -x /usr/bin/time ] || die "/usr/bin/time not found: apt-get install time"
+for f in gen-serve-layout.py idle-conns.py; do
+    [ -r "$helpers/$f" ] || die "$helpers/$f missing"
+done
+ulimit -n 4096 2>/dev/null || true # CONNS sockets + wrk's; inherited by both servers
+
+if [ -n "${AIRLOCK_BIN:-}" ]; then
+    airlock=$AIRLOCK_BIN
+    [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
+else
+    need cargo "cargo (or rustup)"
+    note "building airlock (cargo build --release)"
+    (cd "$repo" && cargo build --release --quiet) || die "cargo build --release failed"
+    airlock=$repo/target/release/airlock
+    [ -x "$airlock" ] || die "$airlock missing after build"
+fi
+
+# --- work dir, processes, cleanup --------------------------------------------
+base=${BENCH_DIR:-/var/tmp}
+[ -d "$base" ] || die "BENCH_DIR $base is not a directory"
+avail_kib=$(df -Pk "$base" | awk 'NR == 2 { print $4 }')
+[ "$avail_kib" -ge $((2 * 1024 * 1024)) ] ||
+    die "$base has $((avail_kib / 1024)) MiB free; need about 2048 MiB"
+work=$(mktemp -d "$base/airlock-bench-serve.XXXXXX")
+pids=() # every background process we started; killed at exit
+
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${pids[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_up NAME PID PORT LOG: until GET /v2/ answers 200, or fail
+wait_up() {
+    local i
+    for i in $(seq 1 100); do
+        kill -0 "$2" 2>/dev/null || {
+            cat "$4" >&2
+            die "$1 exited during startup"
+        }
+        if curl -sf -o /dev/null "http://$HOST:$3/v2/"; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    cat "$4" >&2
+    die "$1 did not answer GET http://$HOST:$3/v2/ within 10 s"
+}
+
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+now_ns() { date +%s%N; }
+clk_tck=$(getconf CLK_TCK)
+
+# --- content -----------------------------------------------------------------
+note "work dir $work; generating the OCI layout"
+layout=$work/layout
+python3 "$helpers/gen-serve-layout.py" "$layout" >"$work/images.txt"
+declare -A mdigest msize blobs_of
+while read -r name md ms cd layers; do
+    mdigest[$name]=$md
+    msize[$name]=$ms
+    blobs_of[$name]="$cd ${layers//,/ }" # config digest, then DIGEST:SIZE per layer
+done <"$work/images.txt"
+names=(small big multi)
+for n in "${names[@]}"; do
+    [ -n "${mdigest[$n]:-}" ] || die "generator did not produce image '$n'"
+done
+small_blob=$(awk '$1 == "small" { split($5, a, ":"); print a[1] ":" a[2] }' "$work/images.txt")
+big_blob=$(awk '$1 == "big" { split($5, a, ":"); print a[1] ":" a[2] }' "$work/images.txt")
+
+# --- docker-registry (reference) ---------------------------------------------
+ref_port=$(free_port)
+mkdir -p "$work/registry-storage"
+cat >"$work/registry.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $work/registry-storage
+  cache:
+    blobdescriptor: inmemory
+  redirect:
+    disable: true
+  delete:
+    enabled: false
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: $HOST:$ref_port
+health:
+  storagedriver:
+    enabled: false
+EOF
+note "starting docker-registry on $HOST:$ref_port"
+docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+ref_pid=$!
+pids+=("$ref_pid")
+wait_up docker-registry "$ref_pid" "$ref_port" "$work/registry.log"
+
+try_push() { # PORT NAME: skopeo copy of one image; its output in $work/push.log
+    skopeo copy --quiet --preserve-digests --dest-tls-verify=false "oci:$layout:$2" \
+        "docker://$HOST:$1/bench/$2:$TAG" >"$work/push.log" 2>&1
+}
+push_failed() { # SERVER_LOG MESSAGE
+    cat "$work/push.log" >&2
+    echo "--- server log (last 20 lines):" >&2
+    tail -n 20 "$1" >&2
+    die "$2"
+}
+for n in "${names[@]}"; do
+    note "loading bench/$n:$TAG into docker-registry"
+    try_push "$ref_port" "$n" || push_failed "$work/registry.log" "skopeo copy of $n to docker-registry failed"
+done
+
+# --- airlock -------------------------------------------------------------------
+air_port=$(free_port)
+start_airlock() { # [extra serve args...]
+    "$airlock" serve --data "$work/airlock-data" --listen "$HOST:$air_port" --log warn "$@" \
+        >"$work/airlock.log" 2>&1 &
+    air_pid=$!
+    pids+=("$air_pid")
+    wait_up airlock "$air_pid" "$air_port" "$work/airlock.log"
+}
+serve_help=$("$airlock" serve --help)
+load=$AIRLOCK_LOAD
+if [ "$load" = auto ]; then
+    load=bundle
+    if grep -q -- '--allow-push' <<<"$serve_help"; then load=push; fi
+fi
+push_note=""
+if [ "$load" = push ]; then
+    load_mode="skopeo copy (push) into serve --allow-push"
+    note "starting airlock on $HOST:$air_port with --allow-push"
+    start_airlock --allow-push
+    for n in "${names[@]}"; do
+        note "loading bench/$n:$TAG into airlock (push)"
+        try_push "$air_port" "$n" && continue
+        [ "$AIRLOCK_LOAD" = auto ] ||
+            push_failed "$work/airlock.log" "skopeo copy of $n to airlock failed (AIRLOCK_LOAD=bundle loads through a bundle)"
+        # auto: report the failure loudly, then load through a bundle instead
+        push_note=" -- PUSH FAILED ($(grep -o 'received unexpected HTTP status: [^"]*' "$work/push.log" | head -n1 || true);"
+        push_note+=" airlock log: $(grep -v '^$' "$work/airlock.log" | tail -n1 | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-160))"
+        note "WARNING: pushing $n to airlock failed; falling back to a signed bundle. skopeo said:"
+        cat "$work/push.log" >&2
+        tail -n 5 "$work/airlock.log" >&2
+        kill "$air_pid"
+        wait "$air_pid" || true
+        pids=("${pids[@]:0:${#pids[@]}-1}")
+        rm -rf "$work/airlock-data"
+        load=bundle
+        break
+    done
+fi
+if [ "$load" = bundle ]; then
+    load_mode="signed bundle (keys generate, bundle create, import)$push_note"
+    note "loading airlock through a signed bundle"
+    "$airlock" keys generate --uid "Bench <bench@example.org>" --out "$work/key" >/dev/null
+    : >"$work/mirror.toml"
+    for n in "${names[@]}"; do
+        printf '[[image]]\nsource = "oci:%s:%s"\nrepository = "bench/%s"\ntags = ["%s"]\n\n' \
+            "$layout" "$n" "$n" "$TAG" >>"$work/mirror.toml"
+    done
+    "$airlock" bundle create --config "$work/mirror.toml" --sign-key "$work/key.sec.asc" \
+        -o "$work/bundle.tar" >/dev/null
+    "$airlock" import --data "$work/airlock-data" --keyring "$work/key.pub.asc" \
+        "$work/bundle.tar" >"$work/import.log" 2>&1 || {
+        cat "$work/import.log" >&2
+        die "airlock import failed"
+    }
+    rm -f "$work/bundle.tar"
+    note "starting airlock on $HOST:$air_port"
+    start_airlock
+fi
+
+servers=(airlock ref)
+declare -A port_of=([airlock]=$air_port [ref]=$ref_port)
+declare -A pid_of=([airlock]=$air_pid [ref]=$ref_pid)
+declare -A label_of=([airlock]=airlock [ref]=docker-registry)
+
+# --- same content on both ------------------------------------------------------
+note "checking that both registries serve identical content"
+header() { # FILE NAME: value of a response header (case-insensitive), CR stripped
+    awk -v h="$2" 'BEGIN { h = tolower(h) } {
+        sub(/\r$/, ""); i = index($0, ":")
+        if (i > 0 && tolower(substr($0, 1, i - 1)) == h) { v = substr($0, i + 1); sub(/^ +/, "", v); print v }
+    }' "$1"
+}
+check_manifest() { # SERVER NAME -> writes $work/check/SERVER.NAME.manifest
+    local s=$1 n=$2 url out hdr got
+    url="http://$HOST:${port_of[$s]}/v2/bench/$n/manifests/$TAG"
+    out=$work/check/$s.$n.manifest
+    hdr=$work/check/$s.$n.headers
+    curl -sSf -H "Accept: $MANIFEST_MT" -D "$hdr" -o "$out" "$url" || die "${label_of[$s]}: GET $url failed"
+    got="sha256:$(sha256sum <"$out" | cut -d' ' -f1)"
+    [ "$got" = "${mdigest[$n]}" ] || die "${label_of[$s]}: GET $url body has digest $got, expected ${mdigest[$n]}"
+    [ "$(header "$hdr" content-type)" = "$MANIFEST_MT" ] ||
+        die "${label_of[$s]}: GET $url Content-Type '$(header "$hdr" content-type)', expected $MANIFEST_MT"
+    [ "$(header "$hdr" docker-content-digest)" = "${mdigest[$n]}" ] ||
+        die "${label_of[$s]}: GET $url Docker-Content-Digest '$(header "$hdr" docker-content-digest)', expected ${mdigest[$n]}"
+    curl -sSf -I -H "Accept: $MANIFEST_MT" -o "$hdr.head" "$url" || die "${label_of[$s]}: HEAD $url failed"
+    [ "$(header "$hdr.head" docker-content-digest)" = "${mdigest[$n]}" ] ||
+        die "${label_of[$s]}: HEAD $url Docker-Content-Digest '$(header "$hdr.head" docker-content-digest)', expected ${mdigest[$n]}"
+    [ "$(header "$hdr.head" content-length)" = "${msize[$n]}" ] ||
+        die "${label_of[$s]}: HEAD $url Content-Length '$(header "$hdr.head" content-length)', expected ${msize[$n]}"
+}
+check_blob() { # SERVER NAME DIGEST
+    local s=$1 n=$2 d=$3 url got
+    url="http://$HOST:${port_of[$s]}/v2/bench/$n/blobs/$d"
+    got="sha256:$(curl -sSf "$url" | sha256sum | cut -d' ' -f1)" || die "${label_of[$s]}: GET $url failed"
+    [ "$got" = "$d" ] || die "${label_of[$s]}: GET $url body has digest $got"
+}
+mkdir -p "$work/check"
+n_checked=0
+for n in "${names[@]}"; do
+    for s in "${servers[@]}"; do
+        check_manifest "$s" "$n"
+        for b in ${blobs_of[$n]}; do
+            d=$b
+            [[ $b == *:*:* ]] && d=${b%:*} # layers are DIGEST:SIZE, the config just DIGEST
+            check_blob "$s" "$n" "$d"
+            n_checked=$((n_checked + 1))
+        done
+    done
+    cmp -s "$work/check/airlock.$n.manifest" "$work/check/ref.$n.manifest" ||
+        die "bench/$n:$TAG: the two registries return different manifest bytes"
+done
+note "content identical: 3 manifests (GET + HEAD) and $((n_checked / 2)) blobs on each registry"
+
+declare -A rss_base
+for s in "${servers[@]}"; do
+    rss_base[$s]=$(rss_kib "${pid_of[$s]}")
+done
+idle_conns() { # TAG
+    local s
+    for s in "${servers[@]}"; do
+        note "(f) ${label_of[$s]}: $CONNS idle keep-alive connections ($1)"
+        python3 "$helpers/idle-conns.py" "$HOST" "${port_of[$s]}" "${pid_of[$s]}" "$CONNS" 2 >"$work/res.$1.$s" ||
+            die "(f) ${label_of[$s]}: opening $CONNS keep-alive connections failed"
+    done
+    sleep 1
+}
+idle_conns f0
+
+# --- wrk figures -----------------------------------------------------------------
+# Results: $work/res.FIG.SERVER = "rps p99_ms transfer_mib_s server_cpu% wrk_cpu% socket_errors"
+parse_wrk() { # WRK_OUTPUT -> "rps p99_ms transfer_mib_s non2xx socket_errors"
+    awk '
+    function ms(v) {
+        if (v ~ /us$/) return (v + 0) / 1000
+        if (v ~ /ms$/) return v + 0
+        if (v ~ /m$/) return (v + 0) * 60000
+        if (v ~ /h$/) return (v + 0) * 3600000
+        if (v ~ /s$/) return (v + 0) * 1000
+        return -1
+    }
+    function mib(v) {
+        if (v ~ /TB$/) return (v + 0) * 1048576
+        if (v ~ /GB$/) return (v + 0) * 1024
+        if (v ~ /MB$/) return v + 0
+        if (v ~ /KB$/) return (v + 0) / 1024
+        if (v ~ /B$/) return (v + 0) / 1048576
+        return -1
+    }
+    BEGIN { rps = -1; p99 = -1; tr = -1; non2xx = 0; errs = 0; inlat = 0 }
+    /Latency Distribution/ { inlat = 1; next }
+    inlat && $1 == "99%" { p99 = ms($2); inlat = 0 }
+    /^Requests\/sec:/ { rps = $2 }
+    /^Transfer\/sec:/ { tr = mib($2) }
+    /Non-2xx or 3xx responses:/ { non2xx = $NF }
+    /Socket errors:/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+,?$/) errs += $i + 0 }
+    END { printf "%s %s %s %s %s\n", rps, p99, tr, non2xx, errs }
+    ' "$1"
+}
+
+run_wrk() { # FIG SERVER PATH [wrk args...]
+    local fig=$1 s=$2 path=$3
+    shift 3
+    local url="http://$HOST:${port_of[$s]}$path" out=$work/wrk.$fig.$s
+    local c0 c1 t0 t1 rps p99 tr non2xx errs wrk_cpu srv_cpu
+    note "($fig) ${label_of[$s]}: wrk -t2 -c64 -d${DURATION}s --latency --timeout 30s $* $url"
+    c0=$(cpu_ticks "${pid_of[$s]}")
+    t0=$(now_ns)
+    /usr/bin/time -f '%P' -o "$out.time" wrk -t2 -c64 -d"${DURATION}s" --latency --timeout 30s "$@" "$url" >"$out" 2>&1 || {
+        cat "$out" >&2
+        die "wrk failed against ${label_of[$s]}"
+    }
+    t1=$(now_ns)
+    c1=$(cpu_ticks "${pid_of[$s]}")
+    kill -0 "${pid_of[$s]}" 2>/dev/null || die "${label_of[$s]} died during ($fig)"
+    read -r rps p99 tr non2xx errs < <(parse_wrk "$out")
+    if [ "$rps" = -1 ] || [ "$p99" = -1 ] || [ "$tr" = -1 ]; then
+        cat "$out" >&2
+        die "could not parse the wrk output of ($fig) against ${label_of[$s]}"
+    fi
+    if [ "$non2xx" != 0 ]; then
+        cat "$out" >&2
+        die "($fig) ${label_of[$s]}: $non2xx non-2xx responses: the figures would be meaningless"
+    fi
+    wrk_cpu=$(tail -n1 "$out.time" | tr -d '%')
+    srv_cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v t0="$t0" -v t1="$t1" \
+        'BEGIN { printf "%.0f", (b - a) / hz / ((t1 - t0) / 1e9) * 100 }')
+    echo "$rps $p99 $tr $srv_cpu $wrk_cpu $errs" >"$work/res.$fig.$s"
+    sleep 1
+}
+
+run_hey() { # FIG SERVER PATH [hey args...]
+    local fig=$1 s=$2 path=$3
+    shift 3
+    local url="http://$HOST:${port_of[$s]}$path" out=$work/hey.$fig.$s
+    local c0 c1 t0 t1 rps p99 codes gen_cpu srv_cpu
+    note "($fig) ${label_of[$s]}: hey -z ${DURATION}s -c 64 $* $url"
+    c0=$(cpu_ticks "${pid_of[$s]}")
+    t0=$(now_ns)
+    /usr/bin/time -f '%P' -o "$out.time" hey -z "${DURATION}s" -c 64 "$@" "$url" >"$out" 2>&1 || {
+        cat "$out" >&2
+        die "hey failed against ${label_of[$s]}"
+    }
+    t1=$(now_ns)
+    c1=$(cpu_ticks "${pid_of[$s]}")
+    kill -0 "${pid_of[$s]}" 2>/dev/null || die "${label_of[$s]} died during ($fig)"
+    rps=$(awk '/Requests\/sec:/ { print $2 }' "$out")
+    p99=$(awk '$1 == "99%" && $2 == "in" { printf "%.3f", $3 * 1000 }' "$out")
+    codes=$(awk '/Status code distribution:/ { on = 1; next } on && /\[[0-9]+\]/ { print $1 } on && !/\[/ { on = 0 }' "$out" | tr -d '[]' | sort -u | tr '\n' ' ')
+    if [ -z "$rps" ] || [ -z "$p99" ]; then
+        cat "$out" >&2
+        die "could not parse the hey output of ($fig) against ${label_of[$s]}"
+    fi
+    if [ "$codes" != "200 " ] || grep -q 'Error distribution' "$out"; then
+        cat "$out" >&2
+        die "($fig) ${label_of[$s]}: responses other than 200 (status codes: $codes): the figures would be meaningless"
+    fi
+    gen_cpu=$(tail -n1 "$out.time" | tr -d '%')
+    srv_cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v t0="$t0" -v t1="$t1" \
+        'BEGIN { printf "%.0f", (b - a) / hz / ((t1 - t0) / 1e9) * 100 }')
+    echo "$rps $p99 0 $srv_cpu $gen_cpu 0" >"$work/res.$fig.$s"
+    sleep 1
+}
+
+accept=(-H "Accept: $MANIFEST_MT")
+for s in "${servers[@]}"; do
+    run_wrk a "$s" "/v2/bench/small/blobs/$small_blob"
+done
+for s in "${servers[@]}"; do
+    run_wrk b "$s" "/v2/bench/small/manifests/$TAG" "${accept[@]}"
+done
+for s in "${servers[@]}"; do
+    run_wrk c "$s" "/v2/bench/big/blobs/$big_blob"
+done
+for s in "${servers[@]}"; do
+    run_hey d "$s" "/v2/bench/small/manifests/$TAG" -m HEAD "${accept[@]}"
+done
+
+# --- (e) concurrent skopeo pulls -------------------------------------------------
+run_pulls() { # SERVER -> $work/res.e.SERVER = "wall_s server_cpu%"
+    local s=$1 i p failed=0 c0 c1 t0 t1 got
+    local dir=$work/pulls
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    note "(e) ${label_of[$s]}: $PULLS concurrent skopeo pulls of bench/multi:$TAG"
+    local mine=()
+    c0=$(cpu_ticks "${pid_of[$s]}")
+    t0=$(now_ns)
+    for i in $(seq 1 "$PULLS"); do
+        skopeo copy --quiet --src-tls-verify=false "docker://$HOST:${port_of[$s]}/bench/multi:$TAG" \
+            "oci:$dir/$i:$TAG" >"$dir/$i.log" 2>&1 &
+        mine+=("$!")
+        pids+=("$!")
+    done
+    for p in "${mine[@]}"; do
+        wait "$p" || failed=$((failed + 1))
+    done
+    t1=$(now_ns)
+    c1=$(cpu_ticks "${pid_of[$s]}")
+    pids=("${pids[@]:0:${#pids[@]}-${#mine[@]}}")
+    if [ "$failed" -ne 0 ]; then
+        cat "$dir"/*.log >&2
+        die "(e) ${label_of[$s]}: $failed of $PULLS pulls failed"
+    fi
+    for i in $(seq 1 "$PULLS"); do
+        got=$(jq -r '.manifests[0].digest' "$dir/$i/index.json")
+        [ "$got" = "${mdigest[multi]}" ] || die "(e) ${label_of[$s]}: pull $i got manifest $got, expected ${mdigest[multi]}"
+    done
+    awk -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v t0="$t0" -v t1="$t1" \
+        'BEGIN { w = (t1 - t0) / 1e9; printf "%.2f %.0f\n", w, (b - a) / hz / w * 100 }' >"$work/res.e.$s"
+    rm -rf "$dir"
+    sleep 1
+}
+for s in "${servers[@]}"; do
+    run_pulls "$s"
+done
+
+# --- (f) idle keep-alive connections again, after all the load -----------------------
+idle_conns f
+
+# --- report ------------------------------------------------------------------------
+field() { awk -v c="$3" '{ print $c }' "$work/res.$1.$2"; } # FIG SERVER COLUMN
+
+echo
+echo "airlock serve benchmark: airlock vs docker-registry $(docker-registry --version 2>/dev/null | awk '{ print $3 }'), loopback $HOST"
+echo "  machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)); wrk -t2 -c64 -d${DURATION}s shares them with the server"
+echo "  airlock loaded by: $load_mode"
+echo "  content: small = 4096 B layer, big = 64 MiB layer, multi = 5 layers (2-6 MiB, 20 MiB total); random bytes, tar+gzip layers"
+echo
+echo "details (srv/gen CPU = user+sys time of the server/load generator over wall time; 100 % = one core):"
+printf '  %-28s %-16s %12s %10s %12s %8s %8s %7s\n' figure server req/s "p99 ms" "MiB/s" "srv CPU" "gen CPU" "sockerr"
+for fig in a b c d; do
+    case $fig in
+        a) lab="(a) 4 KiB blob GET" ;;
+        b) lab="(b) manifest GET by tag" ;;
+        c) lab="(c) 64 MiB blob GET" ;;
+        d) lab="(d) manifest HEAD (hey)" ;;
+    esac
+    for s in "${servers[@]}"; do
+        read -r rps p99 tr sc wc errs <"$work/res.$fig.$s"
+        printf '  %-28s %-16s %12.0f %10.2f %12.1f %7s%% %7s%% %7s\n' "$lab" "${label_of[$s]}" "$rps" "$p99" "$tr" "$sc" "$wc" "$errs"
+    done
+done
+for s in "${servers[@]}"; do
+    printf '  %-28s %-16s %s s wall for %s pulls, server CPU %s%%\n' "(e) $PULLS skopeo pulls" "${label_of[$s]}" \
+        "$(field e "$s" 1)" "$PULLS" "$(field e "$s" 2)"
+done
+for f in f0 f; do
+    for s in "${servers[@]}"; do
+        read -r before loaded open n <"$work/res.$f.$s"
+        printf '  %-28s %-16s RSS %6.1f MiB before, %6.1f MiB with %s idle conns (%s/%s still open after 2 s)\n' \
+            "(f) $([ $f = f0 ] && echo "fresh server" || echo "after all load")" "${label_of[$s]}" \
+            "$(awk -v k="$before" 'BEGIN { print k / 1024 }')" "$(awk -v k="$loaded" 'BEGIN { print k / 1024 }')" "$n" "$open" "$n"
+    done
+done
+for s in "${servers[@]}"; do
+    for fig in a b c d; do
+        errs=$(field "$fig" "$s" 6)
+        [ "$errs" = 0 ] || echo "  note: ($fig) ${label_of[$s]}: wrk counted $errs socket errors/timeouts (timeouts: requests over 30 s)"
+    done
+done
+
+# row LABEL AIRLOCK REF TARGET_KIND TARGET_VALUE FORMAT
+#   TARGET_KIND: ge (ratio >= v), le (ratio <= v), abs_lt (airlock < v), none
+row() {
+    awk -v l="$1" -v a="$2" -v r="$3" -v k="$4" -v v="$5" -v f="$6" 'BEGIN {
+        ratio = (r > 0) ? a / r : 0
+        if (k == "ge") t = sprintf(">= %gx  %s", v, (ratio >= v ? "PASS" : "FAIL"))
+        else if (k == "le") t = sprintf("<= %gx  %s", v, (ratio <= v ? "PASS" : "FAIL"))
+        else if (k == "abs_lt") t = sprintf("< %g MiB  %s", v, (a < v ? "PASS" : "FAIL"))
+        else t = "-"
+        printf "| %-36s | " f " | " f " | %8.2fx | %-15s |\n", l, a, r, ratio, t
+    }'
+}
+get() { field "$1" "$2" "$3"; }
+mib() { awk -v k="$1" 'BEGIN { print k / 1024 }'; }
+
+echo
+printf '| %-36s | %15s | %15s | %9s | %-15s |\n' figure airlock docker-registry ratio target
+printf '|%s|%s|%s|%s|%s|\n' "$(printf '%38s' '' | tr ' ' -)" "$(printf '%17s' '' | tr ' ' -)" \
+    "$(printf '%17s' '' | tr ' ' -)" "$(printf '%11s' '' | tr ' ' -)" "$(printf '%17s' '' | tr ' ' -)"
+row "(a) 4 KiB blob GET req/s" "$(get a airlock 1)" "$(get a ref 1)" ge 10 "%15.0f"
+row "(a) 4 KiB blob GET p99 ms" "$(get a airlock 2)" "$(get a ref 2)" le 0.2 "%15.2f"
+row "(b) manifest GET req/s" "$(get b airlock 1)" "$(get b ref 1)" ge 10 "%15.0f"
+row "(b) manifest GET p99 ms" "$(get b airlock 2)" "$(get b ref 2)" le 0.2 "%15.2f"
+row "(c) 64 MiB blob GET MiB/s" "$(get c airlock 3)" "$(get c ref 3)" ge 1.2 "%15.1f"
+row "(c) 64 MiB blob GET req/s" "$(get c airlock 1)" "$(get c ref 1)" none 0 "%15.2f"
+row "(c) 64 MiB blob GET p99 ms" "$(get c airlock 2)" "$(get c ref 2)" none 0 "%15.2f"
+row "(d) manifest HEAD req/s (hey)" "$(get d airlock 1)" "$(get d ref 1)" none 0 "%15.0f"
+row "(d) manifest HEAD p99 ms (hey)" "$(get d airlock 2)" "$(get d ref 2)" none 0 "%15.2f"
+row "(e) $PULLS pulls wall s (lower=better)" "$(get e airlock 1)" "$(get e ref 1)" none 0 "%15.2f"
+row "(f) RSS baseline MiB" "$(mib "${rss_base[airlock]}")" "$(mib "${rss_base[ref]}")" none 0 "%15.1f"
+row "(f) RSS $CONNS idle conns, fresh MiB" "$(mib "$(get f0 airlock 2)")" "$(mib "$(get f0 ref 2)")" abs_lt 100 "%15.1f"
+row "(f) RSS $CONNS idle conns, after load" "$(mib "$(get f airlock 2)")" "$(mib "$(get f ref 2)")" abs_lt 100 "%15.1f"
