@@ -36,9 +36,9 @@ use crate::state::{ManifestInfo, Op, StateStore};
 use crate::store::{self, Blobstore, ObjectWriter, blob_key};
 
 /// Bytes per chunk handed from the reader thread to the writer.
-const CHUNK: usize = 1 << 20;
+const CHUNK: usize = 4 << 20;
 /// Chunks in flight between reader and writer (bounds memory: CHUNK × this).
-const IN_FLIGHT: usize = 8;
+const IN_FLIGHT: usize = 4;
 
 /// What an import did.
 #[derive(Debug, Clone)]
@@ -316,7 +316,7 @@ struct Current {
 
 /// Blob commits (fsync + rename) allowed to run in the background while the
 /// next blobs stream in; all finish before the root swap.
-const MAX_COMMITS: usize = 8;
+const MAX_COMMITS: usize = 32;
 
 async fn join_commit(commits: &mut JoinSet<store::Result<()>>) -> Result<()> {
     if let Some(r) = commits.join_next().await {
