@@ -3,98 +3,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 use common::*;
-
-/// `airlock serve` as a child process, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn serve(data: &Path) -> Server {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["serve", "--data", data.to_str().unwrap(), "--listen", &addr])
-        .spawn()
-        .unwrap();
-    let server = Server { child, addr };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok((status, _, _)) = http(&server.addr, "GET", "/v2/", &[]) {
-            assert_eq!(status, 200);
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("airlock serve did not answer on {}", server.addr);
-}
-
-/// (status, headers with lower-case names, body).
-type Reply = (u16, Vec<(String, String)>, Vec<u8>);
-
-/// A minimal HTTP/1.1 request.
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
-    let mut s = TcpStream::connect(addr)?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no header end"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.lines();
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other("bad status line"))?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Ok((status, headers, raw[split + 4..].to_vec()))
-}
-
-fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-}
-
-fn skopeo(args: &[&str]) -> Vec<u8> {
-    let o = Command::new("skopeo").args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "skopeo {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o.stdout
-}
 
 struct Slice {
     _dir: tempfile::TempDir,
@@ -122,7 +33,7 @@ fn slice() -> Slice {
     create_bundle(&config, &bundle, &[]);
     let data = path.join("data");
     import_bundle(&data, &public, &bundle);
-    let server = serve(&data);
+    let server = serve(&data, &[]);
     Slice {
         _dir: dir,
         dir: path,
@@ -130,12 +41,6 @@ fn slice() -> Slice {
         public,
         server,
     }
-}
-
-fn blob_file(layout: &Path, digest: &str) -> PathBuf {
-    layout
-        .join("blobs/sha256")
-        .join(digest.strip_prefix("sha256:").unwrap())
 }
 
 #[test]

@@ -9,122 +9,25 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use common::*;
 
-/// `airlock serve` as a child process, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    data: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn serve() -> Server {
+/// `airlock serve --allow-push --allow-delete --mirror-namespace docker.io` on a fresh store.
+fn serve_push() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args([
-            "serve",
-            "--data",
-            data.to_str().unwrap(),
-            "--listen",
-            &addr,
+    let mut server = serve(
+        &dir.path().join("data"),
+        &[
             "--allow-push",
             "--allow-delete",
             "--mirror-namespace",
             "docker.io",
-        ])
-        .spawn()
-        .unwrap();
-    let server = Server {
-        child,
-        addr,
-        data,
-        _dir: dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok((status, _, _)) = http(&server.addr, "GET", "/v2/", &[]) {
-            assert_eq!(status, 200);
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("airlock serve did not answer on {}", server.addr);
-}
-
-/// (status, headers with lower-case names, body).
-type Reply = (u16, Vec<(String, String)>, Vec<u8>);
-
-/// A minimal HTTP/1.1 request without a body.
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Reply> {
-    let mut s = TcpStream::connect(addr)?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no header end"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.lines();
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other("bad status line"))?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Ok((status, headers, raw[split + 4..].to_vec()))
-}
-
-fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-}
-
-fn skopeo(args: &[&str]) -> Vec<u8> {
-    let o = Command::new("skopeo").args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "skopeo {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
+        ],
     );
-    o.stdout
-}
-
-fn blob_file(layout: &Path, digest: &str) -> PathBuf {
-    layout
-        .join("blobs/sha256")
-        .join(digest.strip_prefix("sha256:").unwrap())
+    server.keep = Some(dir);
+    server
 }
 
 fn history(data: &Path) -> String {
@@ -147,7 +50,7 @@ fn push_fixture(s: &Server, r: &str, dest: &str, all: bool) {
 #[test]
 fn skopeo_pushes_and_pulls_one_image() {
     require_tool("skopeo", "skopeo");
-    let s = serve();
+    let s = serve_push();
     let layout = fixture_layout();
     let want = layout_ref_digest(&layout, "latest");
     assert_eq!(sha256sum(&blob_file(&layout, &want)), want);
@@ -211,7 +114,7 @@ fn dir_is_empty(p: &Path) -> bool {
 #[test]
 fn skopeo_copy_all_pushes_the_two_platform_index() {
     require_tool("skopeo", "skopeo");
-    let s = serve();
+    let s = serve_push();
     let layout = fixture_layout();
     let want = layout_ref_digest(&layout, "multi");
     push_fixture(&s, "multi", "multi/busybox:v1", true);
@@ -251,7 +154,7 @@ fn skopeo_copy_all_pushes_the_two_platform_index() {
 #[test]
 fn skopeo_cross_repository_copy_mounts_blobs() {
     require_tool("skopeo", "skopeo");
-    let s = serve();
+    let s = serve_push();
     let layout = fixture_layout();
     let want = layout_ref_digest(&layout, "latest");
     push_fixture(&s, "latest", "team-a/busybox:latest", false);
@@ -316,7 +219,7 @@ fn skopeo_cross_repository_copy_mounts_blobs() {
 #[test]
 fn containerd_style_ns_pull_and_docker_mirror_default() {
     require_tool("skopeo", "skopeo");
-    let s = serve();
+    let s = serve_push();
     let layout = fixture_layout();
     let want = layout_ref_digest(&layout, "latest");
     push_fixture(&s, "latest", "docker.io/library/busybox:latest", false);
@@ -404,7 +307,7 @@ fn require_oras() {
 fn oras_pushes_an_artifact_with_a_subject_and_lists_referrers() {
     require_tool("skopeo", "skopeo");
     require_oras();
-    let s = serve();
+    let s = serve_push();
     let layout = fixture_layout();
     let subject = layout_ref_digest(&layout, "latest");
     let size = std::fs::metadata(blob_file(&layout, &subject))

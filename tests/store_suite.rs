@@ -64,6 +64,25 @@ async fn suite(store: Arc<dyn Blobstore>) {
         s.read("blobs/sha256/00/none", None).await,
         Err(StoreError::NotFound(_))
     ));
+    // Streams (response bodies): whole, large unaligned range, small range, errors.
+    assert_eq!(collect(s, &key, None).await, big);
+    assert_eq!(
+        collect(s, &key, Some((4097, 250_001))).await,
+        &big[4097..250_001]
+    );
+    assert_eq!(
+        collect(s, &key, Some((299_990, 300_000))).await,
+        &big[299_990..]
+    );
+    assert_eq!(collect(s, &key, Some((7, 7))).await, b"");
+    assert!(matches!(
+        s.stream(&key, Some((0, 300_001))).await,
+        Err(StoreError::Range { .. })
+    ));
+    assert!(matches!(
+        s.stream("blobs/sha256/00/none", None).await,
+        Err(StoreError::NotFound(_))
+    ));
     // Small blobs through the helpers, verified on the way out.
     let small = store::put_bytes(s, b"hello").await.unwrap();
     assert_eq!(store::get_verified(s, &small).await.unwrap(), b"hello");

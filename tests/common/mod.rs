@@ -2,9 +2,12 @@
 //! running the `airlock` binary, required external tools.
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Fails (never skips) when `tool` is missing, naming the Debian package.
 pub fn require_tool(tool: &str, package: &str) {
@@ -175,4 +178,116 @@ pub fn import_bundle(data: &Path, keyring: &Path, bundle: &Path) -> String {
         keyring.to_str().unwrap(),
         bundle.to_str().unwrap(),
     ])
+}
+
+/// `airlock serve` as a child process, killed on drop.
+pub struct Server {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// Its data directory.
+    pub data: PathBuf,
+    /// A temporary directory that lives as long as the server.
+    pub keep: Option<tempfile::TempDir>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port free on loopback right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `airlock serve --data DATA` plus `extra` on a free port and waits until `/v2/` answers 200.
+pub fn serve(data: &Path, extra: &[&str]) -> Server {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["serve", "--data", data.to_str().unwrap(), "--listen", &addr])
+        .args(extra)
+        .spawn()
+        .unwrap();
+    let server = Server {
+        child,
+        addr,
+        data: data.to_path_buf(),
+        keep: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok((status, _, _)) = http(&server.addr, "GET", "/v2/", &[]) {
+            assert_eq!(status, 200);
+            return server;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("airlock serve did not answer on {}", server.addr);
+}
+
+/// (status, headers with lower-case names, body).
+pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// A minimal HTTP/1.1 request without a body, over a fresh connection.
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Reply> {
+    let mut s = TcpStream::connect(addr)?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no header end"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("bad status line"))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok((status, headers, raw[split + 4..].to_vec()))
+}
+
+/// The first header `name` (lower case) of a reply.
+pub fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// Runs skopeo, asserting success; returns stdout.
+pub fn skopeo(args: &[&str]) -> Vec<u8> {
+    let o = Command::new("skopeo").args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "skopeo {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+/// The file of blob `digest` in an OCI layout.
+pub fn blob_file(layout: &Path, digest: &str) -> PathBuf {
+    layout
+        .join("blobs/sha256")
+        .join(digest.strip_prefix("sha256:").unwrap())
 }
