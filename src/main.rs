@@ -90,6 +90,19 @@ enum Command {
         /// Upload sessions older than this many seconds are refused and swept.
         #[arg(long, env = "AIRLOCK_UPLOAD_EXPIRY", default_value_t = 86400, value_parser = clap::value_parser!(u64).range(1..))]
         upload_expiry_secs: u64,
+        /// Close a connection whose client has not sent a complete request
+        /// head within this many seconds (also bounds HTTP/1.1 keep-alive
+        /// idling between requests).
+        #[arg(long, env = "AIRLOCK_HEADER_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+        header_timeout_secs: u64,
+        /// Close a connection with no request in progress and no traffic for
+        /// this many seconds.
+        #[arg(long, env = "AIRLOCK_IDLE_TIMEOUT", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+        idle_timeout_secs: u64,
+        /// Connections open at once; at the cap, new clients wait until one
+        /// closes.
+        #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        max_connections: u64,
     },
 }
 
@@ -167,6 +180,14 @@ fn progress_bar() -> indicatif::ProgressBar {
     )
     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     indicatif::ProgressBar::new(0).with_style(style)
+}
+
+/// State in an existing data directory, for commands that only read.
+fn existing_state_at(data: &Path) -> Result<StateStore> {
+    if !data.is_dir() {
+        bail!("data directory {} does not exist", data.display());
+    }
+    state_at(data)
 }
 
 fn state_at(data: &Path) -> Result<StateStore> {
@@ -317,7 +338,7 @@ async fn run(cli: Cli) -> Result<()> {
             println!("{report}");
         }
         Command::Inventory { data, out } => {
-            let state = state_at(&data.data)?;
+            let state = existing_state_at(&data.data)?;
             let keys = state.blobstore().list("blobs/").await?;
             let blobs = keys
                 .iter()
@@ -341,7 +362,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::History { data } => {
-            let state = state_at(&data.data)?;
+            let state = existing_state_at(&data.data)?;
             let history = state.history().await?;
             if history.is_empty() {
                 println!("no generations yet (empty store)");
@@ -364,6 +385,9 @@ async fn run(cli: Cli) -> Result<()> {
             allow_delete,
             mirror_namespace,
             upload_expiry_secs,
+            header_timeout_secs,
+            idle_timeout_secs,
+            max_connections,
         } => {
             if let Some(ns) = &mirror_namespace {
                 let probe: airlock::names::RepositoryName = "x".parse()?;
@@ -379,7 +403,13 @@ async fn run(cli: Cli) -> Result<()> {
                 upload_expiry: std::time::Duration::from_secs(upload_expiry_secs),
             };
             let app = Arc::new(airlock::server::App::with_config(state, config));
-            airlock::server::serve(listen, app).await?;
+            let limits = airlock::server::Limits {
+                header_timeout: std::time::Duration::from_secs(header_timeout_secs),
+                idle_timeout: std::time::Duration::from_secs(idle_timeout_secs),
+                max_connections: max_connections as usize,
+                ..airlock::server::Limits::default()
+            };
+            airlock::server::serve(listen, app, limits).await?;
         }
     }
     Ok(())
@@ -387,6 +417,16 @@ async fn run(cli: Cli) -> Result<()> {
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        // A command whose output is piped into `head` ends quietly like any Unix tool
+        // instead of panicking on EPIPE. The server keeps Rust's default (ignored), so
+        // a client closing its socket is an error to handle, not a signal.
+        // SAFETY: restoring a signal's default disposition at start-up, before any
+        // thread is spawned.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
@@ -408,7 +448,26 @@ fn main() {
         }
     };
     if let Err(e) = runtime.block_on(run(cli)) {
-        eprintln!("airlock: error: {e:#}");
+        eprintln!("airlock: error: {}", one_line(&format!("{e:#}")));
         std::process::exit(1);
     }
+}
+
+/// A cause fit for one terminal line: control characters escaped (no
+/// terminal escape injection from a hostile bundle), at most 1000 characters.
+fn one_line(text: &str) -> String {
+    const MAX: usize = 1000;
+    let mut out = String::new();
+    for c in text.chars() {
+        if out.len() >= MAX {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

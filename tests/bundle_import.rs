@@ -231,7 +231,7 @@ fn volumes_and_stdin_import() {
     let w = world();
     let config = w.dir.path().join("mirror.toml");
     let base = w.dir.path().join("vol.tar");
-    let out = create_bundle(&config, &base, &["--volume-size", "256K"]);
+    let out = create_bundle(&config, &base, &["--volume-size", "1M"]);
     assert!(out.contains("vol.tar.000"), "{out}");
     let v1 = w.dir.path().join("vol.tar.001");
     assert!(v1.exists());
@@ -239,7 +239,7 @@ fn volumes_and_stdin_import() {
         std::fs::metadata(w.dir.path().join("vol.tar.000"))
             .unwrap()
             .len(),
-        256 * 1024
+        1024 * 1024
     );
     // By base name (volumes found in order) into a fresh store.
     let data2 = w.dir.path().join("data2");
@@ -473,4 +473,111 @@ fn bad_config_and_missing_files_give_one_line_errors() {
     assert!(!o.status.success());
     assert!(err.contains("invalid repository name"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn extension_headers_are_refused_before_they_are_read() {
+    let w = world();
+    // A PAX header (as GNU tar --format=posix writes) and a GNU long name: both are
+    // refused as entries, never expanded into memory.
+    let bad = tampered(&w, "pax.tar", |e| {
+        let body = b"30 path=blobs/sha256/aaaaaaaaaa\n".to_vec();
+        e.insert(
+            1,
+            (
+                raw_header("PaxHeaders/x", body.len() as u64, tar::EntryType::XHeader),
+                body,
+            ),
+        );
+    });
+    assert_refused(&w, &bad, &w.public, "PAX or GNU extension header");
+    let bad = tampered(&w, "longname.tar", |e| {
+        let name = format!("{}\0", "n".repeat(5000)).into_bytes();
+        e.insert(
+            1,
+            (
+                raw_header(
+                    "././@LongLink",
+                    name.len() as u64,
+                    tar::EntryType::GNULongName,
+                ),
+                name,
+            ),
+        );
+    });
+    assert_refused(&w, &bad, &w.public, "PAX or GNU extension header");
+}
+
+#[test]
+fn two_bundles_or_trailing_junk_are_refused() {
+    let w = world();
+    // Two whole bundles given as if they were volumes of one.
+    let o = airlock(&[
+        "import",
+        "--data",
+        w.data.to_str().unwrap(),
+        "--keyring",
+        w.public.to_str().unwrap(),
+        w.bundle.to_str().unwrap(),
+        w.bundle.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("data after the end of the tar archive"),
+        "{err}"
+    );
+    let mut bytes = std::fs::read(&w.bundle).unwrap();
+    bytes.extend_from_slice(b"junk");
+    let junk = w.dir.path().join("junk-after.tar");
+    std::fs::write(&junk, bytes).unwrap();
+    assert_refused(
+        &w,
+        &junk,
+        &w.public,
+        "data after the end of the tar archive",
+    );
+}
+
+#[test]
+fn hostile_names_cannot_inject_terminal_escapes() {
+    let w = world();
+    let bad = tampered(&w, "escape.tar", |e| {
+        e.insert(
+            1,
+            (
+                raw_header("x\u{1b}[2Jy", 1, tar::EntryType::Regular),
+                b"x".to_vec(),
+            ),
+        );
+    });
+    assert_refused(&w, &bad, &w.public, "unexpected entry");
+    let o = airlock(&["bundle", "inspect", "/dev/null"]);
+    assert!(!o.status.success());
+    let o = airlock(&[
+        "import",
+        "--data",
+        w.data.to_str().unwrap(),
+        "--keyring",
+        w.public.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert!(
+        !o.stderr.contains(&0x1b),
+        "raw escape byte in: {:?}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn read_only_commands_do_not_create_a_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    for cmd in ["history", "inventory"] {
+        let o = airlock(&[cmd, "--data", missing.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{cmd}");
+        assert!(err.contains("does not exist"), "{cmd}: {err}");
+        assert!(!missing.exists(), "{cmd} created the directory");
+    }
 }

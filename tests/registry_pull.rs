@@ -854,9 +854,14 @@ async fn serves_over_tcp_to_curl() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(server::serve_on(listener, f.app.clone(), async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(server::serve_on(
+        listener,
+        f.app.clone(),
+        server::Limits::default(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
     let base = format!("http://{addr}");
 
     // Manifest: headers and exact bytes over a real connection.

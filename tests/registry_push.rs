@@ -1084,3 +1084,262 @@ async fn expired_sessions_are_refused_and_swept() {
     assert!(f.store.list("uploads/").await.unwrap().is_empty());
     assert!(f.store.list("blobs/").await.unwrap().is_empty());
 }
+
+fn root_of(f: &Fixture) -> Option<String> {
+    std::fs::read_to_string(f.dir.join("refs/root")).ok()
+}
+
+/// The config and layer [`push_image`] pushes for `seed`.
+fn image_parts(seed: u32) -> (Vec<u8>, Vec<u8>) {
+    let config = format!(r#"{{"architecture":"amd64","os":"linux","seed":{seed}}}"#).into_bytes();
+    (config, bytes_of(3000, seed))
+}
+
+#[tokio::test]
+async fn repushed_manifest_keeps_its_first_media_type() {
+    let f = fixture();
+    let (m, d) = push_image(&f.router, "img", "latest", 10).await;
+    // The body declares an OCI manifest: relabelling it is refused.
+    let root = root_of(&f);
+    put_manifest(&f.router, "img", &d, "text/plain", &m)
+        .await
+        .error(400, "MANIFEST_INVALID");
+    assert_eq!(root_of(&f), root);
+    let r = get_with_accept(&f.router, "/v2/img/manifests/latest", OCI_MANIFEST).await;
+    r.status(200);
+    assert_eq!(r.header("content-type"), OCI_MANIFEST);
+    assert_eq!(r.body, m);
+
+    // An OCI manifest without a mediaType field (optional in image-spec):
+    // the text/plain re-PUT is accepted, but the digest keeps its type.
+    let (config, layer) = image_parts(10);
+    let bare = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "config": {"mediaType": CONFIG, "digest": sha256(&config), "size": config.len()},
+        "layers": [{"mediaType": LAYER, "digest": sha256(&layer), "size": layer.len()}],
+    }))
+    .unwrap();
+    let bare_d = sha256(&bare);
+    put_manifest(&f.router, "img", "bare", OCI_MANIFEST, &bare)
+        .await
+        .status(201);
+    let root = root_of(&f);
+    let r = put_manifest(&f.router, "img", &bare_d, "text/plain", &bare).await;
+    r.status(201);
+    assert_eq!(r.header("docker-content-digest"), bare_d);
+    assert_eq!(root_of(&f), root, "same bytes, same state");
+    // By tag: only the tag moves.
+    put_manifest(&f.router, "img", "moved", "text/plain", &bare)
+        .await
+        .status(201);
+    for reference in ["bare", "moved", bare_d.as_str()] {
+        let r = get_with_accept(
+            &f.router,
+            &format!("/v2/img/manifests/{reference}"),
+            OCI_MANIFEST,
+        )
+        .await;
+        r.status(200);
+        assert_eq!(r.header("content-type"), OCI_MANIFEST, "{reference}");
+        assert_eq!(r.body, bare);
+    }
+
+    // An artifact keeps the type it was first pushed with.
+    let art = b"opaque artifact bytes".to_vec();
+    let art_d = sha256(&art);
+    put_manifest(&f.router, "img", "art", "application/vnd.example.a", &art)
+        .await
+        .status(201);
+    let root = root_of(&f);
+    put_manifest(&f.router, "img", &art_d, "application/vnd.example.b", &art)
+        .await
+        .status(201);
+    assert_eq!(root_of(&f), root);
+    let r = get(&f.router, "/v2/img/manifests/art").await;
+    r.status(200);
+    assert_eq!(r.header("content-type"), "application/vnd.example.a");
+}
+
+#[tokio::test]
+async fn manifest_content_type_is_case_insensitive_and_cannot_relabel() {
+    let f = fixture();
+    let (m, _) = push_image(&f.router, "img", "v1", 11).await;
+    let (config, _) = image_parts(11);
+    let missing = bytes_of(10, 98);
+    let bad = image_manifest(&config, &[&missing]);
+    let root = root_of(&f);
+    // Upper case is the same media type: the reference checks apply.
+    put_manifest(
+        &f.router,
+        "img",
+        "bad",
+        "APPLICATION/VND.OCI.IMAGE.MANIFEST.V1+JSON",
+        &bad,
+    )
+    .await
+    .error(400, "MANIFEST_BLOB_UNKNOWN");
+    // A foreign type on a body declaring a manifest type.
+    for ct in [
+        "application/octet-stream",
+        "text/plain; charset=utf-8",
+        OCI_INDEX,
+        DOCKER_MANIFEST,
+    ] {
+        put_manifest(&f.router, "img", "bad", ct, &bad)
+            .await
+            .error(400, "MANIFEST_INVALID");
+        put_manifest(&f.router, "img", "relabel", ct, &m)
+            .await
+            .error(400, "MANIFEST_INVALID");
+    }
+    assert_eq!(root_of(&f), root, "nothing stored");
+    for tag in ["bad", "relabel"] {
+        get(&f.router, &format!("/v2/img/manifests/{tag}"))
+            .await
+            .error(404, "MANIFEST_UNKNOWN");
+    }
+    // The normalized type is stored (fresh repository: nothing recorded yet).
+    let (config, layer) = image_parts(11);
+    push_blob(&f.router, "fresh", &config).await;
+    push_blob(&f.router, "fresh", &layer).await;
+    put_manifest(
+        &f.router,
+        "fresh",
+        "v1",
+        "Application/Vnd.OCI.Image.Manifest.V1+JSON ; charset=utf-8",
+        &m,
+    )
+    .await
+    .status(201);
+    let r = get_with_accept(&f.router, "/v2/fresh/manifests/v1", OCI_MANIFEST).await;
+    r.status(200);
+    assert_eq!(r.header("content-type"), OCI_MANIFEST);
+    assert_eq!(r.body, m);
+}
+
+#[tokio::test]
+async fn overflowing_content_range_is_refused() {
+    let f = fixture();
+    let r = send(&f.router, "POST", "/v2/o/blobs/uploads/", &[], Vec::new()).await;
+    let loc = r.header("location").to_string();
+    let empty = sha256(b"");
+    for range in ["0-18446744073709551615", "bytes 0-18446744073709551615/*"] {
+        send(
+            &f.router,
+            "PATCH",
+            &loc,
+            &[("content-range", range)],
+            Vec::new(),
+        )
+        .await
+        .error(400, "BLOB_UPLOAD_INVALID");
+        send(
+            &f.router,
+            "PUT",
+            &format!("{loc}?digest={empty}"),
+            &[("content-range", range)],
+            Vec::new(),
+        )
+        .await
+        .error(400, "BLOB_UPLOAD_INVALID");
+        // Beyond u64: malformed.
+        send(
+            &f.router,
+            "PATCH",
+            &loc,
+            &[("content-range", "0-18446744073709551616")],
+            Vec::new(),
+        )
+        .await
+        .error(400, "BLOB_UPLOAD_INVALID");
+    }
+    // Nothing appended, nothing stored, the session lives on.
+    let r = get(&f.router, &loc).await;
+    r.status(204);
+    assert_eq!(r.header("range"), "0-0");
+    assert!(f.store.list("blobs/").await.unwrap().is_empty());
+    assert_eq!(root_of(&f), None);
+
+    send(&f.router, "PATCH", &loc, &[], b"hello".to_vec())
+        .await
+        .status(202);
+    // End before start: out of order, 416 with the session's Range.
+    let r = send(
+        &f.router,
+        "PATCH",
+        &loc,
+        &[("content-range", "5-4")],
+        Vec::new(),
+    )
+    .await;
+    r.error(416, "BLOB_UPLOAD_INVALID");
+    assert_eq!(r.header("range"), "0-4");
+    // A huge but representable length is compared, not wrapped.
+    send(
+        &f.router,
+        "PATCH",
+        &loc,
+        &[("content-range", "5-18446744073709551615")],
+        b"x".to_vec(),
+    )
+    .await
+    .error(400, "SIZE_INVALID");
+    assert_eq!(get(&f.router, &loc).await.header("range"), "0-4");
+    let d = sha256(b"hello");
+    send(
+        &f.router,
+        "PUT",
+        &format!("{loc}?digest={d}"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .status(201);
+}
+
+#[tokio::test]
+async fn malformed_digest_message_says_invalid() {
+    let f = fixture();
+    let message = |r: &Reply| r.json()["errors"][0]["message"].clone();
+    for uri in [
+        "/v2/img/blobs/sha256:xyz",
+        "/v2/img/blobs/md5:abc",
+        "/v2/img/referrers/sha256:short",
+    ] {
+        let r = get(&f.router, uri).await;
+        r.error(400, "DIGEST_INVALID");
+        assert_eq!(
+            message(&r),
+            "provided digest is missing or invalid",
+            "{uri}"
+        );
+        assert!(r.json()["errors"][0]["detail"]["reason"].is_string());
+    }
+    let r = send(&f.router, "POST", "/v2/img/blobs/uploads/", &[], Vec::new()).await;
+    let loc = r.header("location").to_string();
+    for uri in [loc.clone(), format!("{loc}?digest=sha256:xyz")] {
+        let r = send(&f.router, "PUT", &uri, &[], Vec::new()).await;
+        r.error(400, "DIGEST_INVALID");
+        assert_eq!(
+            message(&r),
+            "provided digest is missing or invalid",
+            "{uri}"
+        );
+    }
+    // A well-formed digest the content does not match keeps the spec's message.
+    let r = send(
+        &f.router,
+        "POST",
+        &format!("/v2/img/blobs/uploads/?digest={}", sha256(b"a")),
+        &[],
+        b"b".to_vec(),
+    )
+    .await;
+    r.error(400, "DIGEST_INVALID");
+    assert_eq!(
+        message(&r),
+        "provided digest did not match uploaded content"
+    );
+    assert!(f.store.list("blobs/").await.unwrap().is_empty());
+    assert_eq!(root_of(&f), None);
+}

@@ -127,6 +127,13 @@ fn entry_path<R: Read>(entry: &tar::Entry<'_, R>) -> Result<String> {
             tar::EntryType::Directory => "a directory",
             tar::EntryType::Char | tar::EntryType::Block => "a device",
             tar::EntryType::Fifo => "a fifo",
+            tar::EntryType::GNUSparse => "a sparse file",
+            tar::EntryType::XHeader
+            | tar::EntryType::XGlobalHeader
+            | tar::EntryType::GNULongName
+            | tar::EntryType::GNULongLink => {
+                "a PAX or GNU extension header (bundles use plain ustar entries)"
+            }
             _ => "not a regular file",
         };
         bail!("entry {path:?} is {what}; bundles hold regular files only");
@@ -160,6 +167,28 @@ fn read_signed_doc<R: Read>(entries: &mut tar::Entries<'_, R>) -> Result<String>
     String::from_utf8(armored).map_err(|_| anyhow!("{SIGNED_DOC} is not UTF-8"))
 }
 
+/// After the end-of-archive block only zero padding may follow (at most
+/// [`MAX_PADDING`] bytes): anything else is a second bundle or junk.
+fn only_padding_follows(mut rest: impl Read) -> Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = rest.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        total += n as u64;
+        if total > MAX_PADDING || buf[..n].iter().any(|&b| b != 0) {
+            bail!(
+                "data after the end of the tar archive: a bundle is one tar (or its volumes, in order); import bundles one at a time"
+            );
+        }
+    }
+}
+
+/// Zero padding accepted after the end-of-archive block, in bytes (tar records are 10 KiB).
+const MAX_PADDING: u64 = 1 << 20;
+
 /// The reader thread: parses, verifies and hashes; sends blob bytes to the writer.
 fn read_bundle(
     reader: impl Read,
@@ -172,7 +201,9 @@ fn read_bundle(
             .map_err(|_| anyhow!("import aborted by the store writer"))
     };
     let mut archive = tar::Archive::new(reader);
-    let mut entries = archive.entries()?;
+    // Raw entries: PAX and GNU extension headers are not expanded (into memory,
+    // unbounded) by the tar crate but refused by `entry_path`.
+    let mut entries = archive.entries()?.raw(true);
     let armored = read_signed_doc(&mut entries)?;
     let verified = keyring
         .verify_cleartext(&armored)
@@ -254,6 +285,7 @@ fn read_bundle(
             None => send(Msg::End)?,
         }
     }
+    only_padding_follows(archive.into_inner())?;
     for name in [OCI_LAYOUT, INDEX_JSON] {
         if !layout_seen.contains(name) {
             bail!("bundle truncated or incomplete: entry {name:?} missing");
@@ -553,7 +585,7 @@ pub async fn verify(
 /// Reads the signed document of a bundle WITHOUT verifying its signature (`bundle inspect`).
 pub fn inspect(reader: impl Read) -> Result<BundleDoc> {
     let mut archive = tar::Archive::new(reader);
-    let armored = read_signed_doc(&mut archive.entries()?)?;
+    let armored = read_signed_doc(&mut archive.entries()?.raw(true))?;
     let text = super::sign::unverified_text(&armored)?;
     Ok(serde_json::from_str(&text)?)
 }

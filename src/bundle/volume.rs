@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+/// Smallest volume size accepted, in bytes (1 MiB).
+pub const MIN_VOLUME: u64 = 1 << 20;
+
 /// The name of volume `n` of `base`: `base.000`, `base.001`, ...
 pub fn volume_name(base: &Path, n: usize) -> PathBuf {
     let mut s = base.as_os_str().to_owned();
@@ -30,10 +33,10 @@ pub struct VolumeWriter {
 
 impl VolumeWriter {
     /// Starts writing at `base` (or `base.000` with a volume size). Refuses to
-    /// overwrite an existing file, and a volume size of 0.
+    /// overwrite an existing file, and a volume size under [`MIN_VOLUME`].
     pub fn create(base: &Path, size: Option<u64>) -> Result<VolumeWriter> {
-        if size == Some(0) {
-            bail!("--volume-size must be at least 1 byte");
+        if size.is_some_and(|s| s < MIN_VOLUME) {
+            bail!("--volume-size must be at least 1M (1 MiB)");
         }
         let mut w = VolumeWriter {
             base: base.to_path_buf(),
@@ -189,14 +192,16 @@ mod tests {
     fn split_and_rejoin() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("b.tar");
-        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        let mut w = VolumeWriter::create(&base, Some(4096)).unwrap();
+        let len = 2 * MIN_VOLUME as usize + 1000;
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        assert!(VolumeWriter::create(&base, Some(MIN_VOLUME - 1)).is_err());
+        let mut w = VolumeWriter::create(&base, Some(MIN_VOLUME)).unwrap();
         w.write_all(&data).unwrap();
         let (files, total) = w.finish().unwrap();
-        assert_eq!(total, 10_000);
+        assert_eq!(total, len as u64);
         assert_eq!(files.len(), 3);
-        assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 4096);
-        assert_eq!(std::fs::metadata(&files[2]).unwrap().len(), 10_000 - 8192);
+        assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), MIN_VOLUME);
+        assert_eq!(std::fs::metadata(&files[2]).unwrap().len(), 1000);
         let inputs = expand_inputs(std::slice::from_ref(&base)).unwrap();
         assert_eq!(inputs, files);
         let mut back = Vec::new();

@@ -101,6 +101,10 @@ pub enum RegistryError {
         code: ErrorCode,
         /// Sent as `detail`.
         detail: Value,
+        /// Sent as `message` instead of the table's, when the table's would
+        /// mislead (`DIGEST_INVALID` for a malformed digest: nothing was
+        /// uploaded, so "did not match uploaded content" is wrong).
+        message: Option<&'static str>,
     },
     /// A spec error sent with a status the spec names for the case instead of
     /// the code's table row, plus headers: 416 for an upload chunk out of
@@ -132,13 +136,35 @@ pub enum RegistryError {
     Internal(String),
 }
 
+/// `message` of a `DIGEST_INVALID` sent for a missing or malformed digest.
+pub const INVALID_DIGEST_MESSAGE: &str = "provided digest is missing or invalid";
+
 /// Shorthand for the result of registry operations.
 pub type Result<T> = std::result::Result<T, RegistryError>;
 
 impl RegistryError {
     /// A spec error with a JSON `detail`.
     pub fn new(code: ErrorCode, detail: Value) -> RegistryError {
-        RegistryError::Api { code, detail }
+        RegistryError::Api {
+            code,
+            detail,
+            message: None,
+        }
+    }
+
+    /// A spec error sent with `message` instead of the table's message.
+    pub fn with_message(code: ErrorCode, message: &'static str, detail: Value) -> RegistryError {
+        RegistryError::Api {
+            code,
+            detail,
+            message: Some(message),
+        }
+    }
+
+    /// 400 `DIGEST_INVALID` for a digest that is missing or not a digest
+    /// (as opposed to content that does not match a valid one).
+    pub fn invalid_digest(detail: Value) -> RegistryError {
+        RegistryError::with_message(ErrorCode::DigestInvalid, INVALID_DIGEST_MESSAGE, detail)
     }
 
     /// The HTTP status this error is sent with.
@@ -156,7 +182,15 @@ impl RegistryError {
     /// (keys in that order), or the plain text of [`RegistryError::NoEndpoint`].
     pub fn body(&self) -> String {
         let (code, message, detail) = match self {
-            RegistryError::Api { code, detail } | RegistryError::Status { code, detail, .. } => {
+            RegistryError::Api {
+                code,
+                detail,
+                message,
+            } => {
+                let info = code.info();
+                (info.code, message.unwrap_or(info.message), detail.clone())
+            }
+            RegistryError::Status { code, detail, .. } => {
                 let info = code.info();
                 (info.code, info.message, detail.clone())
             }
@@ -271,6 +305,11 @@ mod tests {
         assert_eq!(
             e.body(),
             r#"{"errors":[{"code":"NAME_UNKNOWN","message":"repository name not known to registry","detail":{"name":"a/b"}}]}"#
+        );
+        let e = RegistryError::invalid_digest(json!({"digest": "md5:x"}));
+        assert_eq!(
+            e.body(),
+            r#"{"errors":[{"code":"DIGEST_INVALID","message":"provided digest is missing or invalid","detail":{"digest":"md5:x"}}]}"#
         );
         let internal = RegistryError::Internal("disk on fire".into());
         assert!(!internal.body().contains("fire"));

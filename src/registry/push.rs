@@ -7,11 +7,18 @@
 //!
 //! Rules:
 //! - At most [`MAX_MANIFEST_SIZE`] bytes (4 MiB), else 413 `SIZE_INVALID`.
-//! - The media type is the `Content-Type` (parameters dropped), else the
-//!   body's `mediaType`; an OCI or Docker schema 2 manifest or index must
+//! - The media type is the `Content-Type`, normalized (parameters dropped,
+//!   lower case: RFC 9110 §8.3.1 makes type and subtype case-insensitive),
+//!   else the body's `mediaType`; the normalized form is stored. A body that
+//!   is JSON whose `mediaType` field is one of the four manifest and index
+//!   types must be sent with exactly that type, else 400 `MANIFEST_INVALID`
+//!   (so a foreign or differently cased `Content-Type` cannot skip the
+//!   reference checks). An OCI or Docker schema 2 manifest or index must
 //!   parse, carry `schemaVersion: 2` and agree with its `mediaType` field,
 //!   else 400 `MANIFEST_INVALID`. Any other media type (artifact manifests,
 //!   Docker schema 1, ...) is stored as given.
+//! - A digest already recorded in the repository keeps the media type it
+//!   was first recorded with (see [`Op::PutManifest`]); only tags move.
 //! - A digest reference must be the body's digest (400 `DIGEST_INVALID`).
 //! - Config and layers must be linked in the repository and index children
 //!   must be manifests of it, else 400 `MANIFEST_BLOB_UNKNOWN`, checked in
@@ -84,7 +91,29 @@ fn not_required(media_type: &str) -> bool {
     media_type.contains("nondistributable") || media_type.contains("foreign")
 }
 
-/// Validates `bytes` as sent with `content_type`.
+/// A `Content-Type` value as a bare media type: parameters dropped,
+/// whitespace trimmed, lower case (RFC 9110 §8.3.1). `None` when empty.
+fn normalize_media_type(value: &str) -> Option<String> {
+    let bare = value.split(';').next().unwrap_or("").trim();
+    (!bare.is_empty()).then(|| bare.to_ascii_lowercase())
+}
+
+/// The body's `mediaType` field when the body is a JSON object whose
+/// `mediaType` is one of the four manifest and index types.
+fn declared_manifest_type(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Field {
+        #[serde(rename = "mediaType")]
+        media_type: Option<serde_json::Value>,
+    }
+    let field: Field = serde_json::from_slice(bytes).ok()?;
+    match field.media_type? {
+        serde_json::Value::String(t) if oci::is_manifest_type(&t) => Some(t),
+        _ => None,
+    }
+}
+
+/// Validates `bytes` as sent with `content_type` (already normalized).
 fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
     let parsed = Manifest::parse(bytes);
     let media_type = match content_type {
@@ -95,6 +124,13 @@ fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
             .and_then(|m| m.effective_media_type().map(str::to_owned))
             .ok_or_else(|| invalid("no Content-Type and no mediaType in the manifest"))?,
     };
+    if let Some(declared) = declared_manifest_type(bytes)
+        && declared != media_type
+    {
+        return Err(invalid(format!(
+            "mediaType {declared} differs from Content-Type {media_type}"
+        )));
+    }
     if !oci::is_manifest_type(&media_type) {
         // Kept as given; a subject or artifact type is recorded if readable.
         let m = parsed.ok();
@@ -169,9 +205,8 @@ pub async fn manifest(
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim())
-        .filter(|v| !v.is_empty());
-    let checked = check(content_type, &bytes)?;
+        .and_then(normalize_media_type);
+    let checked = check(content_type.as_deref(), &bytes)?;
     let (digest, tags) = match reference {
         Reference::Digest(d) => {
             let actual = d.same_alg_of(&bytes);
@@ -269,5 +304,24 @@ mod tests {
         let other = check(Some("application/x-anything"), b"not json").unwrap();
         assert_eq!(other.media_type, "application/x-anything");
         assert!(check(None, b"{}").is_err());
+        // A manifest body cannot be relabelled to skip the reference checks.
+        for ct in ["application/octet-stream", "text/plain", oci::OCI_INDEX] {
+            assert!(check(Some(ct), m.as_bytes()).is_err(), "{ct}");
+        }
+        let declared_only = br#"{"mediaType":"application/vnd.oci.image.index.v1+json"}"#;
+        assert!(check(Some("application/x-anything"), declared_only).is_err());
+        let foreign_field = br#"{"mediaType":"application/x-other","config":1}"#;
+        assert!(check(Some("application/x-anything"), foreign_field).is_ok());
+    }
+
+    #[test]
+    fn content_types_are_normalized() {
+        assert_eq!(
+            normalize_media_type(" APPLICATION/VND.OCI.IMAGE.MANIFEST.V1+JSON ; charset=utf-8")
+                .as_deref(),
+            Some(oci::OCI_MANIFEST)
+        );
+        assert_eq!(normalize_media_type(" ; x=y"), None);
+        assert_eq!(normalize_media_type(""), None);
     }
 }

@@ -148,10 +148,7 @@ fn build(kind: Kind, name: &str, after: &str) -> Result<Route> {
         .map_err(|_| RegistryError::new(ErrorCode::NameInvalid, json!({ "name": name })))?;
     let digest = |s: &str| {
         s.parse::<Digest>().map_err(|e| {
-            RegistryError::new(
-                ErrorCode::DigestInvalid,
-                json!({ "digest": s, "reason": e.to_string() }),
-            )
+            RegistryError::invalid_digest(json!({ "digest": s, "reason": e.to_string() }))
         })
     };
     Ok(match kind {

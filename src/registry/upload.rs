@@ -67,6 +67,10 @@ fn upload_error(e: UploadError, name: &RepositoryName, id: Option<&UploadId>) ->
                     .unwrap_or_default(),
             ),
         },
+        UploadError::RangeInvalid { start, end } => RegistryError::new(
+            ErrorCode::BlobUploadInvalid,
+            json!({ "reason": "Content-Range length overflows", "start": start, "end": end }),
+        ),
         UploadError::Size { expected, actual } => RegistryError::new(
             ErrorCode::SizeInvalid,
             json!({ "expected": expected, "actual": actual }),
@@ -93,16 +97,10 @@ fn session_id(name: &RepositoryName, session: &str) -> Result<UploadId> {
 
 fn digest_param(query: &QueryParams) -> Result<Digest> {
     let raw = query.get("digest").ok_or_else(|| {
-        RegistryError::new(
-            ErrorCode::DigestInvalid,
-            json!({ "reason": "the digest query parameter is required" }),
-        )
+        RegistryError::invalid_digest(json!({ "reason": "the digest query parameter is required" }))
     })?;
     raw.parse().map_err(|e: crate::digest::DigestError| {
-        RegistryError::new(
-            ErrorCode::DigestInvalid,
-            json!({ "digest": raw, "reason": e.to_string() }),
-        )
+        RegistryError::invalid_digest(json!({ "digest": raw, "reason": e.to_string() }))
     })
 }
 
@@ -227,8 +225,10 @@ async fn mount_blob(
 ///
 /// Errors: 404 `BLOB_UPLOAD_UNKNOWN`; 416 (`BLOB_UPLOAD_INVALID`, with the
 /// session's `Range`) when `Content-Range` does not start at the current
-/// size; 400 `BLOB_UPLOAD_INVALID` for a malformed `Content-Range`; 400
-/// `SIZE_INVALID` when the body's length differs from the range's.
+/// size or ends before it starts; 400 `BLOB_UPLOAD_INVALID` for a malformed
+/// `Content-Range` or one whose length overflows (`0-18446744073709551615`;
+/// lengths are checked, never wrapped); 400 `SIZE_INVALID` when the body's
+/// length differs from the range's.
 pub async fn patch(
     ctx: &dyn Context,
     name: &RepositoryName,

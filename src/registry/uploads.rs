@@ -102,6 +102,15 @@ pub enum UploadError {
         /// The session's current size.
         offset: u64,
     },
+    /// A `Content-Range` starting at the current size whose length is not
+    /// representable (`0-18446744073709551615`): malformed, never wrapped.
+    #[error("Content-Range {start}-{end} is too long")]
+    RangeInvalid {
+        /// First byte.
+        start: u64,
+        /// Last byte, inclusive.
+        end: u64,
+    },
     /// The body's length differs from what `Content-Range` announced.
     #[error("chunk announced {expected} bytes, body had {actual}")]
     Size {
@@ -343,19 +352,19 @@ impl Uploads {
         let _g = self.lock(id).await;
         self.open(id, repo).await?;
         let offset = self.size(id).await?;
-        check_range(range, offset)?;
+        let expected = check_range(range, offset)?;
         let mut sink = Sink::new(self.store.writer(&id.part_key(offset)).await?, None);
         if let Err(e) = sink.copy_body(body).await {
             sink.cancel().await;
             return Err(e);
         }
         let count = sink.count;
-        if let Some((start, end)) = range
-            && end - start + 1 != count
+        if let Some(expected) = expected
+            && expected != count
         {
             sink.cancel().await;
             return Err(UploadError::Size {
-                expected: end - start + 1,
+                expected,
                 actual: count,
             });
         }
@@ -389,8 +398,8 @@ impl Uploads {
         self.open(id, repo).await?;
         let parts = self.parts(id).await?;
         let offset = self.size(id).await?;
-        check_range(range, offset)?;
-        let result = self.assemble(&parts, digest, range, body).await;
+        let expected = check_range(range, offset)?;
+        let result = self.assemble(&parts, digest, expected, body).await;
         self.remove(id).await?;
         result
     }
@@ -399,7 +408,7 @@ impl Uploads {
         &self,
         parts: &[(u64, String)],
         digest: &Digest,
-        range: Option<(u64, u64)>,
+        expected: Option<u64>,
         body: &mut (impl BodyStream + ?Sized),
     ) -> Result<u64> {
         let writer = self.store.writer(&blob_key(digest)).await?;
@@ -415,11 +424,11 @@ impl Uploads {
             }
             let before = sink.count;
             sink.copy_body(body).await?;
-            if let Some((start, end)) = range
-                && end - start + 1 != sink.count - before
+            if let Some(expected) = expected
+                && expected != sink.count - before
             {
                 return Err(UploadError::Size {
-                    expected: end - start + 1,
+                    expected,
                     actual: sink.count - before,
                 });
             }
@@ -507,13 +516,22 @@ impl Uploads {
     }
 }
 
-fn check_range(range: Option<(u64, u64)>, offset: u64) -> Result<()> {
-    match range {
-        Some((start, end)) if start != offset || end < start => {
-            Err(UploadError::OutOfOrder { start, offset })
-        }
-        _ => Ok(()),
+/// Checks a chunk's `Content-Range` against the session's size `offset`;
+/// returns the chunk's announced length. A range not starting at `offset`
+/// or ending before its start is out of order (416); one whose length
+/// overflows `u64` is [`UploadError::RangeInvalid`] (400). Checked
+/// arithmetic only: a length never wraps.
+fn check_range(range: Option<(u64, u64)>, offset: u64) -> Result<Option<u64>> {
+    let Some((start, end)) = range else {
+        return Ok(None);
+    };
+    if start != offset || end < start {
+        return Err(UploadError::OutOfOrder { start, offset });
     }
+    (end - start)
+        .checked_add(1)
+        .map(Some)
+        .ok_or(UploadError::RangeInvalid { start, end })
 }
 
 /// Parses a chunk's `Content-Range`: `<start>-<end>` (distribution-spec
@@ -543,6 +561,35 @@ mod tests {
         assert!(UploadId::parse(&id.as_str().to_uppercase()).is_none());
         assert!(UploadId::parse(&id.as_str().replace('-', "")).is_none());
         assert!(id.part_key(5).ends_with("/00000000000000000005"));
+    }
+
+    #[test]
+    fn range_lengths_never_wrap() {
+        assert_eq!(check_range(None, 7).unwrap(), None);
+        assert_eq!(check_range(Some((0, 0)), 0).unwrap(), Some(1));
+        assert_eq!(check_range(Some((5, 9)), 5).unwrap(), Some(5));
+        assert!(matches!(
+            check_range(Some((0, u64::MAX)), 0),
+            Err(UploadError::RangeInvalid {
+                start: 0,
+                end: u64::MAX
+            })
+        ));
+        assert_eq!(check_range(Some((1, u64::MAX)), 1).unwrap(), Some(u64::MAX));
+        assert!(matches!(
+            check_range(Some((5, 4)), 5),
+            Err(UploadError::OutOfOrder {
+                start: 5,
+                offset: 5
+            })
+        ));
+        assert!(matches!(
+            check_range(Some((3, 9)), 0),
+            Err(UploadError::OutOfOrder {
+                start: 3,
+                offset: 0
+            })
+        ));
     }
 
     #[test]

@@ -1,13 +1,17 @@
 //! HTTP listener: the composition root ([`App`]), the top-level router, and
-//! the accept loop with `TCP_NODELAY` and graceful shutdown.
+//! the accept loop with `TCP_NODELAY`, connection [`Limits`] and graceful
+//! shutdown.
 //!
 //! Owns: building shared handles once and handing them to every router as one
 //! `Arc<App>`; cross-cutting concerns applied once to every route (request
 //! logs). Never implements an API itself: `/v2` lives in `registry`,
 //! liveness and readiness in [`health`].
 
+mod conn;
 pub mod health;
 pub mod trace;
+
+pub use conn::Limits;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,7 +20,6 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use axum::Router;
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::registry::{self, RegistryConfig, uploads::Uploads};
@@ -95,45 +98,48 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(axum::middleware::from_fn(trace::log_request))
 }
 
-/// Binds `listen` and serves [`router`] until SIGINT or SIGTERM, then stops
-/// accepting and waits for in-flight requests to finish. Expired upload
-/// sessions are swept meanwhile ([`spawn_upload_sweeper`]).
+/// Binds `listen` and serves [`router`] under `limits` until SIGINT or
+/// SIGTERM, then stops accepting and waits (at most
+/// `limits.shutdown_timeout`) for in-flight requests to finish. Expired
+/// upload sessions are swept meanwhile ([`spawn_upload_sweeper`]).
 ///
-/// Errors: the address cannot be bound, or the accept loop fails.
-pub async fn serve(listen: SocketAddr, app: Arc<App>) -> anyhow::Result<()> {
+/// Errors: the address cannot be bound.
+pub async fn serve(listen: SocketAddr, app: Arc<App>, limits: Limits) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let sweeper = spawn_upload_sweeper(app.clone());
-    let result = serve_on(listener, app, shutdown_signal()).await;
+    let result = serve_on(listener, app, limits, shutdown_signal()).await;
     sweeper.abort();
     result
 }
 
 /// Serves [`router`] on an already bound `listener` until `shutdown`
-/// completes (graceful: in-flight requests finish). Every accepted socket
-/// gets `TCP_NODELAY`, so a response is never held back by Nagle's
-/// algorithm waiting for the client's delayed ACK.
+/// completes (graceful: no new connections, in-flight requests finish
+/// within `limits.shutdown_timeout`). Every accepted socket gets
+/// `TCP_NODELAY`, so a response is never held back by Nagle's algorithm
+/// waiting for the client's delayed ACK. Slow, idle and surplus clients are
+/// handled as [`Limits`] describes; accept errors (e.g. `EMFILE`) are
+/// logged and retried after a short pause.
 ///
-/// Errors: the listener's address cannot be read, or the server fails.
+/// Errors: the listener's address cannot be read.
 pub async fn serve_on(
     listener: TcpListener,
     app: Arc<App>,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let addr = listener
         .local_addr()
         .context("listener has no local address")?;
-    tracing::info!(%addr, "serving HTTP");
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("HTTP server failed")?;
+    tracing::info!(
+        %addr,
+        header_timeout_secs = limits.header_timeout.as_secs_f64(),
+        idle_timeout_secs = limits.idle_timeout.as_secs_f64(),
+        max_connections = limits.max_connections,
+        "serving HTTP"
+    );
+    conn::run(listener, router(app), limits, shutdown).await;
     tracing::info!(%addr, "server stopped");
     Ok(())
 }

@@ -16,12 +16,18 @@ pub enum Op {
         blobs: Vec<(Digest, u64)>,
     },
     /// Records a manifest in `repo` (creating it if needed) and points `tags` at it.
+    ///
+    /// A digest already recorded in `repo` keeps its first-recorded
+    /// [`ManifestInfo`] (media type, size, subject, artifact type): content
+    /// is immutable, and so is the type it is served as. Only the tags move.
+    /// Re-pushing or re-importing the same bytes under another media type
+    /// therefore never changes how they are served.
     PutManifest {
         /// The repository.
         repo: RepositoryName,
         /// The manifest's digest.
         digest: Digest,
-        /// Media type, size, subject.
+        /// Media type, size, subject; ignored when `digest` is already recorded.
         info: ManifestInfo,
         /// Tags to point at it (moved from any other manifest).
         tags: Vec<Tag>,
@@ -90,7 +96,9 @@ impl Op {
                 digest, info, tags, ..
             } => {
                 let repo = slot.get_or_insert_with(Repository::default);
-                repo.manifests.insert(digest.clone(), info.clone());
+                repo.manifests
+                    .entry(digest.clone())
+                    .or_insert_with(|| info.clone());
                 for t in tags {
                     repo.tags.insert(t.clone(), digest.clone());
                 }
@@ -144,5 +152,35 @@ impl Op {
             *slot = None;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_manifest_keeps_its_first_info() {
+        let repo: RepositoryName = "img".parse().unwrap();
+        let digest = Digest::sha256_of(b"m");
+        let info = |media_type: &str| ManifestInfo {
+            media_type: media_type.into(),
+            size: 1,
+            subject: None,
+            artifact_type: None,
+        };
+        let put = |media_type: &str, tag: &str| Op::PutManifest {
+            repo: repo.clone(),
+            digest: digest.clone(),
+            info: info(media_type),
+            tags: vec![tag.parse().unwrap()],
+        };
+        let mut slot = None;
+        put(crate::oci::OCI_MANIFEST, "a").apply(&mut slot).unwrap();
+        put("text/plain", "b").apply(&mut slot).unwrap();
+        let r = slot.unwrap();
+        assert_eq!(r.manifests[&digest], info(crate::oci::OCI_MANIFEST));
+        assert_eq!(r.tags.len(), 2);
+        assert!(r.tags.values().all(|d| d == &digest));
     }
 }
