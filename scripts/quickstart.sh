@@ -77,14 +77,11 @@ got=$(jq -r '.manifests[0].digest' build/pulled/index.json)
 [ "$got" = "$want" ] || die "digest changed: source $want, pulled $got"
 echo "manifest digest unchanged: $got"
 
-cat <<MSG
-
-airlock is serving the bookworm stack. Pull it with:
-
-    skopeo copy --src-tls-verify=false docker://127.0.0.1:$PORT/stacks/bookworm:latest oci:bookworm:latest
-
-MSG
+pull="skopeo copy --src-tls-verify=false docker://127.0.0.1:$PORT/stacks/bookworm:latest oci:build/bookworm-copy:latest"
 if [ -t 1 ]; then
-    echo "serving until Ctrl-C"
+    printf '\nairlock is serving the bookworm stack until Ctrl-C. Pull it with:\n\n    %s\n\n' "$pull"
     wait "$server"
+else
+    printf '\nDone. Serve the store with\n\n    %s serve --data %s --listen 127.0.0.1:%s\n\nand pull the stack with\n\n    %s\n\n' \
+        "$AIRLOCK" "$DATA" "$PORT" "$pull"
 fi

@@ -65,7 +65,7 @@ enum Command {
         #[arg(short, long, default_value = "-")]
         out: PathBuf,
     },
-    /// List the state generations, newest first (number, time, reason).
+    /// List the state generations, newest first (number, time, who, reason).
     History {
         #[command(flatten)]
         data: DataArg,
