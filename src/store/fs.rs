@@ -58,6 +58,24 @@ impl FsStore {
         Ok(self.root.join(key))
     }
 
+    /// Opens `key` and checks `range` (default: all) against its size; returns
+    /// the file and the byte range `start..end`. open(2) and fstat(2) run inline:
+    /// cheaper than a hop to the blocking pool on a local file system.
+    fn open_range(
+        &self,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<(std::fs::File, u64, u64)> {
+        let path = self.path(key)?;
+        let file = std::fs::File::open(&path).map_err(|e| not_found(key, e))?;
+        let size = file.metadata()?.len();
+        let (start, end) = range.unwrap_or((0, size));
+        if start > end || end > size {
+            return Err(StoreError::Range { start, end, size });
+        }
+        Ok((file, start, end))
+    }
+
     fn mark_dirty(&self, dir: PathBuf) {
         if let Ok(mut d) = self.dirty_dirs.lock() {
             d.insert(dir);
@@ -82,6 +100,13 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// Reads bytes `start..end` in one inline `pread(2)` (small reads, usually page-cache hits).
+fn read_at(file: &std::fs::File, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0; (end - start) as usize];
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, start)?;
+    Ok(buf)
+}
+
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -100,22 +125,11 @@ impl super::Blobstore for FsStore {
     }
 
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
-        let path = self.path(key)?;
-        // open(2) and fstat(2) inline; small reads inline too (one read(2), usually from
-        // the page cache); large ones stream through tokio's blocking pool.
-        let mut file = std::fs::File::open(&path).map_err(|e| not_found(key, e))?;
-        let size = file.metadata()?.len();
-        let (start, end) = range.unwrap_or((0, size));
-        if start > end || end > size {
-            return Err(StoreError::Range { start, end, size });
-        }
+        let (file, start, end) = self.open_range(key, range)?;
         if end - start <= INLINE_READ_MAX {
-            use std::io::{Read, Seek};
-            let mut buf = vec![0; (end - start) as usize];
-            file.seek(SeekFrom::Start(start))?;
-            file.read_exact(&mut buf)?;
-            return Ok(Box::pin(std::io::Cursor::new(buf)));
+            return Ok(Box::pin(std::io::Cursor::new(read_at(&file, start, end)?)));
         }
+        // Large reads stream through tokio's blocking pool.
         let mut file = tokio::fs::File::from_std(file);
         if start > 0 {
             file.seek(SeekFrom::Start(start)).await?;
@@ -125,17 +139,9 @@ impl super::Blobstore for FsStore {
     }
 
     async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
-        let path = self.path(key)?;
-        let file = std::fs::File::open(&path).map_err(|e| not_found(key, e))?;
-        let size = file.metadata()?.len();
-        let (start, end) = range.unwrap_or((0, size));
-        if start > end || end > size {
-            return Err(StoreError::Range { start, end, size });
-        }
+        let (file, start, end) = self.open_range(key, range)?;
         if end - start <= INLINE_READ_MAX {
-            let mut buf = vec![0; (end - start) as usize];
-            std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, start)?;
-            let chunk = Bytes::from(buf);
+            let chunk = Bytes::from(read_at(&file, start, end)?);
             return Ok(Box::pin(futures_util::stream::once(async { Ok(chunk) })));
         }
         // Zero copy: the body is sent straight from the page cache through a read-only
