@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs every tool the tests use: Debian packages with apt-get and the
+# oras client (tests/push_clients.rs) with pip. The one list of test
+# dependencies: .ci/run and scripts/test.sh both call this.
+#
+#   scripts/install-test-deps.sh               # install (needs root)
+#   scripts/install-test-deps.sh --if-missing  # only when a tool is missing
+set -euo pipefail
+
+APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip)
+PIP_PACKAGES=(oras==0.2.43)
+prog=$(basename "$0")
+die() {
+    echo "$prog: error: $*" >&2
+    exit 1
+}
+
+all_present() {
+    for tool in skopeo umoci gpg jq curl debootstrap python3; do
+        command -v "$tool" >/dev/null 2>&1 || return 1
+    done
+    [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras' 2>/dev/null
+}
+
+case "${1:-}" in
+    --if-missing) all_present && exit 0 ;;
+    "") ;;
+    *)
+        echo "usage: $prog [--if-missing]" >&2
+        exit 2
+        ;;
+esac
+
+[ "$(id -u)" -eq 0 ] ||
+    die "not root: install as root with apt-get install ${APT_PACKAGES[*]} and pip install ${PIP_PACKAGES[*]}"
+
+echo "$prog: apt-get install ${APT_PACKAGES[*]}"
+apt-get update -qq </dev/null || die "apt-get update failed"
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Dpkg::Use-Pty=0 --no-install-recommends \
+    "${APT_PACKAGES[@]}" </dev/null || die "apt-get install of ${APT_PACKAGES[*]} failed"
+
+echo "$prog: pip install ${PIP_PACKAGES[*]}"
+command -v python3 >/dev/null 2>&1 || die "python3 not found after installing python3-pip"
+# A Debian system python refuses plain `pip install` (PEP 668); install into it anyway.
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}" </dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --break-system-packages "${PIP_PACKAGES[@]}" </dev/null ||
+    die "pip install of ${PIP_PACKAGES[*]} failed"

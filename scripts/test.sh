@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README's test command: installs the tools the tests use when one is missing
+# (scripts/install-test-deps.sh), then runs the whole suite in release mode.
+# Extra arguments go to cargo test (e.g. `scripts/test.sh --test e2e_skopeo`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-test-deps.sh --if-missing
+exec cargo test --release "$@"
