@@ -15,11 +15,11 @@ use airlock::server::{self, App};
 use airlock::state::{ManifestInfo, Op, StateStore};
 use airlock::store::{Blobstore, fs::FsStore, put_bytes};
 use axum::Router;
-use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use sha2::{Digest as _, Sha256};
-use tower::ServiceExt;
+
+mod common;
+use common::router::{Reply, get, send};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
@@ -164,80 +164,8 @@ async fn fixture() -> Fixture {
     }
 }
 
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .unwrap_or_else(|| panic!("missing header {name}: {:?}", self.headers))
-            .to_str()
-            .unwrap()
-    }
-
-    fn header_names(&self) -> BTreeSet<String> {
-        self.headers
-            .keys()
-            .map(|k| k.as_str().to_string())
-            .collect()
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-
-    /// Asserts a spec error: status, `Content-Type`, exact body keys and code.
-    fn assert_error(&self, status: u16, code: &str) {
-        assert_eq!(
-            self.status.as_u16(),
-            status,
-            "{}",
-            String::from_utf8_lossy(&self.body)
-        );
-        assert_eq!(self.header("content-type"), "application/json");
-        assert_eq!(
-            self.header("docker-distribution-api-version"),
-            "registry/2.0"
-        );
-        let body = String::from_utf8(self.body.clone()).unwrap();
-        let prefix = format!(r#"{{"errors":[{{"code":"{code}","message":""#);
-        assert!(body.starts_with(&prefix), "{body}");
-        assert!(body.contains(r#"","detail":"#), "{body}");
-        let v = self.json();
-        let e = &v["errors"][0];
-        assert_eq!(e.as_object().unwrap().len(), 3, "{body}");
-        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
-    }
-}
-
 fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|s| s.to_string()).collect()
-}
-
-async fn send(router: &Router, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut req = Request::builder().method(method).uri(uri);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let res = router
-        .clone()
-        .oneshot(req.body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let (parts, body) = res.into_parts();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes().to_vec(),
-    }
-}
-
-async fn get(router: &Router, uri: &str) -> Reply {
-    send(router, "GET", uri, &[]).await
 }
 
 #[tokio::test]
@@ -342,7 +270,7 @@ async fn manifest_accept_negotiation() {
         &[("accept", "application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json")],
     )
     .await;
-    r.assert_error(404, "MANIFEST_UNKNOWN");
+    r.error(404, "MANIFEST_UNKNOWN");
     assert_eq!(r.json()["errors"][0]["detail"]["mediaType"], OCI_MANIFEST);
     assert!(
         r.json()["errors"][0]["detail"]["reason"]
@@ -369,26 +297,26 @@ async fn manifest_unknown_and_name_unknown() {
     let f = fixture().await;
     get(&f.router, "/v2/library/busybox/manifests/nope")
         .await
-        .assert_error(404, "MANIFEST_UNKNOWN");
+        .error(404, "MANIFEST_UNKNOWN");
     // A digest known in another repository is unknown here.
     let other = sha256(&f.docker_manifest);
     get(&f.router, &format!("/v2/library/busybox/manifests/{other}"))
         .await
-        .assert_error(404, "MANIFEST_UNKNOWN");
+        .error(404, "MANIFEST_UNKNOWN");
     // A layer is a blob, not a manifest.
     let layer = sha256(&f.layer);
     get(&f.router, &format!("/v2/library/busybox/manifests/{layer}"))
         .await
-        .assert_error(404, "MANIFEST_UNKNOWN");
+        .error(404, "MANIFEST_UNKNOWN");
     let r = get(&f.router, "/v2/library/nothing/manifests/latest").await;
-    r.assert_error(404, "NAME_UNKNOWN");
+    r.error(404, "NAME_UNKNOWN");
     assert_eq!(r.json()["errors"][0]["detail"]["name"], "library/nothing");
     get(&f.router, "/v2/library/nothing/tags/list")
         .await
-        .assert_error(404, "NAME_UNKNOWN");
+        .error(404, "NAME_UNKNOWN");
     get(&f.router, &format!("/v2/library/nothing/blobs/{layer}"))
         .await
-        .assert_error(404, "NAME_UNKNOWN");
+        .error(404, "NAME_UNKNOWN");
 }
 
 #[tokio::test]
@@ -400,7 +328,7 @@ async fn invalid_names_references_and_digests_are_400() {
         "/v2/a//b/tags/list",
         "/v2/-a/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000",
     ] {
-        get(&f.router, uri).await.assert_error(400, "NAME_INVALID");
+        get(&f.router, uri).await.error(400, "NAME_INVALID");
     }
     let r = get(&f.router, "/v2/A/B/manifests/latest").await;
     assert_eq!(r.json()["errors"][0]["detail"]["name"], "A/B");
@@ -410,9 +338,7 @@ async fn invalid_names_references_and_digests_are_400() {
         "/v2/library/busybox/manifests/md5:d41d8cd98f00b204e9800998ecf8427e",
         &format!("/v2/library/busybox/manifests/{}", "a".repeat(129)),
     ] {
-        get(&f.router, uri)
-            .await
-            .assert_error(400, "MANIFEST_INVALID");
+        get(&f.router, uri).await.error(400, "MANIFEST_INVALID");
     }
     for uri in [
         "/v2/library/busybox/blobs/latest",
@@ -420,9 +346,7 @@ async fn invalid_names_references_and_digests_are_400() {
         "/v2/library/busybox/blobs/sha256:..%2F..%2Fetc",
         "/v2/library/busybox/blobs/SHA256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
     ] {
-        get(&f.router, uri)
-            .await
-            .assert_error(400, "DIGEST_INVALID");
+        get(&f.router, uri).await.error(400, "DIGEST_INVALID");
     }
     for uri in [
         "/v2/library/busybox",
@@ -585,7 +509,7 @@ async fn blob_not_linked_in_repository_is_unknown_even_if_stored() {
             .is_some()
     );
     let r = get(&f.router, &format!("/v2/library/busybox/blobs/{other}")).await;
-    r.assert_error(404, "BLOB_UNKNOWN");
+    r.error(404, "BLOB_UNKNOWN");
     assert_eq!(r.json()["errors"][0]["detail"]["digest"], other);
     let r = send(
         &f.router,
@@ -606,7 +530,7 @@ async fn blob_not_linked_in_repository_is_unknown_even_if_stored() {
         &format!("/v2/library/busybox/blobs/{}", sha256(b"nothing")),
     )
     .await
-    .assert_error(404, "BLOB_UNKNOWN");
+    .error(404, "BLOB_UNKNOWN");
 }
 
 #[tokio::test]
@@ -713,7 +637,7 @@ async fn write_methods_are_unsupported() {
     for method in ["PUT", "POST", "PATCH", "DELETE"] {
         for uri in &uris {
             let r = send(&f.router, method, uri, &[]).await;
-            r.assert_error(405, "UNSUPPORTED");
+            r.error(405, "UNSUPPORTED");
             assert_eq!(r.header("allow"), "GET, HEAD", "{method} {uri}");
         }
     }
@@ -727,7 +651,7 @@ async fn read_only_upload_sessions_are_unknown_and_referrers_are_empty() {
     let f = fixture().await;
     get(&f.router, "/v2/library/busybox/blobs/uploads/abc")
         .await
-        .assert_error(404, "BLOB_UPLOAD_UNKNOWN");
+        .error(404, "BLOB_UPLOAD_UNKNOWN");
     let r = get(
         &f.router,
         &format!("/v2/library/busybox/referrers/{}", sha256(&f.manifest)),
@@ -749,10 +673,10 @@ async fn read_only_upload_sessions_are_unknown_and_referrers_are_empty() {
 async fn state_committed_after_router_was_built_is_served() {
     let f = fixture().await;
     let uri = "/v2/late/arrival/manifests/v1";
-    get(&f.router, uri).await.assert_error(404, "NAME_UNKNOWN");
+    get(&f.router, uri).await.error(404, "NAME_UNKNOWN");
     get(&f.router, "/v2/library/busybox/manifests/v2")
         .await
-        .assert_error(404, "MANIFEST_UNKNOWN");
+        .error(404, "MANIFEST_UNKNOWN");
 
     // Another StateStore on the same directory, as `airlock import` in another process.
     let other_process = StateStore::new(Arc::new(FsStore::open(&f.dir).unwrap()));
@@ -800,7 +724,7 @@ async fn state_committed_after_router_was_built_is_served() {
         &format!("/v2/late/arrival/blobs/{}", sha256(&f.layer)),
     )
     .await
-    .assert_error(404, "BLOB_UNKNOWN");
+    .error(404, "BLOB_UNKNOWN");
 }
 
 #[tokio::test]
@@ -823,7 +747,7 @@ async fn health_and_readiness() {
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     // ... and the API answers 500 with a generic message, not a 404.
     let r = get(&broken, "/v2/library/busybox/tags/list").await;
-    r.assert_error(500, "UNKNOWN");
+    r.error(500, "UNKNOWN");
     assert_eq!(r.json()["errors"][0]["message"], "internal server error");
     let _ = &f.app;
 }

@@ -14,11 +14,11 @@ use airlock::server::{self, App};
 use airlock::state::StateStore;
 use airlock::store::{Blobstore, fs::FsStore};
 use axum::Router;
-use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use sha2::{Digest as _, Sha256};
-use tower::ServiceExt;
+
+mod common;
+use common::router::{Reply, get, send_body};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -69,84 +69,9 @@ fn fixture() -> Fixture {
     })
 }
 
-#[derive(Debug)]
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .unwrap_or_else(|| panic!("missing header {name}: {:?}", self.headers))
-            .to_str()
-            .unwrap()
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-
-    fn status(&self, want: u16) -> &Reply {
-        assert_eq!(
-            self.status.as_u16(),
-            want,
-            "{:?} {}",
-            self.headers,
-            String::from_utf8_lossy(&self.body)
-        );
-        assert_eq!(
-            self.header("docker-distribution-api-version"),
-            "registry/2.0"
-        );
-        self
-    }
-
-    /// A spec error: status, JSON body with exactly one error of `code`.
-    fn error(&self, status: u16, code: &str) {
-        self.status(status);
-        assert_eq!(self.header("content-type"), "application/json");
-        let v = self.json();
-        assert_eq!(v["errors"][0]["code"], code, "{v}");
-        assert_eq!(v["errors"].as_array().unwrap().len(), 1);
-        assert!(v["errors"][0]["message"].as_str().is_some());
-    }
-}
-
-async fn send(
-    router: &Router,
-    method: &str,
-    uri: &str,
-    headers: &[(&str, &str)],
-    body: Vec<u8>,
-) -> Reply {
-    let mut req = Request::builder().method(method).uri(uri);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let res = router
-        .clone()
-        .oneshot(req.body(Body::from(body)).unwrap())
-        .await
-        .unwrap();
-    let (parts, body) = res.into_parts();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes().to_vec(),
-    }
-}
-
-async fn get(router: &Router, uri: &str) -> Reply {
-    send(router, "GET", uri, &[], Vec::new()).await
-}
-
-/// POST + PUT with the whole blob; asserts 201.
 async fn push_blob(router: &Router, name: &str, blob: &[u8]) -> String {
     let d = sha256(blob);
-    let r = send(
+    let r = send_body(
         router,
         "POST",
         &format!("/v2/{name}/blobs/uploads/"),
@@ -156,7 +81,7 @@ async fn push_blob(router: &Router, name: &str, blob: &[u8]) -> String {
     .await;
     r.status(202);
     let loc = r.header("location").to_string();
-    let r = send(
+    let r = send_body(
         router,
         "PUT",
         &format!("{loc}?digest={d}"),
@@ -184,7 +109,7 @@ fn image_manifest(config: &[u8], layers: &[&[u8]]) -> Vec<u8> {
 }
 
 async fn put_manifest(router: &Router, name: &str, reference: &str, ct: &str, m: &[u8]) -> Reply {
-    send(
+    send_body(
         router,
         "PUT",
         &format!("/v2/{name}/manifests/{reference}"),
@@ -213,7 +138,7 @@ async fn monolithic_single_post_with_digest() {
     let f = fixture();
     let blob = bytes_of(300_000, 7);
     let d = sha256(&blob);
-    let r = send(
+    let r = send_body(
         &f.router,
         "POST",
         &format!("/v2/a/b/blobs/uploads/?digest={d}"),
@@ -231,7 +156,7 @@ async fn monolithic_single_post_with_digest() {
 
     // A body that does not match its digest: 400 DIGEST_INVALID, nothing stored.
     let other = sha256(b"something else");
-    send(
+    send_body(
         &f.router,
         "POST",
         &format!("/v2/a/b/blobs/uploads/?digest={other}"),
@@ -251,7 +176,7 @@ async fn monolithic_single_post_with_digest() {
             .join(hex)
             .exists()
     );
-    send(
+    send_body(
         &f.router,
         "POST",
         "/v2/a/b/blobs/uploads/?digest=sha256:nope",
@@ -265,7 +190,7 @@ async fn monolithic_single_post_with_digest() {
 #[tokio::test]
 async fn post_then_put_monolithic() {
     let f = fixture();
-    let r = send(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
+    let r = send_body(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
     r.status(202);
     let loc = r.header("location").to_string();
     let uuid = r.header("docker-upload-uuid").to_string();
@@ -275,7 +200,7 @@ async fn post_then_put_monolithic() {
     assert_eq!(r.header("content-length"), "0");
     let blob = b"{}".to_vec();
     let d = sha256(&blob);
-    let r = send(&f.router, "PUT", &format!("{loc}?digest={d}"), &[], blob).await;
+    let r = send_body(&f.router, "PUT", &format!("{loc}?digest={d}"), &[], blob).await;
     r.status(201);
     assert_eq!(r.header("location"), format!("/v2/x/blobs/{d}"));
     assert_eq!(r.header("docker-content-digest"), d);
@@ -293,7 +218,7 @@ async fn chunked_upload_follows_the_spec() {
     let blob = bytes_of(700_000, 3);
     let d = sha256(&blob);
     let (c1, c2) = blob.split_at(400_000);
-    let r = send(
+    let r = send_body(
         &f.router,
         "POST",
         "/v2/c/blobs/uploads/",
@@ -309,7 +234,7 @@ async fn chunked_upload_follows_the_spec() {
         let loc = loc.clone();
         let router = f.router.clone();
         async move {
-            send(
+            send_body(
                 &router,
                 "PATCH",
                 &loc,
@@ -349,7 +274,7 @@ async fn chunked_upload_follows_the_spec() {
     let r = patch(r2, c2.to_vec()).await;
     r.status(202);
     assert_eq!(r.header("range"), format!("0-{}", blob.len() - 1));
-    let r = send(
+    let r = send_body(
         &f.router,
         "PUT",
         &format!("{loc}?digest={d}"),
@@ -368,16 +293,16 @@ async fn streamed_patch_and_final_chunk_in_put() {
     let f = fixture();
     let blob = bytes_of(100_000, 11);
     let d = sha256(&blob);
-    let r = send(&f.router, "POST", "/v2/s/blobs/uploads/", &[], Vec::new()).await;
+    let r = send_body(&f.router, "POST", "/v2/s/blobs/uploads/", &[], Vec::new()).await;
     let loc = r.header("location").to_string();
     // PATCH without Content-Range appends (docker, containerd, skopeo).
-    let r = send(&f.router, "PATCH", &loc, &[], blob[..60_000].to_vec()).await;
+    let r = send_body(&f.router, "PATCH", &loc, &[], blob[..60_000].to_vec()).await;
     r.status(202);
     assert_eq!(r.header("range"), "0-59999");
-    let r = send(&f.router, "PATCH", &loc, &[], blob[60_000..90_000].to_vec()).await;
+    let r = send_body(&f.router, "PATCH", &loc, &[], blob[60_000..90_000].to_vec()).await;
     assert_eq!(r.header("range"), "0-89999");
     // The last chunk rides on the PUT, with its range.
-    let r = send(
+    let r = send_body(
         &f.router,
         "PUT",
         &format!("{loc}?digest={d}"),
@@ -393,15 +318,15 @@ async fn streamed_patch_and_final_chunk_in_put() {
 async fn upload_error_paths() {
     let f = fixture();
     let new_session = || async {
-        let r = send(&f.router, "POST", "/v2/e/blobs/uploads/", &[], Vec::new()).await;
+        let r = send_body(&f.router, "POST", "/v2/e/blobs/uploads/", &[], Vec::new()).await;
         r.header("location").to_string()
     };
     let loc = new_session().await;
     // PUT without digest, with a malformed one.
-    send(&f.router, "PUT", &loc, &[], Vec::new())
+    send_body(&f.router, "PUT", &loc, &[], Vec::new())
         .await
         .error(400, "DIGEST_INVALID");
-    send(
+    send_body(
         &f.router,
         "PUT",
         &format!("{loc}?digest=md5:x"),
@@ -411,7 +336,7 @@ async fn upload_error_paths() {
     .await
     .error(400, "DIGEST_INVALID");
     // Malformed Content-Range; announced length differs from the body.
-    send(
+    send_body(
         &f.router,
         "PATCH",
         &loc,
@@ -420,7 +345,7 @@ async fn upload_error_paths() {
     )
     .await
     .error(400, "BLOB_UPLOAD_INVALID");
-    send(
+    send_body(
         &f.router,
         "PATCH",
         &loc,
@@ -432,11 +357,11 @@ async fn upload_error_paths() {
     // Nothing was appended by the failures.
     assert_eq!(get(&f.router, &loc).await.header("range"), "0-0");
     // Wrong digest: 400, nothing stored, session gone.
-    send(&f.router, "PATCH", &loc, &[], b"hello".to_vec())
+    send_body(&f.router, "PATCH", &loc, &[], b"hello".to_vec())
         .await
         .status(202);
     let wrong = sha256(b"not hello");
-    send(
+    send_body(
         &f.router,
         "PUT",
         &format!("{loc}?digest={wrong}"),
@@ -453,7 +378,7 @@ async fn upload_error_paths() {
     // Unknown, malformed and foreign sessions.
     let unknown = "/v2/e/blobs/uploads/3f1c0c3e-9f5e-4a53-8f8e-0c6d2c1e9b11";
     for m in ["GET", "PATCH", "PUT", "DELETE"] {
-        send(
+        send_body(
             &f.router,
             m,
             &format!("{unknown}?digest={wrong}"),
@@ -462,7 +387,7 @@ async fn upload_error_paths() {
         )
         .await
         .error(404, "BLOB_UPLOAD_UNKNOWN");
-        send(&f.router, m, "/v2/e/blobs/uploads/..%2Fx", &[], Vec::new())
+        send_body(&f.router, m, "/v2/e/blobs/uploads/..%2Fx", &[], Vec::new())
             .await
             .error(404, "BLOB_UPLOAD_UNKNOWN");
     }
@@ -472,16 +397,16 @@ async fn upload_error_paths() {
         .await
         .error(404, "BLOB_UPLOAD_UNKNOWN");
     // Cancel: 204, then unknown.
-    let r = send(&f.router, "DELETE", &loc, &[], Vec::new()).await;
+    let r = send_body(&f.router, "DELETE", &loc, &[], Vec::new()).await;
     r.status(204);
     assert!(r.body.is_empty());
     get(&f.router, &loc).await.error(404, "BLOB_UPLOAD_UNKNOWN");
-    send(&f.router, "DELETE", &loc, &[], Vec::new())
+    send_body(&f.router, "DELETE", &loc, &[], Vec::new())
         .await
         .error(404, "BLOB_UPLOAD_UNKNOWN");
     assert!(f.store.list("uploads/").await.unwrap().is_empty());
     // Methods an upload endpoint does not serve.
-    let r = send(&f.router, "PUT", "/v2/e/blobs/uploads/", &[], Vec::new()).await;
+    let r = send_body(&f.router, "PUT", "/v2/e/blobs/uploads/", &[], Vec::new()).await;
     r.error(405, "UNSUPPORTED");
     assert_eq!(r.header("allow"), "GET, HEAD, POST");
 }
@@ -494,7 +419,7 @@ async fn cross_repository_mount() {
     get(&f.router, &format!("/v2/dst/blobs/{d}"))
         .await
         .error(404, "NAME_UNKNOWN");
-    let r = send(
+    let r = send_body(
         &f.router,
         "POST",
         &format!("/v2/dst/blobs/uploads/?mount={d}&from=src/repo"),
@@ -518,7 +443,7 @@ async fn cross_repository_mount() {
         format!("mount={d}&from=third"),
         "mount=sha256:bad&from=src/repo".to_string(),
     ] {
-        let r = send(
+        let r = send_body(
             &f.router,
             "POST",
             &format!("/v2/other/blobs/uploads/?{q}"),
@@ -560,7 +485,7 @@ async fn manifest_put_stores_exact_bytes() {
     )
     .await;
     r.status(201);
-    let r = send(&f.router, "HEAD", "/v2/img/manifests/v2", &[], Vec::new()).await;
+    let r = send_body(&f.router, "HEAD", "/v2/img/manifests/v2", &[], Vec::new()).await;
     assert_eq!(r.header("content-type"), OCI_MANIFEST);
     assert_eq!(r.header("content-length"), m.len().to_string());
 
@@ -626,7 +551,7 @@ async fn manifest_put_stores_exact_bytes() {
 }
 
 async fn get_with_accept(router: &Router, uri: &str, accept: &str) -> Reply {
-    send(router, "GET", uri, &[("accept", accept)], Vec::new()).await
+    send_body(router, "GET", uri, &[("accept", accept)], Vec::new()).await
 }
 
 #[tokio::test]
@@ -782,18 +707,18 @@ async fn deletes_follow_the_spec() {
         .await
         .status(201);
     // Tag: 202, the manifest stays.
-    let r = send(&f.router, "DELETE", "/v2/del/manifests/v1", &[], Vec::new()).await;
+    let r = send_body(&f.router, "DELETE", "/v2/del/manifests/v1", &[], Vec::new()).await;
     r.status(202);
     assert_eq!(r.header("content-length"), "0");
     get(&f.router, "/v2/del/manifests/v1")
         .await
         .error(404, "MANIFEST_UNKNOWN");
     get(&f.router, "/v2/del/manifests/v2").await.status(200);
-    send(&f.router, "DELETE", "/v2/del/manifests/v1", &[], Vec::new())
+    send_body(&f.router, "DELETE", "/v2/del/manifests/v1", &[], Vec::new())
         .await
         .error(404, "MANIFEST_UNKNOWN");
     // Digest: 202, its tags go too.
-    send(
+    send_body(
         &f.router,
         "DELETE",
         &format!("/v2/del/manifests/{d}"),
@@ -808,7 +733,7 @@ async fn deletes_follow_the_spec() {
     get(&f.router, "/v2/del/manifests/v2")
         .await
         .error(404, "MANIFEST_UNKNOWN");
-    send(
+    send_body(
         &f.router,
         "DELETE",
         &format!("/v2/del/manifests/{d}"),
@@ -820,7 +745,7 @@ async fn deletes_follow_the_spec() {
     // Blob: 202, then 404.
     let layer = bytes_of(3000, 4);
     let ld = sha256(&layer);
-    send(
+    send_body(
         &f.router,
         "DELETE",
         &format!("/v2/del/blobs/{ld}"),
@@ -832,7 +757,7 @@ async fn deletes_follow_the_spec() {
     get(&f.router, &format!("/v2/del/blobs/{ld}"))
         .await
         .error(404, "BLOB_UNKNOWN");
-    send(
+    send_body(
         &f.router,
         "DELETE",
         &format!("/v2/del/blobs/{ld}"),
@@ -841,7 +766,7 @@ async fn deletes_follow_the_spec() {
     )
     .await
     .error(404, "BLOB_UNKNOWN");
-    send(
+    send_body(
         &f.router,
         "DELETE",
         &format!("/v2/nope/blobs/{ld}"),
@@ -850,7 +775,7 @@ async fn deletes_follow_the_spec() {
     )
     .await
     .error(404, "NAME_UNKNOWN");
-    send(
+    send_body(
         &f.router,
         "DELETE",
         "/v2/nope/manifests/v1",
@@ -859,7 +784,7 @@ async fn deletes_follow_the_spec() {
     )
     .await
     .error(404, "NAME_UNKNOWN");
-    send(
+    send_body(
         &f.router,
         "DELETE",
         "/v2/del/blobs/sha256:1",
@@ -881,11 +806,11 @@ async fn switches_off_answer_405() {
         "/v2/p/manifests/v1".to_string(),
         format!("/v2/p/manifests/{d}"),
     ] {
-        let r = send(&push_only.router, "DELETE", &uri, &[], Vec::new()).await;
+        let r = send_body(&push_only.router, "DELETE", &uri, &[], Vec::new()).await;
         r.error(405, "UNSUPPORTED");
         assert_eq!(r.header("allow"), "GET, HEAD, PUT");
     }
-    let r = send(
+    let r = send_body(
         &push_only.router,
         "DELETE",
         &format!("/v2/p/blobs/{d}"),
@@ -903,7 +828,7 @@ async fn switches_off_answer_405() {
         allow_delete: true,
         ..RegistryConfig::default()
     });
-    let r = send(
+    let r = send_body(
         &read_only.router,
         "POST",
         "/v2/p/blobs/uploads/",
@@ -927,7 +852,7 @@ async fn mirror_namespaces() {
     });
     // A push with ns= lands in docker.io/library/busybox.
     let config = b"{\"ns\":true}".to_vec();
-    let r = send(
+    let r = send_body(
         &f.router,
         "POST",
         &format!(
@@ -1071,9 +996,9 @@ async fn expired_sessions_are_refused_and_swept() {
         upload_expiry: Duration::from_secs(1),
         ..RegistryConfig::default()
     });
-    let r = send(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
+    let r = send_body(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
     let loc = r.header("location").to_string();
-    send(&f.router, "PATCH", &loc, &[], b"part".to_vec())
+    send_body(&f.router, "PATCH", &loc, &[], b"part".to_vec())
         .await
         .status(202);
     assert!(!f.store.list("uploads/").await.unwrap().is_empty());
@@ -1220,11 +1145,11 @@ async fn manifest_content_type_is_case_insensitive_and_cannot_relabel() {
 #[tokio::test]
 async fn overflowing_content_range_is_refused() {
     let f = fixture();
-    let r = send(&f.router, "POST", "/v2/o/blobs/uploads/", &[], Vec::new()).await;
+    let r = send_body(&f.router, "POST", "/v2/o/blobs/uploads/", &[], Vec::new()).await;
     let loc = r.header("location").to_string();
     let empty = sha256(b"");
     for range in ["0-18446744073709551615", "bytes 0-18446744073709551615/*"] {
-        send(
+        send_body(
             &f.router,
             "PATCH",
             &loc,
@@ -1233,7 +1158,7 @@ async fn overflowing_content_range_is_refused() {
         )
         .await
         .error(400, "BLOB_UPLOAD_INVALID");
-        send(
+        send_body(
             &f.router,
             "PUT",
             &format!("{loc}?digest={empty}"),
@@ -1243,7 +1168,7 @@ async fn overflowing_content_range_is_refused() {
         .await
         .error(400, "BLOB_UPLOAD_INVALID");
         // Beyond u64: malformed.
-        send(
+        send_body(
             &f.router,
             "PATCH",
             &loc,
@@ -1260,11 +1185,11 @@ async fn overflowing_content_range_is_refused() {
     assert!(f.store.list("blobs/").await.unwrap().is_empty());
     assert_eq!(root_of(&f), None);
 
-    send(&f.router, "PATCH", &loc, &[], b"hello".to_vec())
+    send_body(&f.router, "PATCH", &loc, &[], b"hello".to_vec())
         .await
         .status(202);
     // End before start: out of order, 416 with the session's Range.
-    let r = send(
+    let r = send_body(
         &f.router,
         "PATCH",
         &loc,
@@ -1275,7 +1200,7 @@ async fn overflowing_content_range_is_refused() {
     r.error(416, "BLOB_UPLOAD_INVALID");
     assert_eq!(r.header("range"), "0-4");
     // A huge but representable length is compared, not wrapped.
-    send(
+    send_body(
         &f.router,
         "PATCH",
         &loc,
@@ -1286,7 +1211,7 @@ async fn overflowing_content_range_is_refused() {
     .error(400, "SIZE_INVALID");
     assert_eq!(get(&f.router, &loc).await.header("range"), "0-4");
     let d = sha256(b"hello");
-    send(
+    send_body(
         &f.router,
         "PUT",
         &format!("{loc}?digest={d}"),
@@ -1315,10 +1240,10 @@ async fn malformed_digest_message_says_invalid() {
         );
         assert!(r.json()["errors"][0]["detail"]["reason"].is_string());
     }
-    let r = send(&f.router, "POST", "/v2/img/blobs/uploads/", &[], Vec::new()).await;
+    let r = send_body(&f.router, "POST", "/v2/img/blobs/uploads/", &[], Vec::new()).await;
     let loc = r.header("location").to_string();
     for uri in [loc.clone(), format!("{loc}?digest=sha256:xyz")] {
-        let r = send(&f.router, "PUT", &uri, &[], Vec::new()).await;
+        let r = send_body(&f.router, "PUT", &uri, &[], Vec::new()).await;
         r.error(400, "DIGEST_INVALID");
         assert_eq!(
             message(&r),
@@ -1327,7 +1252,7 @@ async fn malformed_digest_message_says_invalid() {
         );
     }
     // A well-formed digest the content does not match keeps the spec's message.
-    let r = send(
+    let r = send_body(
         &f.router,
         "POST",
         &format!("/v2/img/blobs/uploads/?digest={}", sha256(b"a")),

@@ -2,6 +2,8 @@
 //! running the `airlock` binary, required external tools.
 #![allow(dead_code)]
 
+pub mod router;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
