@@ -7,7 +7,7 @@
 #   1. Setup (not timed): builds airlock (`cargo build --release`, a no-op when
 #      fresh), generates an OCI image layout of SIZE_MIB MiB of incompressible
 #      random layers of mixed sizes (4 KiB .. 256 MiB; see
-#      scripts/bench-gen-oci.py), a signing key, and one signed bundle of it
+#      scripts/bench/gen-import-layout.py), a signing key, and one signed bundle of it
 #      with `airlock bundle create`.
 #   2. Measures, RUNS times each (default 3), dropping the page cache before
 #      every run (sync; echo 3 > /proc/sys/vm/drop_caches) so the bundle is read
@@ -111,7 +111,7 @@ trap 'echo "$prog: error: command failed (line $LINENO): $BASH_COMMAND" >&2' ERR
 
 # --- setup (not timed) -----------------------------------------------------
 note "generating a $SIZE_MIB MiB OCI layout in $work"
-python3 "$repo/scripts/bench-gen-oci.py" "$work/layout" "$SIZE_MIB" >"$work/images.txt"
+python3 "$repo/scripts/bench/gen-import-layout.py" "$work/layout" "$SIZE_MIB" >"$work/images.txt"
 n_images=$(wc -l <"$work/images.txt")
 n_layers=$(awk '{ n += $2 } END { print n }' "$work/images.txt")
 

@@ -26,43 +26,24 @@ Prints one line per image to stdout:
 """
 
 import hashlib
-import json
 import os
 import sys
 import struct
 import tarfile
 import zlib
 
+from ocilayout import LAYER_MT, PATH_ENV, new_layout, write_blob, write_image, write_index
+
 KIB = 1024
 MIB = 1024 * KIB
 BLOCK = 512
 
-LAYER_MT = "application/vnd.oci.image.layer.v1.tar+gzip"
-CONFIG_MT = "application/vnd.oci.image.config.v1+json"
-MANIFEST_MT = "application/vnd.oci.image.manifest.v1+json"
-INDEX_MT = "application/vnd.oci.image.index.v1+json"
-REF_NAME = "org.opencontainers.image.ref.name"
 
 IMAGES = [
     ("small", [4 * KIB]),
     ("big", [64 * MIB]),
     ("multi", [2 * MIB, 3 * MIB, 4 * MIB, 5 * MIB, 6 * MIB]),
 ]
-
-
-def write_blob(blobs_dir, chunks):
-    """Streams chunks into a temp file while hashing; renames it to its digest."""
-    tmp = os.path.join(blobs_dir, ".tmp-%d" % os.getpid())
-    h = hashlib.sha256()
-    n = 0
-    with open(tmp, "wb") as f:
-        for chunk in chunks:
-            h.update(chunk)
-            f.write(chunk)
-            n += len(chunk)
-    hexd = h.hexdigest()
-    os.replace(tmp, os.path.join(blobs_dir, hexd))
-    return "sha256:" + hexd, n
 
 
 def tar_bytes(total, name):
@@ -109,21 +90,11 @@ def gzip_layer(target, name):
     return gz, "sha256:" + hashlib.sha256(tar).hexdigest()
 
 
-def write_json_blob(blobs_dir, obj):
-    data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
-    return write_blob(blobs_dir, [data])
-
-
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: gen-serve-layout.py OUTDIR")
     outdir = sys.argv[1]
-    if os.path.exists(outdir) and os.listdir(outdir):
-        sys.exit("OUTDIR %s exists and is not empty" % outdir)
-    blobs_dir = os.path.join(outdir, "blobs", "sha256")
-    os.makedirs(blobs_dir, exist_ok=True)
-    with open(os.path.join(outdir, "oci-layout"), "w") as f:
-        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    blobs_dir = new_layout(outdir)
 
     index_entries = []
     for name, sizes in IMAGES:
@@ -139,27 +110,18 @@ def main():
             "created": "2026-01-01T00:00:00Z",
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+            "config": {"Env": [PATH_ENV]},
             "rootfs": {"type": "layers", "diff_ids": diff_ids},
             "history": [
                 {"created": "2026-01-01T00:00:00Z", "created_by": "airlock bench-serve %s layer %d" % (name, j)}
                 for j in range(len(layers))
             ],
         }
-        cd, cn = write_json_blob(blobs_dir, config)
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": MANIFEST_MT,
-            "config": {"mediaType": CONFIG_MT, "digest": cd, "size": cn},
-            "layers": layers,
-        }
-        md, mn = write_json_blob(blobs_dir, manifest)
-        index_entries.append({"mediaType": MANIFEST_MT, "digest": md, "size": mn, "annotations": {REF_NAME: name}})
-        print(name, md, mn, cd, ",".join("%s:%d" % (l["digest"], l["size"]) for l in layers))
+        entry, cd = write_image(blobs_dir, name, layers, config)
+        index_entries.append(entry)
+        print(name, entry["digest"], entry["size"], cd, ",".join("%s:%d" % (l["digest"], l["size"]) for l in layers))
 
-    index = {"schemaVersion": 2, "mediaType": INDEX_MT, "manifests": index_entries}
-    with open(os.path.join(outdir, "index.json"), "w") as f:
-        json.dump(index, f, indent=2)
+    write_index(outdir, index_entries)
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate a synthetic OCI image layout of incompressible blobs for benchmarks.
 
-    scripts/bench-gen-oci.py OUTDIR SIZE_MIB [--seed N]
+    scripts/bench/gen-import-layout.py OUTDIR SIZE_MIB [--seed N]
 
 Writes OUTDIR/oci-layout, OUTDIR/index.json and OUTDIR/blobs/sha256/<hex>:
 several images, each an OCI image manifest with one config and a number of
@@ -23,22 +23,17 @@ Prints one line per image to stdout: "REF LAYERS BYTES".
 """
 
 import argparse
-import hashlib
-import json
 import math
 import os
 import random
 import sys
 
+from ocilayout import LAYER_MT, PATH_ENV, new_layout, write_blob, write_image, write_index
+
 KIB = 1024
 MIB = 1024 * KIB
 CHUNK = 4 * MIB
 
-LAYER_MT = "application/vnd.oci.image.layer.v1.tar+gzip"
-CONFIG_MT = "application/vnd.oci.image.config.v1+json"
-MANIFEST_MT = "application/vnd.oci.image.manifest.v1+json"
-INDEX_MT = "application/vnd.oci.image.index.v1+json"
-REF_NAME = "org.opencontainers.image.ref.name"
 
 
 def log_uniform(rng, lo, hi):
@@ -82,32 +77,12 @@ def plan_sizes(total, rng):
     return sizes
 
 
-def write_blob(blobs_dir, data_iter):
-    """Streams chunks into a temp file, hashing; renames to its digest. Returns (digest, size)."""
-    tmp = os.path.join(blobs_dir, ".tmp-%d" % os.getpid())
-    h = hashlib.sha256()
-    n = 0
-    with open(tmp, "wb") as f:
-        for chunk in data_iter:
-            h.update(chunk)
-            f.write(chunk)
-            n += len(chunk)
-    hexd = h.hexdigest()
-    os.replace(tmp, os.path.join(blobs_dir, hexd))
-    return "sha256:" + hexd, n
-
-
 def random_chunks(size):
     left = size
     while left > 0:
         n = min(CHUNK, left)
         yield os.urandom(n)
         left -= n
-
-
-def write_json_blob(blobs_dir, obj):
-    data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
-    return write_blob(blobs_dir, [data])
 
 
 def main():
@@ -118,8 +93,6 @@ def main():
     args = ap.parse_args()
     if args.size_mib < 1:
         ap.error("SIZE_MIB must be >= 1")
-    if os.path.exists(args.outdir) and os.listdir(args.outdir):
-        ap.error("OUTDIR %s exists and is not empty" % args.outdir)
 
     rng = random.Random(args.seed)
     sizes = plan_sizes(args.size_mib * MIB, rng)
@@ -131,10 +104,7 @@ def main():
     for i, s in enumerate(sizes):
         groups[i % n_images].append(s)
 
-    blobs_dir = os.path.join(args.outdir, "blobs", "sha256")
-    os.makedirs(blobs_dir, exist_ok=True)
-    with open(os.path.join(args.outdir, "oci-layout"), "w") as f:
-        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    blobs_dir = new_layout(args.outdir)
 
     index_entries = []
     for i, group in enumerate(groups):
@@ -146,26 +116,15 @@ def main():
         config = {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+            "config": {"Env": [PATH_ENV]},
             "rootfs": {"type": "layers", "diff_ids": [l["digest"] for l in layers]},
             "history": [{"created_by": "airlock bench layer %d" % j} for j in range(len(layers))],
         }
-        cd, cn = write_json_blob(blobs_dir, config)
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": MANIFEST_MT,
-            "config": {"mediaType": CONFIG_MT, "digest": cd, "size": cn},
-            "layers": layers,
-        }
-        md, mn = write_json_blob(blobs_dir, manifest)
-        index_entries.append(
-            {"mediaType": MANIFEST_MT, "digest": md, "size": mn, "annotations": {REF_NAME: ref}}
-        )
+        entry, _ = write_image(blobs_dir, ref, layers, config)
+        index_entries.append(entry)
         print(ref, len(layers), sum(group))
 
-    index = {"schemaVersion": 2, "mediaType": INDEX_MT, "manifests": index_entries}
-    with open(os.path.join(args.outdir, "index.json"), "w") as f:
-        json.dump(index, f, indent=2)
+    write_index(args.outdir, index_entries)
     return 0
 
 
