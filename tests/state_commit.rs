@@ -106,3 +106,59 @@ async fn failed_change_leaves_root_and_noop_makes_no_generation() {
             .is_none()
     );
 }
+
+/// A named document changes in the same root swap as repository ops; a
+/// failing document change leaves both as they were.
+#[tokio::test]
+async fn documents_commit_with_repositories_all_or_nothing() {
+    use airlock::state::DocumentChange;
+    use std::collections::BTreeMap;
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateStore::new(Arc::new(FsStore::open(dir.path()).unwrap()));
+    let set = |k: &'static str, v: u32| Op::Document {
+        name: "counters".into(),
+        change: DocumentChange::json(move |cur: Option<BTreeMap<String, u32>>| {
+            let mut m = cur.unwrap_or_default();
+            m.insert(k.into(), v);
+            Ok(Some(m))
+        }),
+    };
+    let blob = Digest::sha256_of(b"b");
+    let link = Op::LinkBlobs {
+        repo: repo(1),
+        blobs: vec![(blob.clone(), 1)],
+    };
+    let c = state
+        .commit("both", "t", &[link, set("a", 1)])
+        .await
+        .unwrap();
+    assert_eq!(c.generation, 1);
+    let snap = state.snapshot().await.unwrap();
+    let doc: BTreeMap<String, u32> = state.document(&snap, "counters").await.unwrap().unwrap();
+    assert_eq!(doc, BTreeMap::from([("a".to_string(), 1)]));
+    assert!(snap.table.repositories.contains_key(&repo(1)));
+
+    let fail = Op::Document {
+        name: "counters".into(),
+        change: DocumentChange::json(|_: Option<BTreeMap<String, u32>>| {
+            Err(StateError::NotFound("no such counter".into()))
+        }),
+    };
+    let link2 = Op::LinkBlobs {
+        repo: repo(2),
+        blobs: vec![(blob, 1)],
+    };
+    let err = state
+        .commit("fails", "t", &[set("b", 2), link2, fail])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StateError::NotFound(_)), "{err}");
+    let snap = state.snapshot().await.unwrap();
+    assert_eq!(snap.generation(), 1);
+    assert!(!snap.table.repositories.contains_key(&repo(2)));
+    let doc: BTreeMap<String, u32> = state.document(&snap, "counters").await.unwrap().unwrap();
+    assert_eq!(doc.len(), 1);
+    // The same value again changes nothing: no new generation.
+    let c = state.commit("same", "t", &[set("a", 1)]).await.unwrap();
+    assert_eq!((c.generation, c.changed), (1, false));
+}

@@ -1,6 +1,7 @@
 //! The metadata documents: immutable JSON blobs that form airlock's state tree.
 //!
-//! `refs/root` → [`StateDoc`] → [`RepoTable`] → one [`Repository`] per repository.
+//! `refs/root` → [`StateDoc`] → [`RepoTable`] → one [`Repository`] per repository;
+//! the [`StateDoc`] also names one document per room (`documents`).
 //! Every document is stored as a blob under the sha256 of its canonical JSON
 //! (serde_json, maps sorted), so an unchanged document keeps its digest.
 
@@ -26,6 +27,11 @@ pub struct StateDoc {
     pub who: String,
     /// The [`RepoTable`] digest.
     pub repositories: Digest,
+    /// Named documents of the rooms built on the registry (`stacks`,
+    /// `torcx`, ...): name → document digest. Each room owns its document's
+    /// schema; `state` only stores and swaps them ([`crate::state::Op::Document`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub documents: BTreeMap<String, Digest>,
 }
 
 /// The `kind` of a [`StateDoc`].

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 pub use docs::{ManifestInfo, RepoTable, Repository, STATE_KIND, StateDoc};
-pub use ops::Op;
+pub use ops::{DocumentChange, Op};
 
 use crate::digest::Digest;
 use crate::names::RepositoryName;
@@ -73,6 +73,14 @@ pub struct Commit {
 }
 
 const MAX_ATTEMPTS: usize = 64;
+
+/// Changes applied on top of a snapshot, not yet written: repositories
+/// (`None`: removed) and named documents (`None`: removed).
+#[derive(Default)]
+struct Working {
+    repos: BTreeMap<RepositoryName, Option<Repository>>,
+    documents: BTreeMap<String, Option<Vec<u8>>>,
+}
 const REPO_CACHE_MAX: usize = 4096;
 
 /// Reads and changes state in a blobstore. Caches the current snapshot
@@ -210,6 +218,126 @@ impl StateStore {
         Ok(repo)
     }
 
+    /// The named document `name` (see [`Op::Document`]) in `snap`, parsed as
+    /// `T`; `None` when the state has no such document.
+    ///
+    /// Errors: the document cannot be read or does not parse as `T` ([`StateError::Corrupt`]).
+    pub async fn document<T: serde::de::DeserializeOwned>(
+        &self,
+        snap: &Snapshot,
+        name: &str,
+    ) -> Result<Option<T>> {
+        match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
+            Some(d) => load_doc(&*self.store, d).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn document_bytes(&self, snap: &Snapshot, name: &str) -> Result<Option<Vec<u8>>> {
+        match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
+            Some(d) => Ok(Some(store::get_verified(&*self.store, d).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Applies `ops` to `work` (the changes so far on top of `snap`), all or
+    /// nothing: on an error `work` is left as it was.
+    async fn apply(&self, snap: &Snapshot, work: &mut Working, ops: &[Op]) -> Result<()> {
+        let mut trial = Working::default();
+        for op in ops {
+            match op {
+                Op::Document { name, change } => {
+                    if !trial.documents.contains_key(name) {
+                        let current = match work.documents.get(name) {
+                            Some(v) => v.clone(),
+                            None => self.document_bytes(snap, name).await?,
+                        };
+                        trial.documents.insert(name.clone(), current);
+                    }
+                    let slot = trial
+                        .documents
+                        .get_mut(name)
+                        .ok_or_else(|| StateError::NotFound(name.clone()))?;
+                    *slot = change.apply(slot.as_deref())?;
+                }
+                _ => {
+                    let Some(name) = op.repository() else {
+                        continue;
+                    };
+                    if !trial.repos.contains_key(name) {
+                        let current = match work.repos.get(name) {
+                            Some(r) => r.clone(),
+                            None => self.repository(snap, name).await?.map(|r| (*r).clone()),
+                        };
+                        trial.repos.insert(name.clone(), current);
+                    }
+                    let slot = trial
+                        .repos
+                        .get_mut(name)
+                        .ok_or_else(|| StateError::NotFound(name.to_string()))?;
+                    op.apply(slot)?;
+                }
+            }
+        }
+        work.repos.extend(trial.repos);
+        work.documents.extend(trial.documents);
+        Ok(())
+    }
+
+    /// Writes the documents `work` changed and the new [`StateDoc`] on top
+    /// of `snap`; `None` when nothing changed.
+    async fn write(
+        &self,
+        snap: &Snapshot,
+        work: &Working,
+        reason: &str,
+        who: &str,
+    ) -> Result<Option<(Digest, StateDoc)>> {
+        let mut table = snap.table.clone();
+        for (name, repo) in &work.repos {
+            match repo {
+                Some(repo) => {
+                    let d = put_doc(&*self.store, repo).await?;
+                    table.repositories.insert(name.clone(), d);
+                }
+                None => {
+                    table.repositories.remove(name);
+                }
+            }
+        }
+        let old_documents = snap
+            .state
+            .as_ref()
+            .map(|s| s.documents.clone())
+            .unwrap_or_default();
+        let mut documents = old_documents.clone();
+        for (name, bytes) in &work.documents {
+            match bytes {
+                Some(b) => {
+                    documents.insert(name.clone(), store::put_bytes(&*self.store, b).await?);
+                }
+                None => {
+                    documents.remove(name);
+                }
+            }
+        }
+        if table == snap.table && documents == old_documents {
+            return Ok(None);
+        }
+        let state = StateDoc {
+            kind: STATE_KIND.into(),
+            generation: snap.generation() + 1,
+            parent: snap.digest.clone(),
+            time: now_rfc3339(),
+            reason: reason.into(),
+            who: who.into(),
+            repositories: put_doc(&*self.store, &table).await?,
+            documents,
+        };
+        let digest = put_doc(&*self.store, &state).await?;
+        Ok(Some((digest, state)))
+    }
+
     /// Applies `ops` to the current state and swaps the root once.
     ///
     /// On a lost race the ops are re-applied to the new root (up to 64 times).
@@ -219,46 +347,14 @@ impl StateStore {
     pub async fn commit(&self, reason: &str, who: &str, ops: &[Op]) -> Result<Commit> {
         for _ in 0..MAX_ATTEMPTS {
             let snap = self.snapshot().await?;
-            let mut changed: BTreeMap<RepositoryName, Option<Repository>> = BTreeMap::new();
-            for op in ops {
-                let name = op.repository();
-                if !changed.contains_key(name) {
-                    let current = self.repository(&snap, name).await?.map(|r| (*r).clone());
-                    changed.insert(name.clone(), current);
-                }
-                let entry = changed
-                    .get_mut(name)
-                    .ok_or_else(|| StateError::NotFound(name.to_string()))?;
-                op.apply(entry)?;
-            }
-            let mut table = snap.table.clone();
-            for (name, repo) in &changed {
-                match repo {
-                    Some(repo) => {
-                        let d = put_doc(&*self.store, repo).await?;
-                        table.repositories.insert(name.clone(), d);
-                    }
-                    None => {
-                        table.repositories.remove(name);
-                    }
-                }
-            }
-            if table == snap.table {
+            let mut work = Working::default();
+            self.apply(&snap, &mut work, ops).await?;
+            let Some((digest, state)) = self.write(&snap, &work, reason, who).await? else {
                 return Ok(Commit {
                     generation: snap.generation(),
                     changed: false,
                 });
-            }
-            let state = StateDoc {
-                kind: STATE_KIND.into(),
-                generation: snap.generation() + 1,
-                parent: snap.digest.clone(),
-                time: now_rfc3339(),
-                reason: reason.into(),
-                who: who.into(),
-                repositories: put_doc(&*self.store, &table).await?,
             };
-            let digest = put_doc(&*self.store, &state).await?;
             self.store.sync().await?;
             if self
                 .store

@@ -1,13 +1,83 @@
 //! Changes to the state, described as data so that a lost compare-and-swap
 //! race can simply apply them again to the new root.
 
+use std::sync::Arc;
+
 use super::{ManifestInfo, Repository, StateError};
 use crate::digest::Digest;
 use crate::names::{RepositoryName, Tag};
 
-/// One change to one repository.
+/// A change to one named document (see [`Op::Document`]): a pure function
+/// from the current bytes (`None`: no such document yet) to the new bytes
+/// (`None`: remove it). It may run more than once (after a lost
+/// compare-and-swap race, on the newer document), so it must not have side
+/// effects. An error aborts the change it belongs to.
+#[derive(Clone)]
+pub struct DocumentChange(
+    Arc<dyn Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>, StateError> + Send + Sync>,
+);
+
+impl std::fmt::Debug for DocumentChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DocumentChange(..)")
+    }
+}
+
+impl DocumentChange {
+    /// A change on raw bytes.
+    pub fn bytes(
+        f: impl Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>, StateError> + Send + Sync + 'static,
+    ) -> DocumentChange {
+        DocumentChange(Arc::new(f))
+    }
+
+    /// A change on a JSON document of type `T`: `f` gets the parsed current
+    /// document (`None` when absent) and returns the new one (`None`:
+    /// remove). A stored document that does not parse as `T` is
+    /// [`StateError::Corrupt`].
+    pub fn json<T, F>(f: F) -> DocumentChange
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+        F: Fn(Option<T>) -> Result<Option<T>, StateError> + Send + Sync + 'static,
+    {
+        DocumentChange::bytes(move |current| {
+            let current = current
+                .map(|b| {
+                    serde_json::from_slice(b).map_err(|e| StateError::Corrupt {
+                        digest: "(document)".into(),
+                        cause: e.to_string(),
+                    })
+                })
+                .transpose()?;
+            f(current)?
+                .map(|doc| {
+                    serde_json::to_vec(&doc).map_err(|e| StateError::Corrupt {
+                        digest: "(new document)".into(),
+                        cause: e.to_string(),
+                    })
+                })
+                .transpose()
+        })
+    }
+
+    /// Applies the change to `current`.
+    pub fn apply(&self, current: Option<&[u8]>) -> Result<Option<Vec<u8>>, StateError> {
+        (self.0)(current)
+    }
+}
+
+/// One change to one repository, or to one named document.
 #[derive(Debug, Clone)]
 pub enum Op {
+    /// Replaces the named document of a room built on the registry (`stacks`,
+    /// `torcx`, ...) with what `change` makes of it, in the same root swap
+    /// as the other ops of the commit.
+    Document {
+        /// The document's name in [`super::StateDoc::documents`].
+        name: String,
+        /// What to make of it.
+        change: DocumentChange,
+    },
     /// Links blobs (digest, size in bytes) into `repo`, creating it if needed.
     LinkBlobs {
         /// The repository.
@@ -69,15 +139,16 @@ pub enum Op {
 }
 
 impl Op {
-    /// The repository this op changes.
-    pub fn repository(&self) -> &RepositoryName {
+    /// The repository this op changes; `None` for [`Op::Document`].
+    pub fn repository(&self) -> Option<&RepositoryName> {
         match self {
             Op::LinkBlobs { repo, .. }
             | Op::PutManifest { repo, .. }
             | Op::DeleteTag { repo, .. }
             | Op::DeleteManifest { repo, .. }
             | Op::UnlinkBlob { repo, .. }
-            | Op::Require { repo, .. } => repo,
+            | Op::Require { repo, .. } => Some(repo),
+            Op::Document { .. } => None,
         }
     }
 
@@ -86,6 +157,12 @@ impl Op {
     pub(super) fn apply(&self, slot: &mut Option<Repository>) -> Result<(), StateError> {
         let missing = |what: String| StateError::NotFound(what);
         match self {
+            Op::Document { .. } => {
+                return Err(StateError::Corrupt {
+                    digest: "(op)".into(),
+                    cause: "a document op applied to a repository".into(),
+                });
+            }
             Op::LinkBlobs { blobs, .. } => {
                 let repo = slot.get_or_insert_with(Repository::default);
                 for (d, size) in blobs {

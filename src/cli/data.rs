@@ -1,0 +1,99 @@
+//! `airlock import`, `inventory` and `history`: commands on a data directory.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use airlock::bundle::{format, import as bundle_import, sign};
+
+use super::{DataArg, bundle_reader, progress_bar};
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    data: DataArg,
+    /// Armored public key file(s) trusted to sign bundles.
+    #[arg(long, required = true)]
+    keyring: PathBuf,
+    /// Bundle files, volumes in order (`NAME` finds `NAME.000`, `NAME.001`, ...), or `-` for stdin.
+    #[arg(required = true)]
+    bundles: Vec<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct InventoryArgs {
+    #[command(flatten)]
+    data: DataArg,
+    /// Output file (`-` for stdout).
+    #[arg(short, long, default_value = "-")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    data: DataArg,
+}
+
+pub async fn import(args: ImportArgs) -> Result<()> {
+    let keyring = sign::Keyring::load(&args.keyring)?;
+    let reader = bundle_reader(&args.bundles)?;
+    let state = args.data.state()?;
+    let pb = progress_bar();
+    let report = bundle_import::import(
+        &state,
+        keyring,
+        reader,
+        &airlock::state::user_at_host(),
+        pb.clone(),
+    )
+    .await?;
+    pb.finish_and_clear();
+    println!("{report}");
+    Ok(())
+}
+
+pub async fn inventory(args: InventoryArgs) -> Result<()> {
+    let state = args.data.existing_state()?;
+    let keys = state.blobstore().list("blobs/").await?;
+    let blobs = keys
+        .iter()
+        .filter_map(|k| {
+            let mut parts = k.split('/');
+            let (_, alg, _, hex) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+            format!("{alg}:{hex}").parse().ok()
+        })
+        .collect();
+    let inv = format::Inventory {
+        format: format::INVENTORY_V1.into(),
+        blobs,
+    };
+    let text = serde_json::to_string_pretty(&inv)? + "\n";
+    let out = &args.out;
+    if out.as_os_str() == "-" {
+        print!("{text}");
+    } else {
+        std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
+        eprintln!("{} blobs listed in {}", inv.blobs.len(), out.display());
+    }
+    Ok(())
+}
+
+pub async fn history(args: HistoryArgs) -> Result<()> {
+    let state = args.data.existing_state()?;
+    let history = state.history().await?;
+    if history.is_empty() {
+        println!("no generations yet (empty store)");
+    }
+    println!(
+        "{:>10}  {:<25}  {:<20}  reason",
+        "generation", "time", "who"
+    );
+    for (_, doc) in history {
+        println!(
+            "{:>10}  {:<25}  {:<20}  {}",
+            doc.generation, doc.time, doc.who, doc.reason
+        );
+    }
+    Ok(())
+}

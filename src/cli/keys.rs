@@ -1,0 +1,53 @@
+//! `airlock keys`: OpenPGP signing keys.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+use clap::Subcommand;
+
+use airlock::bundle::sign;
+
+#[derive(Subcommand)]
+pub enum KeysCmd {
+    /// Generate an ed25519 signing key: writes PREFIX.sec.asc and PREFIX.pub.asc.
+    Generate {
+        /// User id, "NAME <EMAIL>".
+        #[arg(long)]
+        uid: String,
+        /// Output prefix.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
+    let mut s = prefix.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+pub fn run(cmd: KeysCmd) -> Result<()> {
+    match cmd {
+        KeysCmd::Generate { uid, out } => {
+            let (sec, public) = sign::generate_key(&uid)?;
+            let (sec_path, pub_path) =
+                (with_suffix(&out, ".sec.asc"), with_suffix(&out, ".pub.asc"));
+            if sec_path.exists() || pub_path.exists() {
+                bail!(
+                    "{} or {} already exists; refusing to overwrite a key",
+                    sec_path.display(),
+                    pub_path.display()
+                );
+            }
+            super::write_private(&sec_path, &sec)?;
+            std::fs::write(&pub_path, public)?;
+            let fpr = sign::SigningKey::from_armored(&sec)?.fingerprint();
+            println!(
+                "key {fpr}: wrote {} and {}",
+                sec_path.display(),
+                pub_path.display()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! The `airlock` command line (clap). Thin: parses arguments, builds the
+//! store and state once, calls one library function per command, prints a
+//! one-line result, and turns any error into a one-line cause and exit code 1.
+//!
+//! One file per command group: [`keys`], [`bundle`], [`data`] (import,
+//! inventory, history) and [`serve`]; shared argument types and helpers live
+//! here.
+
+mod bundle;
+mod data;
+mod keys;
+mod serve;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+use airlock::state::StateStore;
+use airlock::store::fs::FsStore;
+
+#[derive(Parser)]
+#[command(
+    name = "airlock",
+    version,
+    about = "Signed bundles, atomic import and an OCI registry for air-gapped platforms"
+)]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info`, `airlock=debug`.
+    #[arg(long, global = true, env = "AIRLOCK_LOG", default_value = "warn")]
+    log: String,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `--data DIR`: where the filesystem blobstore lives.
+#[derive(clap::Args)]
+pub struct DataArg {
+    /// Data directory of the filesystem blobstore.
+    #[arg(long, env = "AIRLOCK_DATA", default_value = "./airlock-data")]
+    pub data: PathBuf,
+}
+
+impl DataArg {
+    /// State in the data directory, created if missing (for commands that write).
+    pub fn state(&self) -> Result<StateStore> {
+        let store = FsStore::open(&self.data)
+            .with_context(|| format!("opening data directory {}", self.data.display()))?;
+        Ok(StateStore::new(Arc::new(store)))
+    }
+
+    /// State in an existing data directory, for commands that only read.
+    pub fn existing_state(&self) -> Result<StateStore> {
+        if !self.data.is_dir() {
+            bail!("data directory {} does not exist", self.data.display());
+        }
+        self.state()
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// OpenPGP signing keys.
+    #[command(subcommand)]
+    Keys(keys::KeysCmd),
+    /// Create, inspect and verify bundles.
+    #[command(subcommand)]
+    Bundle(bundle::BundleCmd),
+    /// Verify bundles and commit them into the store (one root swap).
+    Import(data::ImportArgs),
+    /// Write the list of blobs this store holds (for delta bundles: `bundle create --have`).
+    Inventory(data::InventoryArgs),
+    /// List the state generations, newest first (number, time, who, reason).
+    History(data::HistoryArgs),
+    /// Serve the OCI distribution API.
+    Serve(serve::ServeArgs),
+}
+
+/// A progress bar on stderr when it is a terminal; hidden otherwise.
+pub fn progress_bar() -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let style = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    indicatif::ProgressBar::new(0).with_style(style)
+}
+
+/// Bundle files or volumes (or `-`) as one reader.
+pub fn bundle_reader(bundles: &[PathBuf]) -> Result<Box<dyn std::io::Read + Send>> {
+    let files = airlock::bundle::volume::expand_inputs(bundles)?;
+    Ok(Box::new(std::io::BufReader::with_capacity(
+        1 << 20,
+        airlock::bundle::volume::ChainReader::new(files),
+    )))
+}
+
+/// Creates `path` with mode 0600 (never overwriting) and writes `text`.
+pub fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    Ok(())
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Keys(cmd) => keys::run(cmd),
+        Command::Bundle(cmd) => bundle::run(cmd).await,
+        Command::Import(args) => data::import(args).await,
+        Command::Inventory(args) => data::inventory(args).await,
+        Command::History(args) => data::history(args).await,
+        Command::Serve(args) => serve::run(args).await,
+    }
+}
+
+/// Parses the command line, sets up logging and the runtime, runs the
+/// command and exits: 0 on success, 1 with a one-line cause on error.
+pub fn main() {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        // A command whose output is piped into `head` ends quietly like any Unix tool
+        // instead of panicking on EPIPE. The server keeps Rust's default (ignored), so
+        // a client closing its socket is an error to handle, not a signal.
+        // SAFETY: restoring a signal's default disposition at start-up, before any
+        // thread is spawned.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cli.log_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("airlock: error: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(run(cli)) {
+        eprintln!("airlock: error: {}", one_line(&format!("{e:#}")));
+        std::process::exit(1);
+    }
+}
+
+/// A cause fit for one terminal line: control characters escaped (no
+/// terminal escape injection from a hostile bundle), at most 1000 characters.
+fn one_line(text: &str) -> String {
+    const MAX: usize = 1000;
+    let mut out = String::new();
+    for c in text.chars() {
+        if out.len() >= MAX {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
