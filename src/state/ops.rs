@@ -13,9 +13,10 @@ use crate::names::{RepositoryName, Tag};
 /// compare-and-swap race, on the newer document), so it must not have side
 /// effects. An error aborts the change it belongs to.
 #[derive(Clone)]
-pub struct DocumentChange(
-    Arc<dyn Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>, StateError> + Send + Sync>,
-);
+pub struct DocumentChange(Arc<ChangeFn>);
+
+/// The function inside a [`DocumentChange`]: current bytes → new bytes.
+type ChangeFn = dyn Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>, StateError> + Send + Sync;
 
 impl std::fmt::Debug for DocumentChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
