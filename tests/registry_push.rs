@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use sha2::{Digest as _, Sha256};
 
 mod common;
-use common::router::{Reply, get, send_body};
+use common::router::{Reply, get, send, send_body};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -523,10 +523,11 @@ async fn manifest_put_stores_exact_bytes() {
     put_manifest(&f.router, "img", "docker", DOCKER_MANIFEST, &dm)
         .await
         .status(201);
-    // Served as stored, never converted: an OCI-only Accept gets 404.
-    get_with_accept(&f.router, "/v2/img/manifests/docker", OCI_MANIFEST)
-        .await
-        .error(404, "MANIFEST_UNKNOWN");
+    // Served as stored, never converted, whatever the Accept header says.
+    let r = get_with_accept(&f.router, "/v2/img/manifests/docker", OCI_MANIFEST).await;
+    r.status(200);
+    assert_eq!(r.body, dm);
+    assert_eq!(r.header("content-type"), DOCKER_MANIFEST);
     let r = get_with_accept(&f.router, "/v2/img/manifests/docker", DOCKER_MANIFEST).await;
     assert_eq!(r.body, dm);
     assert_eq!(r.header("docker-content-digest"), sha256(&dm));
@@ -601,7 +602,7 @@ async fn manifest_put_error_paths() {
     // Bad references.
     put_manifest(&f.router, "img", "-bad", OCI_MANIFEST, &m)
         .await
-        .error(400, "MANIFEST_INVALID");
+        .error(400, "TAG_INVALID");
     put_manifest(&f.router, "Bad", "v1", OCI_MANIFEST, &m)
         .await
         .error(400, "NAME_INVALID");
@@ -903,15 +904,18 @@ async fn mirror_namespaces() {
     get(&f.router, "/v2/docker.io/library/busybox/manifests/latest")
         .await
         .status(200);
-    get(&f.router, "/v2/library/busybox/manifests/latest?ns=quay.io")
-        .await
-        .error(404, "NAME_UNKNOWN");
-    get(
-        &f.router,
-        "/v2/library/busybox/manifests/latest?ns=localhost:5000",
-    )
-    .await
-    .error(400, "NAME_INVALID");
+    // An ns whose repository does not exist is answered as without ns
+    // (here: the default namespace), never with 400.
+    for ns in ["quay.io", "localhost:5000", "[::1]:5000"] {
+        let r = get(
+            &f.router,
+            &format!("/v2/library/busybox/manifests/latest?ns={ns}"),
+        )
+        .await;
+        r.status(200);
+        assert_eq!(r.body, m, "{ns}");
+        assert!(r.headers.get("oci-namespace").is_none(), "{ns}");
+    }
     // Without a default namespace, no fallback.
     let plain = fixture_with(RegistryConfig::default());
     get(&plain.router, "/v2/library/busybox/manifests/latest")
@@ -1267,4 +1271,106 @@ async fn malformed_digest_message_says_invalid() {
     );
     assert!(f.store.list("blobs/").await.unwrap().is_empty());
     assert_eq!(root_of(&f), None);
+}
+
+/// containerd sends `ns=<upstream host>` on every mirror request (with the
+/// port when the reference has one); docker sends none and relies on the
+/// default namespace. Every case answers as without `ns` unless the
+/// namespaced repository exists, which then wins for both clients.
+#[tokio::test]
+async fn ns_as_containerd_sends_it_never_fails_a_read() {
+    let plain = fixture_with(RegistryConfig {
+        allow_push: true,
+        ..RegistryConfig::default()
+    });
+    let (m_app, _) = push_image(&plain.router, "app", "v1", 1).await;
+    let (m_case, case_digest) = push_image(&plain.router, "bugs/case09", "1.5.2", 2).await;
+    let (_, docker_digest) = push_image(&plain.router, "docker.io/library/app", "v1", 3).await;
+    let config = format!(r#"{{"architecture":"amd64","os":"linux","seed":{}}}"#, 1).into_bytes();
+    let same_as_without = |uri: &str, ns: &str| {
+        let router = plain.router.clone();
+        let (uri, ns) = (uri.to_string(), ns.to_string());
+        async move {
+            for method in ["GET", "HEAD"] {
+                let without = send(&router, method, &uri, &[]).await;
+                let sep = if uri.contains('?') { '&' } else { '?' };
+                let with = send(&router, method, &format!("{uri}{sep}ns={ns}"), &[]).await;
+                assert_eq!(with.status, without.status, "{method} {uri} ns={ns}");
+                assert_eq!(with.body, without.body, "{method} {uri} ns={ns}");
+                assert_eq!(with.headers, without.headers, "{method} {uri} ns={ns}");
+                assert!(
+                    without.status.is_success(),
+                    "{method} {uri}: {}",
+                    without.status
+                );
+            }
+        }
+    };
+    for ns in [
+        "registry.local:5000",
+        "registry.local%3A5000",
+        "registry.local:443",
+        "%5B%3A%3A1%5D:5000",
+        "registry.suse.com",
+        "",
+    ] {
+        same_as_without("/v2/app/manifests/v1", ns).await;
+        same_as_without("/v2/app/tags/list", ns).await;
+        same_as_without(&format!("/v2/app/blobs/{}", sha256(&config)), ns).await;
+        same_as_without("/v2/bugs/case09/manifests/1.5.2", ns).await;
+    }
+    let r = get(&plain.router, "/v2/app/manifests/v1?ns=registry.local:5000").await;
+    assert_eq!(r.body, m_app);
+    let r = get(
+        &plain.router,
+        "/v2/bugs/case09/manifests/1.5.2?ns=registry.suse.com",
+    )
+    .await;
+    assert_eq!((r.status, r.body.clone()), (StatusCode::OK, m_case));
+    assert_eq!(r.header("docker-content-digest"), case_digest);
+    // override_path with a path-prefix mirror: the path already holds the
+    // namespace and is not prefixed again.
+    let r = get(
+        &plain.router,
+        "/v2/docker.io/library/app/manifests/v1?ns=docker.io",
+    )
+    .await;
+    r.status(200);
+    assert_eq!(r.header("docker-content-digest"), docker_digest);
+    assert_eq!(r.header("oci-namespace"), "docker.io");
+
+    // One reference, one image: with both library/app and
+    // docker.io/library/app present, containerd (ns=docker.io) and docker
+    // (default namespace docker.io, no ns) get the namespaced one.
+    let mirror = fixture_with(RegistryConfig {
+        allow_push: true,
+        mirror_namespace: Some("docker.io".into()),
+        ..RegistryConfig::default()
+    });
+    let (_, plain_digest) = push_image(&mirror.router, "library/app", "v1", 4).await;
+    let (_, ns_digest) = push_image(&mirror.router, "docker.io/library/app", "v1", 5).await;
+    assert_ne!(plain_digest, ns_digest);
+    for (uri, echoed) in [
+        (
+            "/v2/library/app/manifests/v1?ns=docker.io",
+            Some("docker.io"),
+        ),
+        (
+            "/v2/library/app/manifests/v1?ns=Index.Docker.IO:443",
+            Some("docker.io"),
+        ),
+        ("/v2/library/app/manifests/v1", None),
+    ] {
+        let r = get(&mirror.router, uri).await;
+        r.status(200);
+        assert_eq!(r.header("docker-content-digest"), ns_digest, "{uri}");
+        assert_eq!(
+            r.headers.get("oci-namespace").map(|v| v.to_str().unwrap()),
+            echoed,
+            "{uri}"
+        );
+    }
+    // The plain repository is still reachable by a namespace that does not hold it.
+    let r = get(&mirror.router, "/v2/library/app/manifests/v1?ns=quay.io").await;
+    assert_eq!(r.header("docker-content-digest"), ns_digest);
 }

@@ -28,6 +28,10 @@ pub struct ServeArgs {
     /// Upload sessions older than this many seconds are refused and swept.
     #[arg(long, env = "AIRLOCK_UPLOAD_EXPIRY", default_value_t = 86400, value_parser = clap::value_parser!(u64).range(1..))]
     upload_expiry_secs: u64,
+    /// Most entries per page of `tags/list` and `_catalog` (a larger or
+    /// absent `n` is clamped; `Link` names the next page).
+    #[arg(long, env = "AIRLOCK_MAX_PAGE", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_page: u64,
     /// Close a connection whose client has not sent a complete request
     /// head within this many seconds (also bounds HTTP/1.1 keep-alive
     /// idling between requests).
@@ -56,6 +60,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         allow_delete: args.allow_delete,
         mirror_namespace: args.mirror_namespace,
         upload_expiry: Duration::from_secs(args.upload_expiry_secs),
+        max_page: args.max_page as usize,
     };
     let app = Arc::new(airlock::server::App::with_config(state, config));
     let limits = airlock::server::Limits {

@@ -26,16 +26,23 @@ pub struct RegistryConfig {
     pub mirror_namespace: Option<String>,
     /// Upload sessions older than this are refused and swept.
     pub upload_expiry: Duration,
+    /// Most entries in one page of `tags/list` or `_catalog`; a larger or
+    /// absent `n` is clamped to it and a `Link` names the next page.
+    pub max_page: usize,
 }
 
+/// Default [`RegistryConfig::max_page`]: 1,000 entries.
+pub const DEFAULT_MAX_PAGE: usize = 1000;
+
 impl Default for RegistryConfig {
-    /// Read-only, no mirror namespace, 24 h upload expiry.
+    /// Read-only, no mirror namespace, 24 h upload expiry, 1,000-entry pages.
     fn default() -> RegistryConfig {
         RegistryConfig {
             allow_push: false,
             allow_delete: false,
             mirror_namespace: None,
             upload_expiry: DEFAULT_UPLOAD_EXPIRY,
+            max_page: DEFAULT_MAX_PAGE,
         }
     }
 }

@@ -5,13 +5,18 @@
 //! Owns: paging with `n` and `last`. Lists are in byte-wise ("ASCIIbetical")
 //! order, as Go's `sort.Strings` in the reference registry and as the
 //! spec's post-1.1.1 text allows; `last` is exclusive and need not exist.
-//! An `n` that is not a non-negative decimal integer is ignored (the whole
-//! rest of the list is sent). Never changes state.
+//! An `n` that is not a non-negative decimal integer is 400
+//! `PAGINATION_NUMBER_INVALID`; `n` is clamped to the page cap
+//! ([`super::RegistryConfig::max_page`], default 1,000), which also applies
+//! when `n` is absent, and a `Link` header names the next page whenever
+//! entries remain. Never changes state.
 
 use axum::http::Uri;
 use serde::Serialize;
 
-use super::errors::Result;
+use serde_json::json;
+
+use super::errors::{ErrorCode, RegistryError, Result};
 use super::pull::repository;
 use super::responses::JsonPage;
 use crate::names::RepositoryName;
@@ -36,16 +41,20 @@ pub struct Catalog {
 /// The paging parameters of a listing request.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Paging {
-    /// At most this many entries (`n`); `None`: all remaining.
-    pub n: Option<usize>,
+    /// At most this many entries (`n`, clamped to the page cap).
+    pub n: usize,
     /// Only entries after this one (`last`, exclusive).
     pub last: Option<String>,
 }
 
 impl Paging {
     /// Reads `n` and `last` from the query string (first occurrence wins;
-    /// an undecodable query counts as absent).
-    pub fn from_uri(uri: &Uri) -> Paging {
+    /// an undecodable query counts as absent). `n` is clamped to `max`, and
+    /// is `max` when absent.
+    ///
+    /// Errors: 400 `PAGINATION_NUMBER_INVALID` when `n` is not a
+    /// non-negative decimal integer (`-1`, `abc`, `1.5`).
+    pub fn from_uri(uri: &Uri, max: usize) -> Result<Paging> {
         let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
             .map(|q| q.0)
             .unwrap_or_default();
@@ -55,34 +64,43 @@ impl Paging {
                 .find(|(key, _)| key == k)
                 .map(|(_, v)| v.clone())
         };
-        Paging {
-            n: get("n").and_then(|n| n.parse().ok()),
+        let n = match get("n") {
+            None => max,
+            Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                n.parse::<usize>().unwrap_or(usize::MAX).min(max)
+            }
+            Some(n) => {
+                return Err(RegistryError::new(
+                    ErrorCode::PaginationNumberInvalid,
+                    json!({ "n": n }),
+                ));
+            }
+        };
+        Ok(Paging {
+            n,
             last: get("last"),
-        }
+        })
     }
 
-    /// Applies the paging to a sorted list. Returns the page and, when `n`
-    /// was given and entries remain after the page, the `last` value for
-    /// the next page. `n = 0` gives an empty page and no next page.
+    /// Applies the paging to a sorted list. Returns the page and, when
+    /// entries remain after the page, the `last` value for the next page.
+    /// `n = 0` gives an empty page and no next page.
     pub fn apply<'a>(
         &self,
         sorted: impl Iterator<Item = &'a str>,
     ) -> (Vec<String>, Option<String>) {
+        if self.n == 0 {
+            return (Vec::new(), None);
+        }
         let mut rest = sorted
             .filter(|s| self.last.as_deref().is_none_or(|l| *s > l))
             .peekable();
-        match self.n {
-            Some(0) => (Vec::new(), None),
-            Some(n) => {
-                let page: Vec<String> = rest.by_ref().take(n).map(str::to_owned).collect();
-                let next = match rest.peek() {
-                    Some(_) => page.last().cloned(),
-                    None => None,
-                };
-                (page, next)
-            }
-            None => (rest.map(str::to_owned).collect(), None),
-        }
+        let page: Vec<String> = rest.by_ref().take(self.n).map(str::to_owned).collect();
+        let next = match rest.peek() {
+            Some(_) => page.last().cloned(),
+            None => None,
+        };
+        (page, next)
     }
 }
 
@@ -102,12 +120,7 @@ pub async fn tags_list(
             name: name.to_string(),
             tags,
         },
-        next: next.map(|last| {
-            format!(
-                "/v2/{name}/tags/list?n={}&last={last}",
-                paging.n.unwrap_or(0)
-            )
-        }),
+        next: next.map(|last| format!("/v2/{name}/tags/list?n={}&last={last}", paging.n)),
     })
 }
 
@@ -119,7 +132,7 @@ pub async fn catalog(state: &StateStore, paging: &Paging) -> Result<JsonPage<Cat
     let (repositories, next) = paging.apply(snap.table.repositories.keys().map(|r| r.as_str()));
     Ok(JsonPage {
         body: Catalog { repositories },
-        next: next.map(|last| format!("/v2/_catalog?n={}&last={last}", paging.n.unwrap_or(0))),
+        next: next.map(|last| format!("/v2/_catalog?n={}&last={last}", paging.n)),
     })
 }
 
@@ -128,7 +141,7 @@ mod tests {
     use super::*;
 
     fn paging(q: &str) -> Paging {
-        Paging::from_uri(&format!("/x?{q}").parse().unwrap())
+        Paging::from_uri(&format!("/x?{q}").parse().unwrap(), 3).unwrap()
     }
 
     #[test]
@@ -136,20 +149,24 @@ mod tests {
         assert_eq!(
             paging("n=2&last=b"),
             Paging {
-                n: Some(2),
+                n: 2,
                 last: Some("b".into())
             }
         );
-        assert_eq!(paging("n=-1"), Paging::default());
-        assert_eq!(paging("n=x&n=3"), Paging::default());
+        assert_eq!(paging("n=99999999999999999999999").n, 3, "clamped");
+        assert_eq!(paging("").n, 3, "absent: the cap");
         assert_eq!(
             paging("last=a%2Fb"),
             Paging {
-                n: None,
+                n: 3,
                 last: Some("a/b".into())
             }
         );
-        assert_eq!(Paging::from_uri(&"/x".parse().unwrap()), Paging::default());
+        for bad in ["n=-1", "n=abc", "n=1.5", "n=", "n=x&n=3", "n=+1"] {
+            let err = Paging::from_uri(&format!("/x?{bad}").parse().unwrap(), 3).unwrap_err();
+            assert_eq!(err.status(), 400, "{bad}");
+            assert!(err.body().contains("PAGINATION_NUMBER_INVALID"), "{bad}");
+        }
     }
 
     #[test]
@@ -157,11 +174,11 @@ mod tests {
         let all = ["a", "b", "c", "d"];
         let run = |q: &str| paging(q).apply(all.iter().copied());
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert_eq!(run(""), (v(&all), None));
+        assert_eq!(run(""), (v(&["a", "b", "c"]), Some("c".into())));
         assert_eq!(run("n=0"), (v(&[]), None));
         assert_eq!(run("n=2"), (v(&["a", "b"]), Some("b".into())));
         assert_eq!(run("n=2&last=b"), (v(&["c", "d"]), None));
-        assert_eq!(run("n=4"), (v(&all), None));
+        assert_eq!(run("n=4&last=a"), (v(&["b", "c", "d"]), None));
         assert_eq!(run("last=bb"), (v(&["c", "d"]), None));
         assert_eq!(run("last=z&n=1"), (v(&[]), None));
     }

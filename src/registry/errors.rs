@@ -5,7 +5,7 @@
 //! code-1 … code-15), the JSON error body, and the `From` conversions from
 //! store and state errors. Never decides *when* an error happens; handlers do.
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -14,8 +14,10 @@ use crate::store::StoreError;
 
 /// An error code of distribution-spec v1.1 "Error Codes".
 ///
-/// `TAG_INVALID` (the old code-11) is not in the v1.1 list, so a malformed
-/// manifest reference is reported as [`ErrorCode::ManifestInvalid`].
+/// Two codes of the reference registry that v1.1's table does not list are
+/// kept because clients and the conformance suite expect them:
+/// `TAG_INVALID` (the old code-11) for a manifest PUT to a reference that is
+/// neither a tag nor a digest, and `PAGINATION_NUMBER_INVALID` for a bad `n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
     /// code-1 `BLOB_UNKNOWN`, 404.
@@ -39,6 +41,12 @@ pub enum ErrorCode {
     NameUnknown,
     /// code-10 `SIZE_INVALID`, 400.
     SizeInvalid,
+    /// code-11 `TAG_INVALID`, 400: a manifest PUT whose reference is no tag
+    /// or digest. Reads of such a reference answer `MANIFEST_UNKNOWN`.
+    TagInvalid,
+    /// `PAGINATION_NUMBER_INVALID`, 400 (the reference registry's code): `n`
+    /// is not a non-negative decimal integer.
+    PaginationNumberInvalid,
     /// code-12 `UNAUTHORIZED`, 401.
     Unauthorized,
     /// code-13 `DENIED`, 403.
@@ -76,6 +84,8 @@ impl ErrorCode {
             NameInvalid =>         ("NAME_INVALID",          StatusCode::BAD_REQUEST,        "invalid repository name"),
             NameUnknown =>         ("NAME_UNKNOWN",          StatusCode::NOT_FOUND,          "repository name not known to registry"),
             SizeInvalid =>         ("SIZE_INVALID",          StatusCode::BAD_REQUEST,        "provided length did not match content length"),
+            TagInvalid =>          ("TAG_INVALID",           StatusCode::BAD_REQUEST,        "manifest tag did not match URI"),
+            PaginationNumberInvalid => ("PAGINATION_NUMBER_INVALID", StatusCode::BAD_REQUEST, "invalid number of results requested"),
             Unauthorized =>        ("UNAUTHORIZED",          StatusCode::UNAUTHORIZED,       "authentication required"),
             Denied =>              ("DENIED",                StatusCode::FORBIDDEN,          "requested access to the resource is denied"),
             Unsupported =>         ("UNSUPPORTED",           StatusCode::METHOD_NOT_ALLOWED, "the operation is unsupported"),
@@ -127,10 +137,9 @@ pub enum RegistryError {
         /// The methods the endpoint does serve, e.g. `GET, HEAD`.
         allow: &'static str,
     },
-    /// No such endpoint under `/v2`, including endpoints airlock does not
-    /// offer yet (referrers, so that clients fall back to the referrers tag
-    /// schema): 404 with the plain-text body `404 page not found`, as the
-    /// reference registry's router answers.
+    /// No such endpoint under `/v2` (a path no route matches, e.g. a blob
+    /// "digest" holding `/`): 404 `NAME_UNKNOWN` with the path's shape in
+    /// `detail`, so every answer under `/v2` carries an OCI error body.
     NoEndpoint,
     /// Anything else: 500 with a generic message; the cause is logged, never sent.
     Internal(String),
@@ -167,6 +176,21 @@ impl RegistryError {
         RegistryError::with_message(ErrorCode::DigestInvalid, INVALID_DIGEST_MESSAGE, detail)
     }
 
+    /// The error as answered to `method`: a reference that is no tag or
+    /// digest (`TAG_INVALID`) is 404 `MANIFEST_UNKNOWN` for every method but
+    /// PUT, since such a manifest cannot exist (the conformance suite's
+    /// expectation); PUT keeps 400 `TAG_INVALID`.
+    pub fn for_method(self, method: &Method) -> RegistryError {
+        match self {
+            RegistryError::Api {
+                code: ErrorCode::TagInvalid,
+                detail,
+                ..
+            } if *method != Method::PUT => RegistryError::new(ErrorCode::ManifestUnknown, detail),
+            other => other,
+        }
+    }
+
     /// The HTTP status this error is sent with.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -179,7 +203,7 @@ impl RegistryError {
     }
 
     /// The body as sent: `{"errors":[{"code":..,"message":..,"detail":..}]}`
-    /// (keys in that order), or the plain text of [`RegistryError::NoEndpoint`].
+    /// (keys in that order).
     pub fn body(&self) -> String {
         let (code, message, detail) = match self {
             RegistryError::Api {
@@ -198,7 +222,14 @@ impl RegistryError {
                 let info = ErrorCode::Unsupported.info();
                 (info.code, info.message, json!({ "allow": allow }))
             }
-            RegistryError::NoEndpoint => return "404 page not found\n".into(),
+            RegistryError::NoEndpoint => {
+                let info = ErrorCode::NameUnknown.info();
+                (
+                    info.code,
+                    "no such endpoint",
+                    json!({ "reason": "the path matches no distribution-spec endpoint" }),
+                )
+            }
             RegistryError::Internal(_) => ("UNKNOWN", "internal server error", Value::Null),
         };
         let body = ErrorBody {
@@ -230,11 +261,12 @@ impl IntoResponse for RegistryError {
             tracing::error!(%cause, "internal error serving registry request");
         }
         let status = self.status();
-        let content_type = match self {
-            RegistryError::NoEndpoint => "text/plain; charset=utf-8",
-            _ => "application/json",
-        };
-        let mut res = (status, [(header::CONTENT_TYPE, content_type)], self.body()).into_response();
+        let mut res = (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            self.body(),
+        )
+            .into_response();
         match self {
             RegistryError::MethodNotAllowed { allow } => {
                 res.headers_mut()

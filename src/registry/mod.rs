@@ -109,10 +109,10 @@ async fn dispatch(
     headers: &HeaderMap,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Response> {
-    let mut route = Route::parse(uri.path())?;
+    let mut route = Route::parse(uri.path()).map_err(|e| e.for_method(method))?;
     let query = QueryParams::from_uri(uri);
     let read = matches!(*method, Method::GET | Method::HEAD);
-    namespace::apply(ctx, &mut route, &query, read).await?;
+    let namespace = namespace::apply(ctx, &mut route, &query, read).await?;
     let cfg = ctx.config();
     let not_allowed = RegistryError::MethodNotAllowed {
         allow: allow(&route, cfg),
@@ -120,10 +120,10 @@ async fn dispatch(
     let state = ctx.state();
     let head = *method == Method::HEAD;
     let (push, del) = (cfg.allow_push, cfg.allow_delete);
-    Ok(match (route, method.clone()) {
+    let mut res = match (route, method.clone()) {
         (Route::Base, Method::GET | Method::HEAD) => ApiBase.into_response(),
         (Route::Manifest { name, reference }, Method::GET | Method::HEAD) => {
-            pull::manifest(state, &name, &reference, headers, head)
+            pull::manifest(state, &name, &reference, head)
                 .await?
                 .into_response()
         }
@@ -144,13 +144,13 @@ async fn dispatch(
             delete::blob(state, &name, &digest).await?.into_response()
         }
         (Route::TagsList { name }, Method::GET | Method::HEAD) => {
-            let paging = discovery::Paging::from_uri(uri);
+            let paging = discovery::Paging::from_uri(uri, cfg.max_page)?;
             discovery::tags_list(state, &name, &paging)
                 .await?
                 .into_response()
         }
         (Route::Catalog, Method::GET | Method::HEAD) => {
-            let paging = discovery::Paging::from_uri(uri);
+            let paging = discovery::Paging::from_uri(uri, cfg.max_page)?;
             discovery::catalog(state, &paging).await?.into_response()
         }
         (Route::Referrers { name, digest }, Method::GET | Method::HEAD) => {
@@ -189,5 +189,14 @@ async fn dispatch(
             ));
         }
         _ => return Err(not_allowed),
-    })
+    };
+    if let Some(ns) = namespace
+        && let Ok(v) = axum::http::HeaderValue::from_str(&ns)
+    {
+        res.headers_mut().insert(OCI_NAMESPACE, v);
+    }
+    Ok(res)
 }
+
+/// Echoed on a read served from an `ns=` namespaced repository.
+const OCI_NAMESPACE: &str = "oci-namespace";

@@ -4,10 +4,10 @@
 //! Owns: the `ns=` query parameter that containerd adds when airlock is a
 //! mirror (`hosts.toml`): `GET /v2/library/busybox/manifests/latest?ns=docker.io`
 //! means repository `docker.io/library/busybox`. And the configured default
-//! namespace for clients that send no `ns` (docker's `registry-mirrors`):
-//! a read of `<name>` that does not exist falls back to `<default>/<name>`.
-//! Never changes state. Writes never fall back: they go to the name asked for
-//! (with `ns=` applied).
+//! namespace for clients that send no `ns` (docker's `registry-mirrors`).
+//! On reads the namespaced repository wins when it exists, and `ns` never
+//! makes a read fail (see [`apply`]). Never changes state. Writes never fall
+//! back: they go to the name asked for (with `ns=` applied).
 
 use serde_json::json;
 
@@ -29,37 +29,113 @@ pub fn qualify(ns: &str, name: &RepositoryName) -> Result<RepositoryName> {
     })
 }
 
-/// Rewrites the route's repository for `ns=` (every method) or, for reads
-/// (`read = true`) without `ns`, for the configured default namespace when
-/// `<name>` does not exist but `<default>/<name>` does.
+/// An upstream host as a namespace: lower case, the default ports `:443` and
+/// `:80` dropped, Docker Hub's aliases (`index.docker.io`,
+/// `registry-1.docker.io`) as `docker.io`. Other ports stay (such a
+/// namespace can never form a repository name, so it never matches one).
+pub fn normalize_host(ns: &str) -> String {
+    let ns = ns.trim().trim_end_matches('/').to_ascii_lowercase();
+    let host = ns
+        .strip_suffix(":443")
+        .or_else(|| ns.strip_suffix(":80"))
+        .unwrap_or(&ns);
+    match host {
+        "index.docker.io" | "registry-1.docker.io" => "docker.io".into(),
+        h => h.into(),
+    }
+}
+
+/// `name` inside namespace `ns`: `name` itself when it already starts with
+/// `<ns>/` (containerd's `override_path` with a path-prefix mirror),
+/// `<ns>/<name>` otherwise, `None` when that is no repository name.
+fn within(ns: &str, name: &RepositoryName) -> Option<RepositoryName> {
+    if name
+        .as_str()
+        .strip_prefix(ns)
+        .is_some_and(|rest| rest.starts_with('/'))
+    {
+        return Some(name.clone());
+    }
+    qualify(ns, name).ok()
+}
+
+/// Rewrites the route's repository for a mirror request and returns the
+/// namespace to echo in `OCI-Namespace` (when an `ns=` namespace was used).
+///
+/// Reads (`read = true`) never fail because of `ns`: the namespaced
+/// repository `<ns>/<name>` (host normalised by [`normalize_host`]; not
+/// prefixed again when the path already starts with it) is used when it
+/// exists; otherwise the request is answered exactly as without `ns`, where
+/// the configured default namespace (docker's `registry-mirrors`) is tried
+/// the same way. So one reference means one image whichever client asks.
+/// Writes go to `<ns>/<name>` when `ns` is given (400 `NAME_INVALID` when
+/// that is no repository name) and never fall back.
 pub async fn apply(
     ctx: &dyn Context,
     route: &mut Route,
     query: &QueryParams,
     read: bool,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let Some(name) = route.repository_mut() else {
-        return Ok(());
+        return Ok(None);
     };
-    if let Some(ns) = query.get("ns").filter(|ns| !ns.is_empty()) {
-        *name = qualify(ns, name)?;
-        return Ok(());
-    }
-    let Some(default) = ctx.config().mirror_namespace.as_deref() else {
-        return Ok(());
-    };
+    let ns = query
+        .get("ns")
+        .map(normalize_host)
+        .filter(|ns| !ns.is_empty());
     if !read {
-        return Ok(());
+        if let Some(ns) = ns {
+            *name = match within(&ns, name) {
+                Some(n) => n,
+                None => qualify(&ns, name)?,
+            };
+        }
+        return Ok(None);
     }
-    let state = ctx.state();
-    let snap = state.snapshot().await?;
-    if snap.table.repositories.contains_key(name) {
-        return Ok(());
+    let default = ctx.config().mirror_namespace.as_deref();
+    if ns.is_none() && default.is_none() {
+        return Ok(None);
     }
-    if let Ok(full) = qualify(default, name)
-        && snap.table.repositories.contains_key(&full)
+    let snap = ctx.state().snapshot().await?;
+    let exists = |n: &RepositoryName| snap.table.repositories.contains_key(n);
+    if let Some(ns) = ns
+        && let Some(full) = within(&ns, name).filter(exists)
+    {
+        *name = full;
+        return Ok(Some(ns));
+    }
+    if let Some(default) = default
+        && let Some(full) = within(&normalize_host(default), name).filter(exists)
     {
         *name = full;
     }
-    Ok(())
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_normalised() {
+        assert_eq!(normalize_host("Registry.Local:443"), "registry.local");
+        assert_eq!(normalize_host("registry.local:80"), "registry.local");
+        assert_eq!(normalize_host("registry.local:5000"), "registry.local:5000");
+        assert_eq!(normalize_host("index.docker.io"), "docker.io");
+        assert_eq!(normalize_host("[::1]:5000"), "[::1]:5000");
+    }
+
+    #[test]
+    fn a_path_already_in_the_namespace_is_not_prefixed_again() {
+        let n = |s: &str| s.parse::<RepositoryName>().unwrap();
+        assert_eq!(
+            within("docker.io", &n("docker.io/library/app")),
+            Some(n("docker.io/library/app"))
+        );
+        assert_eq!(
+            within("docker.io", &n("docker.iox/app")),
+            Some(n("docker.io/docker.iox/app"))
+        );
+        assert_eq!(within("registry.local:5000", &n("app")), None);
+    }
 }

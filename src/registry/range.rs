@@ -33,7 +33,8 @@ impl RangeOutcome {
     /// - `If-Range` present and not exactly `etag` (dates never match: airlock
     ///   sends no `Last-Modified`): [`RangeOutcome::Full`];
     /// - `bytes=a-b`, `bytes=a-`: `b` is clamped to `size - 1`; `a >= size`
-    ///   is [`RangeOutcome::Unsatisfiable`];
+    ///   is [`RangeOutcome::Unsatisfiable`], and so is `b < a` (an invalid
+    ///   range-spec, §14.1.1, which §14.2 lets a server reject);
     /// - `bytes=-n`: the last `n` bytes (all of them when `n >= size`);
     ///   `n = 0` is unsatisfiable; for an empty representation it is ignored.
     pub fn evaluate(headers: &HeaderMap, size: u64, etag: &str) -> RangeOutcome {
@@ -58,6 +59,9 @@ impl RangeOutcome {
 enum Spec {
     /// `first-last` (`last` = None for `first-`).
     FromTo(u64, Option<u64>),
+    /// `first-last` with `last < first`: syntactically a range, but invalid
+    /// (§14.1.1); rejected with 416, as §14.2 allows.
+    Backwards,
     /// `-suffix_length`.
     Suffix(u64),
 }
@@ -72,7 +76,7 @@ impl Spec {
                 let end = last.map_or(size - 1, |l| l.min(size - 1));
                 RangeOutcome::Partial { start: first, end }
             }
-            Spec::Suffix(0) => RangeOutcome::Unsatisfiable,
+            Spec::Backwards | Spec::Suffix(0) => RangeOutcome::Unsatisfiable,
             Spec::Suffix(_) if size == 0 => RangeOutcome::Full,
             Spec::Suffix(n) => RangeOutcome::Partial {
                 start: size.saturating_sub(n),
@@ -100,7 +104,11 @@ fn parse(value: &str) -> Option<Spec> {
         (false, true) => Some(Spec::FromTo(number(first)?, None)),
         (false, false) => {
             let (a, b) = (number(first)?, number(last)?);
-            (b >= a).then_some(Spec::FromTo(a, Some(b)))
+            Some(if b >= a {
+                Spec::FromTo(a, Some(b))
+            } else {
+                Spec::Backwards
+            })
         }
     }
 }
@@ -150,6 +158,8 @@ mod tests {
         assert_eq!(eval("bytes=10-", 10), RangeOutcome::Unsatisfiable);
         assert_eq!(eval("bytes=10-20", 10), RangeOutcome::Unsatisfiable);
         assert_eq!(eval("bytes=-0", 10), RangeOutcome::Unsatisfiable);
+        assert_eq!(eval("bytes=500-0", 1000), RangeOutcome::Unsatisfiable);
+        assert_eq!(eval("bytes=5-4", 10), RangeOutcome::Unsatisfiable);
         assert_eq!(eval("bytes=0-", 0), RangeOutcome::Unsatisfiable);
         assert_eq!(
             eval("bytes=99999999999999999999999-", 10),
@@ -162,7 +172,6 @@ mod tests {
         for r in [
             "bytes=0-1,3-4",
             "bytes=0-1,",
-            "bytes=5-2",
             "bytes=-",
             "bytes=a-b",
             "bytes=1-2-3",

@@ -90,8 +90,9 @@ impl Route {
     /// grammars admits `%`).
     ///
     /// Errors: [`RegistryError::NoEndpoint`] for a path that is no endpoint;
-    /// `NAME_INVALID` for a bad repository name; `MANIFEST_INVALID` for a
-    /// manifest reference that is neither a tag nor a digest; `DIGEST_INVALID`
+    /// `NAME_INVALID` for a bad repository name; `TAG_INVALID` for a
+    /// manifest reference that is neither a tag nor a digest (reads map it
+    /// to `MANIFEST_UNKNOWN`, see [`RegistryError::for_method`]); `DIGEST_INVALID`
     /// for a bad or unsupported blob or referrers digest.
     pub fn parse(path: &str) -> Result<Route> {
         let rest = match path {
@@ -155,7 +156,7 @@ fn build(kind: Kind, name: &str, after: &str) -> Result<Route> {
         Kind::Manifest => {
             let reference = after.parse::<Reference>().map_err(|reason| {
                 RegistryError::new(
-                    ErrorCode::ManifestInvalid,
+                    ErrorCode::TagInvalid,
                     json!({ "reference": after, "reason": format!("not a tag or digest: {reason}") }),
                 )
             })?;
@@ -259,8 +260,8 @@ mod tests {
         assert_eq!(code("/v2/A/B/manifests/latest"), "NAME_INVALID");
         assert_eq!(code("/v2/a//b/manifests/latest"), "NAME_INVALID");
         assert_eq!(code("/v2//manifests/latest"), "NAME_INVALID");
-        assert_eq!(code("/v2/a/manifests/-bad"), "MANIFEST_INVALID");
-        assert_eq!(code("/v2/a/manifests/sha256:abc"), "MANIFEST_INVALID");
+        assert_eq!(code("/v2/a/manifests/-bad"), "TAG_INVALID");
+        assert_eq!(code("/v2/a/manifests/sha256:abc"), "TAG_INVALID");
         assert_eq!(code("/v2/a/blobs/sha256:abc"), "DIGEST_INVALID");
         assert_eq!(code("/v2/a/blobs/latest"), "DIGEST_INVALID");
         assert_eq!(code("/v2/a/blobs/uploads"), "DIGEST_INVALID");
