@@ -1374,3 +1374,62 @@ async fn ns_as_containerd_sends_it_never_fails_a_read() {
     let r = get(&mirror.router, "/v2/library/app/manifests/v1?ns=quay.io").await;
     assert_eq!(r.header("docker-content-digest"), ns_digest);
 }
+
+/// A push of N blobs and one manifest makes one generation: a finished blob
+/// is linked without a root swap, visible at once in its repository only,
+/// and enters the state tree with the manifest that names it.
+#[tokio::test]
+async fn blob_pushes_make_no_generation_and_are_visible_at_once() {
+    let f = fixture();
+    let state = StateStore::new(f.store.clone());
+    let config = bytes_of(100, 1);
+    let layers: Vec<Vec<u8>> = (0..5).map(|i| bytes_of(2000, 10 + i)).collect();
+    push_blob(&f.router, "gen/app", &config).await;
+    for l in &layers {
+        push_blob(&f.router, "gen/app", l).await;
+        // Visible in gen/app at once, not in another repository.
+        let r = send(
+            &f.router,
+            "HEAD",
+            &format!("/v2/gen/app/blobs/{}", sha256(l)),
+            &[],
+        )
+        .await;
+        r.status(200);
+        assert_eq!(r.header("content-length"), l.len().to_string());
+        get(&f.router, &format!("/v2/gen/other/blobs/{}", sha256(l)))
+            .await
+            .error(404, "NAME_UNKNOWN");
+    }
+    assert_eq!(
+        state.snapshot().await.unwrap().generation(),
+        0,
+        "no root swap for blobs"
+    );
+    // Another repository cannot name them in a manifest.
+    let refs: Vec<&[u8]> = layers.iter().map(|l| l.as_slice()).collect();
+    let m = image_manifest(&config, &refs);
+    put_manifest(&f.router, "gen/other", "v1", OCI_MANIFEST, &m)
+        .await
+        .error(400, "MANIFEST_BLOB_UNKNOWN");
+    put_manifest(&f.router, "gen/app", "v1", OCI_MANIFEST, &m)
+        .await
+        .status(201);
+    let snap = state.snapshot().await.unwrap();
+    assert_eq!(snap.generation(), 1, "one generation for the whole push");
+    let repo = state
+        .repository(&snap, &"gen/app".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    for b in layers.iter().chain([&config]) {
+        assert_eq!(repo.blobs[&sha256(b).parse().unwrap()], b.len() as u64);
+    }
+    // Deleting a blob that is only linked removes the link: 202, then 404.
+    let extra = bytes_of(10, 99);
+    push_blob(&f.router, "gen/app", &extra).await;
+    let uri = format!("/v2/gen/app/blobs/{}", sha256(&extra));
+    send(&f.router, "DELETE", &uri, &[]).await.status(202);
+    get(&f.router, &uri).await.error(404, "BLOB_UNKNOWN");
+    assert_eq!(state.snapshot().await.unwrap().generation(), 1);
+}

@@ -9,6 +9,7 @@
 use serde_json::json;
 
 use super::errors::{ErrorCode, RegistryError, Result};
+use super::links;
 use super::pull::repository;
 use super::responses::Accepted;
 use super::upload::HTTP_WHO;
@@ -57,13 +58,24 @@ pub async fn manifest(
     commit(state, &reason, op, unknown).await
 }
 
-/// DELETE `/v2/<name>/blobs/<digest>`: unlinks the blob from `name`, 202.
+/// DELETE `/v2/<name>/blobs/<digest>`: unlinks the blob from `name` (its
+/// pushed-blob link and, when the state links it, one root swap), 202.
 /// Errors: 404 `NAME_UNKNOWN`, 404 `BLOB_UNKNOWN` (not linked here).
 pub async fn blob(state: &StateStore, name: &RepositoryName, digest: &Digest) -> Result<Accepted> {
-    let repo = repository(state, name).await?;
     let unknown = || RegistryError::new(ErrorCode::BlobUnknown, json!({ "digest": digest }));
-    if !repo.blobs.contains_key(digest) {
-        return Err(unknown());
+    let had_link = links::remove(&**state.blobstore(), name, digest).await?;
+    let snap = state.snapshot().await?;
+    let in_tree = state
+        .repository(&snap, name)
+        .await?
+        .is_some_and(|r| r.blobs.contains_key(digest));
+    if !in_tree {
+        return if had_link {
+            Ok(Accepted)
+        } else {
+            repository(state, name).await?;
+            Err(unknown())
+        };
     }
     let op = Op::UnlinkBlob {
         repo: name.clone(),

@@ -16,6 +16,7 @@ pub mod config;
 pub mod delete;
 pub mod discovery;
 pub mod errors;
+pub mod links;
 pub mod namespace;
 pub mod pull;
 pub mod push;

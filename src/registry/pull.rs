@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::errors::{ErrorCode, RegistryError, Result};
+use super::links;
 use super::range::RangeOutcome;
 use super::responses::{BlobResponse, ManifestResponse, RangeNotSatisfiable, etag};
 use crate::digest::Digest;
@@ -96,9 +97,14 @@ pub async fn manifest(
 ///
 /// The blob is streamed from the store, never held in memory.
 ///
-/// Errors: `NAME_UNKNOWN` (no such repository), `BLOB_UNKNOWN` (not linked in
-/// this repository, even if the store holds it; or linked but missing from
-/// the store, which is logged), internal errors for store failures.
+/// A blob is linked when the repository's state names it (as a blob or a
+/// manifest) or a pushed-blob link ([`super::links`]) says it was pushed or
+/// mounted there since.
+///
+/// Errors: `NAME_UNKNOWN` (no such repository and no link), `BLOB_UNKNOWN`
+/// (not linked in this repository, even if the store holds it; or linked
+/// but missing from the store, which is logged), internal errors for store
+/// failures.
 pub async fn blob(
     state: &StateStore,
     name: &RepositoryName,
@@ -106,12 +112,19 @@ pub async fn blob(
     headers: &HeaderMap,
     head: bool,
 ) -> Result<Response> {
-    let repo = repository(state, name).await?;
     let unknown = || RegistryError::new(ErrorCode::BlobUnknown, json!({ "digest": digest }));
-    if !repo.blobs.contains_key(digest) && !repo.manifests.contains_key(digest) {
-        return Err(unknown());
-    }
     let store = state.blobstore();
+    let snap = state.snapshot().await?;
+    let repo = state.repository(&snap, name).await?;
+    let in_tree = repo
+        .as_ref()
+        .is_some_and(|r| r.blobs.contains_key(digest) || r.manifests.contains_key(digest));
+    if !in_tree && links::get(&**store, name, digest).await.is_none() {
+        return Err(match repo {
+            Some(_) => unknown(),
+            None => RegistryError::new(ErrorCode::NameUnknown, json!({ "name": name })),
+        });
+    }
     let key = blob_key(digest);
     let Some(size) = store.stat(&key).await? else {
         tracing::warn!(%digest, %name, "blob linked in state is missing from the blobstore");

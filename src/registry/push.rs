@@ -33,6 +33,7 @@ use serde_json::json;
 
 use super::Context;
 use super::errors::{ErrorCode, RegistryError, Result};
+use super::links;
 use super::responses::Created;
 use super::upload::HTTP_WHO;
 use super::uploads::BodyStream;
@@ -221,24 +222,35 @@ pub async fn manifest(
         Reference::Tag(t) => (Digest::sha256_of(&bytes), vec![t.clone()]),
     };
     let state = ctx.state();
+    let store = &**state.blobstore();
     let snap = state.snapshot().await?;
     let repo = state.repository(&snap, name).await?.unwrap_or_default();
-    let missing = checked
-        .blobs
+    if let Some(d) = checked
+        .manifests
         .iter()
-        .find(|d| !repo.blobs.contains_key(*d) && !repo.manifests.contains_key(*d))
-        .or_else(|| {
-            checked
-                .manifests
-                .iter()
-                .find(|d| !repo.manifests.contains_key(*d))
-        });
-    if let Some(d) = missing {
+        .find(|d| !repo.manifests.contains_key(*d))
+    {
         return Err(blob_unknown(name, d));
     }
+    // Blobs pushed since the last commit are linked by their pushed-blob
+    // links; they enter the tree in this manifest's root swap.
+    let mut pushed = Vec::new();
+    for d in &checked.blobs {
+        if repo.blobs.contains_key(d) || repo.manifests.contains_key(d) {
+            continue;
+        }
+        match links::get(store, name, d).await {
+            Some(size) => pushed.push((d.clone(), size)),
+            None => return Err(blob_unknown(name, d)),
+        }
+    }
     let size = bytes.len() as u64;
-    store_bytes(&**state.blobstore(), &digest, bytes).await?;
+    store_bytes(store, &digest, bytes).await?;
     let ops = [
+        Op::LinkBlobs {
+            repo: name.clone(),
+            blobs: pushed,
+        },
         Op::Require {
             repo: name.clone(),
             blobs: checked.blobs,

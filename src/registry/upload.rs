@@ -3,8 +3,9 @@
 //! and cancelling a session.
 //!
 //! Owns: what each upload request means and which status and headers it
-//! gets; linking a finished or mounted blob into the repository (one
-//! `Op::LinkBlobs` commit). Session storage is [`super::uploads`].
+//! gets; linking a finished or mounted blob into the repository (a
+//! pushed-blob link, [`super::links`]: no root swap). Session storage is
+//! [`super::uploads`].
 //!
 //! Choices where the spec leaves room:
 //! - POST with `digest` (end-4b) stores the body at once: 201.
@@ -22,12 +23,12 @@ use serde_json::json;
 
 use super::Context;
 use super::errors::{ErrorCode, RegistryError, Result};
+use super::links;
 use super::query::QueryParams;
 use super::responses::{Created, NoContent, UploadStatus};
 use super::uploads::{BodyStream, UploadError, UploadId, parse_content_range};
 use crate::digest::Digest;
 use crate::names::RepositoryName;
-use crate::state::Op;
 use crate::store::blob_key;
 
 /// `who` of state changes made over HTTP (until authentication names a user).
@@ -121,19 +122,17 @@ fn content_range(headers: &HeaderMap) -> Result<Option<(u64, u64)>> {
         })
 }
 
-/// Links `digest` (`size` bytes) into `name`: one root swap, `reason` in history.
+/// Links `digest` (`size` bytes) into `name` with a pushed-blob link (no
+/// root swap: [`super::links`]); `what` is logged.
 async fn link(
     ctx: &dyn Context,
     name: &RepositoryName,
     digest: &Digest,
     size: u64,
-    reason: &str,
+    what: &str,
 ) -> Result<()> {
-    let op = Op::LinkBlobs {
-        repo: name.clone(),
-        blobs: vec![(digest.clone(), size)],
-    };
-    ctx.state().commit(reason, HTTP_WHO, &[op]).await?;
+    links::put(&**ctx.state().blobstore(), name, digest, size).await?;
+    tracing::debug!(%name, %digest, size, what, "blob linked");
     Ok(())
 }
 
@@ -201,10 +200,15 @@ async fn mount_blob(
     };
     let state = ctx.state();
     let snap = state.snapshot().await?;
-    let Some(source) = state.repository(&snap, &from).await? else {
-        return Ok(None);
-    };
-    if !source.blobs.contains_key(&digest) && !source.manifests.contains_key(&digest) {
+    let in_tree = state
+        .repository(&snap, &from)
+        .await?
+        .is_some_and(|r| r.blobs.contains_key(&digest) || r.manifests.contains_key(&digest));
+    if !in_tree
+        && links::get(&**state.blobstore(), &from, &digest)
+            .await
+            .is_none()
+    {
         return Ok(None);
     }
     let Some(size) = state.blobstore().stat(&blob_key(&digest)).await? else {

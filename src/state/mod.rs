@@ -1,14 +1,16 @@
 //! airlock's state: a tree of immutable metadata documents under one root.
 //!
 //! Owns: reading consistent snapshots, applying changes ([`Op`]) with one
-//! compare-and-swap of `refs/root` per change (retrying on a lost race), and
+//! compare-and-swap of `refs/root` per batch of changes (group commit,
+//! retrying with jittered backoff on a race lost to another process), and
 //! history. Never speaks HTTP and never reads bundles; callers describe a
 //! change as data and `commit` makes it visible all at once or not at all.
 
+mod commit;
 pub mod docs;
 mod ops;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 pub use docs::{ManifestInfo, RepoTable, Repository, STATE_KIND, StateDoc};
@@ -35,7 +37,8 @@ pub enum StateError {
     /// A change refers to something that does not exist.
     #[error("{0}")]
     NotFound(String),
-    /// Too many lost compare-and-swap races in a row.
+    /// The root kept changing under this process (other processes
+    /// committing) for longer than the retry deadline.
     #[error("state root kept changing; gave up after {0} attempts")]
     Contention(usize),
 }
@@ -72,24 +75,18 @@ pub struct Commit {
     pub changed: bool,
 }
 
-const MAX_ATTEMPTS: usize = 64;
-
-/// Changes applied on top of a snapshot, not yet written: repositories
-/// (`None`: removed) and named documents (`None`: removed).
-#[derive(Default)]
-struct Working {
-    repos: BTreeMap<RepositoryName, Option<Repository>>,
-    documents: BTreeMap<String, Option<Vec<u8>>>,
-}
 const REPO_CACHE_MAX: usize = 4096;
 
 /// Reads and changes state in a blobstore. Caches the current snapshot
 /// (revalidated against `refs/root` on every call) and immutable repository
-/// documents (by digest).
+/// documents (by digest). Cheap to clone: clones share the caches and the
+/// group committer ([`StateStore::commit`]).
+#[derive(Clone)]
 pub struct StateStore {
     store: Arc<dyn Blobstore>,
-    snapshot: Mutex<Arc<Snapshot>>,
-    repos: Mutex<HashMap<Digest, Arc<Repository>>>,
+    snapshot: Arc<Mutex<Arc<Snapshot>>>,
+    repos: Arc<Mutex<HashMap<Digest, Arc<Repository>>>>,
+    queue: Arc<commit::Queue>,
 }
 
 async fn load_doc<T: serde::de::DeserializeOwned>(
@@ -146,8 +143,9 @@ impl StateStore {
     pub fn new(store: Arc<dyn Blobstore>) -> StateStore {
         StateStore {
             store,
-            snapshot: Mutex::new(Arc::new(Snapshot::default())),
-            repos: Mutex::new(HashMap::new()),
+            snapshot: Arc::new(Mutex::new(Arc::new(Snapshot::default()))),
+            repos: Arc::new(Mutex::new(HashMap::new())),
+            queue: Arc::new(commit::Queue::default()),
         }
     }
 
@@ -231,145 +229,6 @@ impl StateStore {
             Some(d) => load_doc(&*self.store, d).await.map(Some),
             None => Ok(None),
         }
-    }
-
-    async fn document_bytes(&self, snap: &Snapshot, name: &str) -> Result<Option<Vec<u8>>> {
-        match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
-            Some(d) => Ok(Some(store::get_verified(&*self.store, d).await?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Applies `ops` to `work` (the changes so far on top of `snap`), all or
-    /// nothing: on an error `work` is left as it was.
-    async fn apply(&self, snap: &Snapshot, work: &mut Working, ops: &[Op]) -> Result<()> {
-        let mut trial = Working::default();
-        for op in ops {
-            match op {
-                Op::Document { name, change } => {
-                    if !trial.documents.contains_key(name) {
-                        let current = match work.documents.get(name) {
-                            Some(v) => v.clone(),
-                            None => self.document_bytes(snap, name).await?,
-                        };
-                        trial.documents.insert(name.clone(), current);
-                    }
-                    let slot = trial
-                        .documents
-                        .get_mut(name)
-                        .ok_or_else(|| StateError::NotFound(name.clone()))?;
-                    *slot = change.apply(slot.as_deref())?;
-                }
-                _ => {
-                    let Some(name) = op.repository() else {
-                        continue;
-                    };
-                    if !trial.repos.contains_key(name) {
-                        let current = match work.repos.get(name) {
-                            Some(r) => r.clone(),
-                            None => self.repository(snap, name).await?.map(|r| (*r).clone()),
-                        };
-                        trial.repos.insert(name.clone(), current);
-                    }
-                    let slot = trial
-                        .repos
-                        .get_mut(name)
-                        .ok_or_else(|| StateError::NotFound(name.to_string()))?;
-                    op.apply(slot)?;
-                }
-            }
-        }
-        work.repos.extend(trial.repos);
-        work.documents.extend(trial.documents);
-        Ok(())
-    }
-
-    /// Writes the documents `work` changed and the new [`StateDoc`] on top
-    /// of `snap`; `None` when nothing changed.
-    async fn write(
-        &self,
-        snap: &Snapshot,
-        work: &Working,
-        reason: &str,
-        who: &str,
-    ) -> Result<Option<(Digest, StateDoc)>> {
-        let mut table = snap.table.clone();
-        for (name, repo) in &work.repos {
-            match repo {
-                Some(repo) => {
-                    let d = put_doc(&*self.store, repo).await?;
-                    table.repositories.insert(name.clone(), d);
-                }
-                None => {
-                    table.repositories.remove(name);
-                }
-            }
-        }
-        let old_documents = snap
-            .state
-            .as_ref()
-            .map(|s| s.documents.clone())
-            .unwrap_or_default();
-        let mut documents = old_documents.clone();
-        for (name, bytes) in &work.documents {
-            match bytes {
-                Some(b) => {
-                    documents.insert(name.clone(), store::put_bytes(&*self.store, b).await?);
-                }
-                None => {
-                    documents.remove(name);
-                }
-            }
-        }
-        if table == snap.table && documents == old_documents {
-            return Ok(None);
-        }
-        let state = StateDoc {
-            kind: STATE_KIND.into(),
-            generation: snap.generation() + 1,
-            parent: snap.digest.clone(),
-            time: now_rfc3339(),
-            reason: reason.into(),
-            who: who.into(),
-            repositories: put_doc(&*self.store, &table).await?,
-            documents,
-        };
-        let digest = put_doc(&*self.store, &state).await?;
-        Ok(Some((digest, state)))
-    }
-
-    /// Applies `ops` to the current state and swaps the root once.
-    ///
-    /// On a lost race the ops are re-applied to the new root (up to 64 times).
-    /// When the ops change nothing, no generation is written. Errors from
-    /// applying an op (e.g. deleting a tag that does not exist) abort the
-    /// change and leave the root as it was.
-    pub async fn commit(&self, reason: &str, who: &str, ops: &[Op]) -> Result<Commit> {
-        for _ in 0..MAX_ATTEMPTS {
-            let snap = self.snapshot().await?;
-            let mut work = Working::default();
-            self.apply(&snap, &mut work, ops).await?;
-            let Some((digest, state)) = self.write(&snap, &work, reason, who).await? else {
-                return Ok(Commit {
-                    generation: snap.generation(),
-                    changed: false,
-                });
-            };
-            self.store.sync().await?;
-            if self
-                .store
-                .swap_root(snap.root.as_ref(), &digest.to_string())
-                .await?
-            {
-                tracing::info!(generation = state.generation, %digest, reason, "state root swapped");
-                return Ok(Commit {
-                    generation: state.generation,
-                    changed: true,
-                });
-            }
-            tracing::debug!("lost root compare-and-swap race; retrying");
-        }
-        Err(StateError::Contention(MAX_ATTEMPTS))
     }
 
     /// Every generation from the current one back to the first, newest first.

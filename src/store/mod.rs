@@ -8,6 +8,8 @@
 //! Key layout (DESIGN.md "State model"):
 //! - `blobs/<alg>/<first 2 hex>/<hex>`: content-addressed blobs,
 //! - `uploads/<id>`: scratch objects (in-progress uploads), expire,
+//! - `links/<repository>/_blobs/<alg>-<hex>`: blobs pushed into a repository
+//!   and not yet named by a committed manifest (`registry::links`),
 //! - `refs/root`: the digest of the current `State` document.
 
 pub mod fs;

@@ -1,0 +1,363 @@
+//! Group commit: every change of one process goes through one committer,
+//! which applies a batch of queued changes to the current snapshot and swaps
+//! `refs/root` once for all of them (DESIGN.md "Group commit").
+//!
+//! Owns: the queue of pending changes, leader election (the first waiter to
+//! take the commit lock drains the queue; the others wait for their answer),
+//! applying each change all-or-nothing on top of the changes before it in
+//! the batch, writing the changed documents and the new [`StateDoc`], and
+//! retrying after a compare-and-swap race lost to another process (S3
+//! replicas, a CLI import while the server runs) with jittered exponential
+//! backoff. Never decides what a change means: [`Op::apply`] does.
+//!
+//! A batch runs in a task of its own, so a caller that goes away (an HTTP
+//! client hanging up) never cancels the commits of the others in its batch.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::{
+    Commit, Op, Repository, Result, STATE_KIND, Snapshot, StateDoc, StateError, StateStore,
+    now_rfc3339, put_doc,
+};
+use crate::digest::Digest;
+use crate::names::RepositoryName;
+use crate::store::{self, StoreError};
+
+/// Most changes applied in one root swap.
+const MAX_BATCH: usize = 512;
+/// How long a batch keeps retrying while other processes win the race.
+const RETRY_DEADLINE: Duration = Duration::from_secs(300);
+/// First and largest backoff between attempts after a lost race.
+const BACKOFF_MIN: Duration = Duration::from_millis(2);
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// Longest `reason` recorded for a batched generation, in bytes.
+const MAX_REASON: usize = 2000;
+
+/// One queued change and where its answer goes.
+struct Pending {
+    reason: String,
+    who: String,
+    ops: Vec<Op>,
+    reply: oneshot::Sender<Result<Commit>>,
+}
+
+/// The committer's queue, shared by every clone of a [`StateStore`].
+#[derive(Default)]
+pub(super) struct Queue {
+    pending: Mutex<Vec<Pending>>,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Changes applied on top of a snapshot, not yet written: repositories
+/// (`None`: removed) and named documents (`None`: removed).
+#[derive(Default)]
+struct Working {
+    repos: BTreeMap<RepositoryName, Option<Repository>>,
+    documents: BTreeMap<String, Option<Vec<u8>>>,
+}
+
+/// A copy of `e` for another waiter of the same failed batch (the error
+/// types are not `Clone`; the kind of an I/O error is kept, so a full disk
+/// stays recognisable).
+fn duplicate(e: &StateError) -> StateError {
+    match e {
+        StateError::Store(StoreError::Io(io)) => StateError::Store(StoreError::Io(
+            std::io::Error::new(io.kind(), io.to_string()),
+        )),
+        StateError::Store(StoreError::NotFound(k)) => {
+            StateError::Store(StoreError::NotFound(k.clone()))
+        }
+        StateError::Corrupt { digest, cause } => StateError::Corrupt {
+            digest: digest.clone(),
+            cause: cause.clone(),
+        },
+        StateError::NotFound(m) => StateError::NotFound(m.clone()),
+        StateError::Contention(n) => StateError::Contention(*n),
+        other => StateError::Corrupt {
+            digest: "(batch)".into(),
+            cause: other.to_string(),
+        },
+    }
+}
+
+impl StateStore {
+    /// Applies `ops` to the current state, all or nothing, and makes them
+    /// visible with one root swap, shared with the other changes queued in
+    /// this process at the same time (group commit).
+    ///
+    /// When the ops change nothing, no generation is written
+    /// (`changed: false`). Errors from applying an op (e.g. deleting a tag
+    /// that does not exist: [`StateError::NotFound`]) fail this change only;
+    /// the others in the batch still land. A race lost to another process is
+    /// retried on the new root with jittered backoff for up to 5 minutes
+    /// ([`StateError::Contention`] after that); store failures fail every
+    /// change of the batch.
+    pub async fn commit(&self, reason: &str, who: &str, ops: &[Op]) -> Result<Commit> {
+        let (reply, mut answer) = oneshot::channel();
+        if let Ok(mut q) = self.queue.pending.lock() {
+            q.push(Pending {
+                reason: reason.into(),
+                who: who.into(),
+                ops: ops.to_vec(),
+                reply,
+            });
+        }
+        loop {
+            let guard = tokio::select! {
+                biased;
+                r = &mut answer => return r.unwrap_or_else(|_| Err(lost())),
+                g = self.queue.lock.clone().lock_owned() => g,
+            };
+            if let Ok(r) = answer.try_recv() {
+                return r;
+            }
+            let batch: Vec<Pending> = match self.queue.pending.lock() {
+                Ok(mut q) => {
+                    let n = q.len().min(MAX_BATCH);
+                    q.drain(..n).collect()
+                }
+                Err(_) => Vec::new(),
+            };
+            if batch.is_empty() {
+                // Our change was taken by a batch that has not answered yet.
+                drop(guard);
+                return answer.await.unwrap_or_else(|_| Err(lost()));
+            }
+            let this = self.clone();
+            let task = tokio::spawn(async move {
+                this.commit_batch(batch).await;
+                drop(guard);
+            });
+            if task.await.is_err() {
+                tracing::error!("state commit task failed");
+            }
+        }
+    }
+
+    /// Commits `batch` with one root swap and answers each change.
+    async fn commit_batch(&self, batch: Vec<Pending>) {
+        let started = Instant::now();
+        let mut backoff = BACKOFF_MIN;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.try_batch(&batch).await {
+                Ok(Some(results)) => {
+                    for (p, r) in batch.into_iter().zip(results) {
+                        let _ = p.reply.send(r);
+                    }
+                    return;
+                }
+                Ok(None) => {
+                    if started.elapsed() >= RETRY_DEADLINE {
+                        for p in batch {
+                            let _ = p.reply.send(Err(StateError::Contention(attempts)));
+                        }
+                        return;
+                    }
+                    let jitter = rand::random::<f64>();
+                    tokio::time::sleep(backoff.mul_f64(0.5 + jitter)).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    tracing::debug!(attempts, "lost root compare-and-swap race; retrying");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, changes = batch.len(), "state commit failed");
+                    for p in batch {
+                        let _ = p.reply.send(Err(duplicate(&e)));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One attempt: `Ok(None)` when another process swapped the root first.
+    async fn try_batch(&self, batch: &[Pending]) -> Result<Option<Vec<Result<Commit>>>> {
+        let snap = self.snapshot().await?;
+        let mut work = Working::default();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for p in batch {
+            outcomes.push(self.apply(&snap, &mut work, &p.ops).await);
+        }
+        let landed: Vec<&Pending> = batch
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o, Ok(true)))
+            .map(|(p, _)| p)
+            .collect();
+        let (reason, who) = describe(&landed);
+        let generation = match self.write(&snap, &work, &reason, &who).await? {
+            None => snap.generation(),
+            Some((digest, state)) => {
+                self.store.sync().await?;
+                if !self
+                    .store
+                    .swap_root(snap.root.as_ref(), &digest.to_string())
+                    .await?
+                {
+                    return Ok(None);
+                }
+                tracing::info!(generation = state.generation, %digest, changes = landed.len(), reason, "state root swapped");
+                state.generation
+            }
+        };
+        Ok(Some(
+            outcomes
+                .into_iter()
+                .map(|o| {
+                    o.map(|changed| Commit {
+                        generation,
+                        changed,
+                    })
+                })
+                .collect(),
+        ))
+    }
+
+    /// Applies `ops` to `work` (the changes so far on top of `snap`), all or
+    /// nothing: on an error `work` is left as it was. Returns whether the
+    /// ops changed anything.
+    async fn apply(&self, snap: &Snapshot, work: &mut Working, ops: &[Op]) -> Result<bool> {
+        let mut trial = Working::default();
+        let mut before = Working::default();
+        for op in ops {
+            match op {
+                Op::Document { name, change } => {
+                    if !trial.documents.contains_key(name) {
+                        let current = match work.documents.get(name) {
+                            Some(v) => v.clone(),
+                            None => self.document_bytes(snap, name).await?,
+                        };
+                        before.documents.insert(name.clone(), current.clone());
+                        trial.documents.insert(name.clone(), current);
+                    }
+                    let slot = trial
+                        .documents
+                        .get_mut(name)
+                        .ok_or_else(|| StateError::NotFound(name.clone()))?;
+                    *slot = change.apply(slot.as_deref())?;
+                }
+                _ => {
+                    let Some(name) = op.repository() else {
+                        continue;
+                    };
+                    if !trial.repos.contains_key(name) {
+                        let current = match work.repos.get(name) {
+                            Some(r) => r.clone(),
+                            None => self.repository(snap, name).await?.map(|r| (*r).clone()),
+                        };
+                        before.repos.insert(name.clone(), current.clone());
+                        trial.repos.insert(name.clone(), current);
+                    }
+                    let slot = trial
+                        .repos
+                        .get_mut(name)
+                        .ok_or_else(|| StateError::NotFound(name.to_string()))?;
+                    op.apply(slot)?;
+                }
+            }
+        }
+        let changed = trial.repos != before.repos || trial.documents != before.documents;
+        work.repos.extend(trial.repos);
+        work.documents.extend(trial.documents);
+        Ok(changed)
+    }
+
+    async fn document_bytes(&self, snap: &Snapshot, name: &str) -> Result<Option<Vec<u8>>> {
+        match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
+            Some(d) => Ok(Some(store::get_verified(&*self.store, d).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes the documents `work` changed and the new [`StateDoc`] on top
+    /// of `snap`; `None` when nothing changed.
+    async fn write(
+        &self,
+        snap: &Snapshot,
+        work: &Working,
+        reason: &str,
+        who: &str,
+    ) -> Result<Option<(Digest, StateDoc)>> {
+        let mut table = snap.table.clone();
+        for (name, repo) in &work.repos {
+            match repo {
+                Some(repo) => {
+                    let d = put_doc(&*self.store, repo).await?;
+                    table.repositories.insert(name.clone(), d);
+                }
+                None => {
+                    table.repositories.remove(name);
+                }
+            }
+        }
+        let old_documents = snap
+            .state
+            .as_ref()
+            .map(|s| s.documents.clone())
+            .unwrap_or_default();
+        let mut documents = old_documents.clone();
+        for (name, bytes) in &work.documents {
+            match bytes {
+                Some(b) => {
+                    documents.insert(name.clone(), store::put_bytes(&*self.store, b).await?);
+                }
+                None => {
+                    documents.remove(name);
+                }
+            }
+        }
+        if table == snap.table && documents == old_documents {
+            return Ok(None);
+        }
+        let state = StateDoc {
+            kind: STATE_KIND.into(),
+            generation: snap.generation() + 1,
+            parent: snap.digest.clone(),
+            time: now_rfc3339(),
+            reason: reason.into(),
+            who: who.into(),
+            repositories: put_doc(&*self.store, &table).await?,
+            documents,
+        };
+        let digest = put_doc(&*self.store, &state).await?;
+        Ok(Some((digest, state)))
+    }
+}
+
+/// `reason` and `who` of a generation made of `landed` changes: the change's
+/// own for one; for several, `N changes: r1; r2; ...` (at most
+/// [`MAX_REASON`] bytes) and the distinct `who`s joined by `, `.
+fn describe(landed: &[&Pending]) -> (String, String) {
+    match landed {
+        [] => (String::new(), String::new()),
+        [one] => (one.reason.clone(), one.who.clone()),
+        many => {
+            let mut reason = format!("{} changes: ", many.len());
+            for (i, p) in many.iter().enumerate() {
+                let sep = if i == 0 { "" } else { "; " };
+                if reason.len() + sep.len() + p.reason.len() > MAX_REASON {
+                    reason.push_str("; ...");
+                    break;
+                }
+                reason.push_str(sep);
+                reason.push_str(&p.reason);
+            }
+            let mut whos: Vec<&str> = many.iter().map(|p| p.who.as_str()).collect();
+            whos.sort_unstable();
+            whos.dedup();
+            (reason, whos.join(", "))
+        }
+    }
+}
+
+fn lost() -> StateError {
+    StateError::Corrupt {
+        digest: "(commit)".into(),
+        cause: "the state committer stopped before answering".into(),
+    }
+}
