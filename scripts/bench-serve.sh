@@ -42,7 +42,11 @@
 #      CONNS (500) idle keep-alive connections open, each after one GET /v2/
 #      (scripts/bench/idle-conns.py): once on the fresh server, before any
 #      load, and once more at the end, after all the load (memory an
-#      allocator keeps from the 64 MiB GETs shows there).
+#      allocator keeps from the 64 MiB GETs shows there);
+#      (g) concurrent writes (scripts/bench/concurrent-writes.py): WRITERS
+#      clients at once with curl --parallel: manifest PUTs to new tags of one
+#      repository, to new repositories, and blob-upload finishes; throughput
+#      (writes/s) and errors. Target at 128 writers: >= 1x, zero errors.
 #   4. Prints the details, then the table: figure | airlock | docker-registry |
 #      ratio (airlock / docker-registry) | target, PASS/FAIL, for the targets:
 #        4 KiB blob GET and manifest GET: req/s >= 10x, p99 <= 0.2x reference
@@ -60,6 +64,7 @@
 #   DURATION     seconds per wrk run (default 10)
 #   PULLS        concurrent skopeo pulls in (e) (default 50)
 #   CONNS        idle connections in (f) (default 500)
+#   WRITERS      concurrent writers in (g) (default "8 64 128")
 #   BENCH_DIR    where the temporary work dir goes (default /var/tmp; needs
 #                about 2 GiB free); removed at exit
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
@@ -94,6 +99,7 @@ esac
 DURATION=${DURATION:-10}
 PULLS=${PULLS:-50}
 CONNS=${CONNS:-500}
+WRITERS=${WRITERS:-8 64 128}
 AIRLOCK_LOAD=${AIRLOCK_LOAD:-auto}
 [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a positive integer (seconds), got '$DURATION'"
 [[ $PULLS =~ ^[1-9][0-9]*$ ]] || die "PULLS must be a positive integer, got '$PULLS'"
@@ -117,7 +123,7 @@ need awk mawk
 need getconf libc-bin
 need df coreutils
 [ -x /usr/bin/time ] || die "/usr/bin/time not found: apt-get install time"
-for f in gen-serve-layout.py idle-conns.py; do
+for f in gen-serve-layout.py idle-conns.py concurrent-writes.py; do
     [ -r "$helpers/$f" ] || die "$helpers/$f missing"
 done
 ulimit -n 4096 2>/dev/null || true # CONNS sockets + wrk's; inherited by both servers
@@ -523,6 +529,25 @@ for s in "${servers[@]}"; do
     run_pulls "$s"
 done
 
+# --- (g) concurrent writes: manifest PUTs and blob-upload finishes --------------------
+# scripts/bench/concurrent-writes.py: N clients at once (curl --parallel), N new
+# tags of one repository, N repositories, or N blob-upload PUTs; each mode and N
+# in WRITERS for each server in turn. Throughput = N / wall seconds.
+run_writes() { # SERVER MODE N
+    local s=$1 mode=$2 n=$3 out
+    note "(g) ${label_of[$s]}: $n concurrent writes ($mode)"
+    out=$(python3 "$helpers/concurrent-writes.py" "$HOST:${port_of[$s]}" "$mode" "$n" "$mode$n$s") ||
+        die "(g) ${label_of[$s]}: $mode $n failed"
+    echo "$out" >"$work/res.g.$mode.$n.$s"
+}
+for mode in tags repos blobs; do
+    for n in $WRITERS; do
+        for s in "${servers[@]}"; do
+            run_writes "$s" "$mode" "$n"
+        done
+    done
+done
+
 # --- (f) idle keep-alive connections again, after all the load -----------------------
 idle_conns f
 
@@ -597,6 +622,16 @@ row "(c) 64 MiB blob GET p99 ms" "$(get c airlock 2)" "$(get c ref 2)" none 0 "%
 row "(d) manifest HEAD req/s (hey)" "$(get d airlock 1)" "$(get d ref 1)" none 0 "%15.0f"
 row "(d) manifest HEAD p99 ms (hey)" "$(get d airlock 2)" "$(get d ref 2)" none 0 "%15.2f"
 row "(e) $PULLS pulls wall s (lower=better)" "$(get e airlock 1)" "$(get e ref 1)" none 0 "%15.2f"
+for mode in tags repos blobs; do
+    for n in $WRITERS; do
+        a=$work/res.g.$mode.$n.airlock r=$work/res.g.$mode.$n.ref
+        tput() { awk '{ printf "%.1f", ($1 + $2) / $3 }' "$1"; }
+        kind=none
+        [ "$n" = 128 ] && kind=ge
+        row "(g) $n writers $mode/s (errors $(awk '{ print $2 }' "$a")/$(awk '{ print $2 }' "$r"))" \
+            "$(tput "$a")" "$(tput "$r")" "$kind" 1 "%15.1f"
+    done
+done
 row "(f) RSS baseline MiB" "$(mib "${rss_base[airlock]}")" "$(mib "${rss_base[ref]}")" none 0 "%15.1f"
 row "(f) RSS $CONNS idle conns, fresh MiB" "$(mib "$(get f0 airlock 2)")" "$(mib "$(get f0 ref 2)")" abs_lt 100 "%15.1f"
 row "(f) RSS $CONNS idle conns, after load" "$(mib "$(get f airlock 2)")" "$(mib "$(get f ref 2)")" abs_lt 100 "%15.1f"
