@@ -50,7 +50,8 @@
 #   4. Prints the details, then the table: figure | airlock | docker-registry |
 #      ratio (airlock / docker-registry) | target, PASS/FAIL, for the targets:
 #        4 KiB blob GET and manifest GET: req/s >= 10x, p99 <= 0.2x reference
-#        64 MiB blob GET: bytes/s >= 1.2x reference
+#        64 MiB blob GET: bytes/s >= 1.2x reference, peak RSS (VmRSS sampled
+#        every 50 ms during the 64 connections' GETs) < 64 MiB
 #        500 idle connections: airlock RSS < 100 MiB
 #
 # Both servers and wrk share this machine's CPUs (nproc is printed); on a
@@ -420,12 +421,24 @@ run_wrk() { # FIG SERVER PATH [wrk args...]
     note "($fig) ${label_of[$s]}: wrk -t2 -c64 -d${DURATION}s --latency --timeout 30s $* $url"
     c0=$(cpu_ticks "${pid_of[$s]}")
     t0=$(now_ns)
+    # Peak VmRSS of the server during the run (sampled every 50 ms).
+    (
+        peak=0
+        while kill -0 "${pid_of[$s]}" 2>/dev/null; do
+            r=$(awk '/^VmRSS:/ { print $2 }' "/proc/${pid_of[$s]}/status" 2>/dev/null || echo 0)
+            [ "${r:-0}" -gt "$peak" ] && peak=$r && echo "$peak" >"$out.rss"
+            sleep 0.05
+        done
+    ) &
+    local sampler=$!
     /usr/bin/time -f '%P' -o "$out.time" wrk -t2 -c64 -d"${DURATION}s" --latency --timeout 30s "$@" "$url" >"$out" 2>&1 || {
         cat "$out" >&2
         die "wrk failed against ${label_of[$s]}"
     }
     t1=$(now_ns)
     c1=$(cpu_ticks "${pid_of[$s]}")
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
     kill -0 "${pid_of[$s]}" 2>/dev/null || die "${label_of[$s]} died during ($fig)"
     read -r rps p99 tr non2xx errs < <(parse_wrk "$out")
     if [ "$rps" = -1 ] || [ "$p99" = -1 ] || [ "$tr" = -1 ]; then
@@ -439,7 +452,7 @@ run_wrk() { # FIG SERVER PATH [wrk args...]
     wrk_cpu=$(tail -n1 "$out.time" | tr -d '%')
     srv_cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v t0="$t0" -v t1="$t1" \
         'BEGIN { printf "%.0f", (b - a) / hz / ((t1 - t0) / 1e9) * 100 }')
-    echo "$rps $p99 $tr $srv_cpu $wrk_cpu $errs" >"$work/res.$fig.$s"
+    echo "$rps $p99 $tr $srv_cpu $wrk_cpu $errs $(cat "$out.rss" 2>/dev/null || echo 0)" >"$work/res.$fig.$s"
     sleep 1
 }
 
@@ -619,6 +632,7 @@ row "(b) manifest GET p99 ms" "$(get b airlock 2)" "$(get b ref 2)" le 0.2 "%15.
 row "(c) 64 MiB blob GET MiB/s" "$(get c airlock 3)" "$(get c ref 3)" ge 1.2 "%15.1f"
 row "(c) 64 MiB blob GET req/s" "$(get c airlock 1)" "$(get c ref 1)" none 0 "%15.2f"
 row "(c) 64 MiB blob GET p99 ms" "$(get c airlock 2)" "$(get c ref 2)" none 0 "%15.2f"
+row "(c) peak RSS during 64 MiB GETs MiB" "$(mib "$(get c airlock 7)")" "$(mib "$(get c ref 7)")" abs_lt 64 "%15.1f"
 row "(d) manifest HEAD req/s (hey)" "$(get d airlock 1)" "$(get d ref 1)" none 0 "%15.0f"
 row "(d) manifest HEAD p99 ms (hey)" "$(get d airlock 2)" "$(get d ref 2)" none 0 "%15.2f"
 row "(e) $PULLS pulls wall s (lower=better)" "$(get e airlock 1)" "$(get e ref 1)" none 0 "%15.2f"

@@ -16,8 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use super::{BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key};
 
 const ROOT_KEY: &str = "refs/root";
-/// Frame size of a mapped body: lets hyper interleave flow control between frames.
-const MMAP_CHUNK: usize = 1 << 20;
+/// Size of one mapped chunk of a body: also the most of one response that
+/// counts in the resident set at a time (see `stream`).
+const MMAP_CHUNK: usize = 256 << 10;
 
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -144,23 +145,24 @@ impl super::Blobstore for FsStore {
             let chunk = Bytes::from(read_at(&file, start, end)?);
             return Ok(Box::pin(futures_util::stream::once(async { Ok(chunk) })));
         }
-        // Zero copy: the body is sent straight from the page cache through a read-only
-        // mapping, with no read(2) into user buffers. mmap offsets must be page aligned.
+        // Zero copy: the body is sent straight from the page cache through read-only
+        // mappings, with no read(2) into user buffers. Each chunk is a mapping of its
+        // own, made when the body is polled and unmapped when the chunk is dropped
+        // (after it is written to the socket), so only the chunks in flight count in
+        // the process's resident set, however large the blob or however many clients.
+        // mmap offsets must be page aligned; MMAP_CHUNK is a multiple of the page size.
+        let file = std::sync::Arc::new(file);
         let aligned = start - start % page_size();
-        // SAFETY: objects are immutable once committed: they are written under tmp/ and
-        // renamed into place, never modified or truncated in place, so the mapped bytes
-        // cannot change while mapped (an unlinked file stays mapped until dropped).
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .offset(aligned)
-                .len((end - aligned) as usize)
-                .map(&file)?
-        };
-        let _ = map.advise(memmap2::Advice::Sequential);
-        let bytes = Bytes::from_owner(map).slice((start - aligned) as usize..);
-        let chunks = (0..bytes.len())
-            .step_by(MMAP_CHUNK)
-            .map(move |at| Ok(bytes.slice(at..(at + MMAP_CHUNK).min(bytes.len()))));
+        let chunks = (aligned..end).step_by(MMAP_CHUNK).map(move |at| {
+            let len = (end - at).min(MMAP_CHUNK as u64) as usize;
+            // SAFETY: objects are immutable once committed: they are written under tmp/
+            // and renamed into place, never modified or truncated in place, so the mapped
+            // bytes cannot change while mapped (an unlinked file stays mapped until dropped).
+            let map = unsafe { memmap2::MmapOptions::new().offset(at).len(len).map(&*file)? };
+            let _ = map.advise(memmap2::Advice::Sequential);
+            let skip = start.saturating_sub(at) as usize;
+            Ok(Bytes::from_owner(map).slice(skip..))
+        });
         Ok(Box::pin(futures_util::stream::iter(chunks)))
     }
 
