@@ -473,6 +473,21 @@ fn bad_config_and_missing_files_give_one_line_errors() {
     assert!(!o.status.success());
     assert!(err.contains("invalid repository name"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // Each cause once: the OS error is not repeated by the error chain.
+    let o = airlock(&[
+        "import",
+        "--data",
+        dir.path().join("d").to_str().unwrap(),
+        "--keyring",
+        "/nonexist.asc",
+        "b.tar",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        err.trim_end(),
+        "airlock: error: cannot read /nonexist.asc: No such file or directory (os error 2)"
+    );
 }
 
 #[test]
@@ -580,4 +595,116 @@ fn read_only_commands_do_not_create_a_data_directory() {
         assert!(err.contains("does not exist"), "{cmd}: {err}");
         assert!(!missing.exists(), "{cmd} created the directory");
     }
+}
+
+/// One tag claimed by two images: `bundle create` refuses the config, and
+/// import refuses such a bundle made (and signed) by any other tool.
+#[test]
+fn a_tag_claimed_by_two_images_is_refused() {
+    let w = world();
+    let layout = fixture_layout();
+    let config = w.dir.path().join("conflict.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[image]]\nsource = \"oci:{l}:latest\"\nrepository = \"b/conflict\"\ntags = [\"v1\"]\n\n\
+             [[image]]\nsource = \"oci:{l}:multi\"\nrepository = \"b/conflict\"\ntags = [\"v1\"]\n",
+            l = layout.display()
+        ),
+    )
+    .unwrap();
+    let (secret, _) = test_key();
+    let out = w.dir.path().join("conflict.tar");
+    let o = airlock(&[
+        "bundle",
+        "create",
+        "--config",
+        config.to_str().unwrap(),
+        "--sign-key",
+        secret.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("b/conflict:v1 is claimed by two images"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&layout_ref_digest(&layout, "latest")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&layout_ref_digest(&layout, "multi")),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+    // The same digest twice is fine.
+    let same = write_config(
+        w.dir.path(),
+        &layout,
+        &[
+            ("latest", "b/same", &["v1"]),
+            ("latest", "b/same", &["v1", "v2"]),
+        ],
+    );
+    create_bundle(&same, &w.dir.path().join("same.tar"), &[]);
+
+    // Another tool's bundle: the signed document gives stacks/busybox:latest
+    // to both images (re-signed with the trusted key).
+    let key = airlock::bundle::sign::SigningKey::load(&secret).unwrap();
+    let bad = tampered(&w, "retagged.tar", |entries| {
+        let armored = String::from_utf8(entries[0].1.clone()).unwrap();
+        let text = airlock::bundle::sign::unverified_text(&armored).unwrap();
+        let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        doc["images"][1]["repository"] = "stacks/busybox".into();
+        doc["images"][1]["tags"] = serde_json::json!(["latest"]);
+        let signed = key
+            .clearsign(&serde_json::to_string(&doc).unwrap())
+            .unwrap();
+        entries[0].0.set_size(signed.len() as u64);
+        entries[0].0.set_cksum();
+        entries[0].1 = signed.into_bytes();
+    });
+    assert_refused(
+        &w,
+        &bad,
+        &w.public,
+        "stacks/busybox:latest is claimed by two images",
+    );
+}
+
+/// A bundle whose end-of-archive marker is missing (cut short by up to 1024
+/// bytes) is truncated, and the message names the offset; so is one cut
+/// inside the first header.
+#[test]
+fn a_missing_end_of_archive_marker_is_truncation() {
+    let w = world();
+    let bytes = std::fs::read(&w.bundle).unwrap();
+    // Where the tar's content ends: everything after is the two zero blocks
+    // and record padding.
+    let content_end = bytes.iter().rposition(|&b| b != 0).unwrap() as u64 + 1;
+    let data_end = content_end.div_ceil(512) * 512;
+    for cut in [data_end, data_end + 512, data_end + 1000] {
+        let path = w.dir.path().join(format!("cut{cut}.tar"));
+        std::fs::write(&path, &bytes[..cut as usize]).unwrap();
+        assert_refused(
+            &w,
+            &path,
+            &w.public,
+            "the tar end-of-archive marker (two zero blocks) is missing",
+        );
+        // The offset of the last whole block the reader got.
+        let at = cut / 512 * 512;
+        assert_refused(&w, &path, &w.public, &format!("truncated at byte {at}:"));
+    }
+    // Both zero blocks present, record padding cut: accepted.
+    let path = w.dir.path().join("exact.tar");
+    std::fs::write(&path, &bytes[..(data_end + 1024) as usize]).unwrap();
+    import_bundle(&w.data, &w.public, &path);
+    // Cut inside the first header.
+    let path = w.dir.path().join("head100.tar");
+    std::fs::write(&path, &bytes[..100]).unwrap();
+    assert_refused(&w, &path, &w.public, "at byte 100");
 }

@@ -293,6 +293,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
             }
         }
     }
+    super::format::check_tags(&images).map_err(|e| anyhow!("{}: {e}", opts.config.display()))?;
     let oci_layout = br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec();
     let index_json = layout_index(&images)?;
     let doc = BundleDoc {

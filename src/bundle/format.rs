@@ -64,6 +64,30 @@ pub struct ImageEntry {
     pub size: u64,
 }
 
+/// Checks that no `repository:tag` is claimed by two different images (the
+/// same digest twice is fine): one signed bundle must mean one thing, and
+/// its OCI layout and its import must agree on what a tag names.
+///
+/// Errors: the first conflict, naming the tag and both digests.
+pub fn check_tags(images: &[ImageEntry]) -> Result<(), String> {
+    let mut claimed: std::collections::HashMap<(&RepositoryName, &Tag), &Digest> =
+        std::collections::HashMap::new();
+    for img in images {
+        for tag in &img.tags {
+            match claimed.insert((&img.repository, tag), &img.digest) {
+                Some(other) if other != &img.digest => {
+                    return Err(format!(
+                        "{}:{tag} is claimed by two images, {other} and {}",
+                        img.repository, img.digest
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Digest of `oci-layout` and `index.json`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,6 +138,25 @@ pub const INVENTORY_V1: &str = "airlock-inventory/v1";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tag_names_one_digest() {
+        let img = |tag: &str, d: &[u8]| ImageEntry {
+            repository: "b/conflict".parse().unwrap(),
+            tags: vec![tag.parse().unwrap()],
+            digest: Digest::sha256_of(d),
+            media_type: crate::oci::OCI_MANIFEST.into(),
+            size: 1,
+        };
+        assert_eq!(check_tags(&[img("v1", b"a"), img("v1", b"a")]), Ok(()));
+        assert_eq!(check_tags(&[img("v1", b"a"), img("v2", b"b")]), Ok(()));
+        let err = check_tags(&[img("v1", b"a"), img("v1", b"b")]).unwrap_err();
+        assert!(
+            err.starts_with("b/conflict:v1 is claimed by two images"),
+            "{err}"
+        );
+        assert!(err.contains(&Digest::sha256_of(b"b").to_string()), "{err}");
+    }
 
     #[test]
     fn blob_paths_round_trip_and_reject_tricks() {

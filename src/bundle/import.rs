@@ -18,6 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -105,6 +106,7 @@ fn check_doc(doc: &BundleDoc) -> Result<()> {
             doc.format
         );
     }
+    super::format::check_tags(&doc.images).map_err(|e| anyhow!("signed document: {e}"))?;
     let mut seen = HashSet::new();
     for b in doc.blobs.iter().chain(doc.required.iter()) {
         if !seen.insert(&b.digest) {
@@ -169,13 +171,14 @@ fn read_signed_doc<R: Read>(entries: &mut tar::Entries<'_, R>) -> Result<String>
 
 /// After the end-of-archive block only zero padding may follow (at most
 /// [`MAX_PADDING`] bytes): anything else is a second bundle or junk.
-fn only_padding_follows(mut rest: impl Read) -> Result<()> {
+/// Returns how many zero bytes followed.
+fn only_padding_follows(mut rest: impl Read) -> Result<u64> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
     loop {
         let n = rest.read(&mut buf)?;
         if n == 0 {
-            return Ok(());
+            return Ok(total);
         }
         total += n as u64;
         if total > MAX_PADDING || buf[..n].iter().any(|&b| b != 0) {
@@ -189,6 +192,24 @@ fn only_padding_follows(mut rest: impl Read) -> Result<()> {
 /// Zero padding accepted after the end-of-archive block, in bytes (tar records are 10 KiB).
 const MAX_PADDING: u64 = 1 << 20;
 
+/// The end-of-archive marker: two zero blocks of 512 bytes (POSIX ustar).
+const END_OF_ARCHIVE: u64 = 1024;
+
+/// A reader that counts the bytes read through it, so errors can name the
+/// offset in the bundle where they happened.
+struct Counting<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 /// The reader thread: parses, verifies and hashes; sends blob bytes to the writer.
 fn read_bundle(
     reader: impl Read,
@@ -200,11 +221,17 @@ fn read_bundle(
         tx.blocking_send(m)
             .map_err(|_| anyhow!("import aborted by the store writer"))
     };
-    let mut archive = tar::Archive::new(reader);
+    let offset = Arc::new(AtomicU64::new(0));
+    let at = || offset.load(Ordering::Relaxed);
+    let mut archive = tar::Archive::new(Counting {
+        inner: reader,
+        read: offset.clone(),
+    });
     // Raw entries: PAX and GNU extension headers are not expanded (into memory,
     // unbounded) by the tar crate but refused by `entry_path`.
     let mut entries = archive.entries()?.raw(true);
-    let armored = read_signed_doc(&mut entries)?;
+    let armored =
+        read_signed_doc(&mut entries).with_context(|| format!("at byte {} of the bundle", at()))?;
     let verified = keyring
         .verify_cleartext(&armored)
         .map_err(|e| anyhow!("signature check failed: {e}"))?;
@@ -223,10 +250,18 @@ fn read_bundle(
     let listed: HashMap<&Digest, u64> = doc.blobs.iter().map(|b| (&b.digest, b.size)).collect();
     let mut seen: HashSet<Digest> = HashSet::new();
     let mut layout_seen: HashSet<&'static str> = HashSet::new();
+    // Where the last entry's data ends, rounded up to the 512-byte block.
+    let mut data_end = 0u64;
     for entry in entries {
-        let mut entry = entry.context("reading the bundle (truncated or not a tar?)")?;
+        let mut entry = entry.with_context(|| {
+            format!(
+                "bundle truncated or not a tar: cannot read an entry header at byte {}",
+                at()
+            )
+        })?;
         let path = entry_path(&entry)?;
         let size = entry.size();
+        data_end = (entry.raw_file_position() + size).div_ceil(512) * 512;
         let layout_file = [
             (OCI_LAYOUT, &doc.layout.oci_layout),
             (INDEX_JSON, &doc.layout.index_json),
@@ -268,7 +303,7 @@ fn read_bundle(
             let mut buf = Vec::with_capacity(want as usize);
             (&mut entry).take(want).read_to_end(&mut buf)?;
             if buf.len() as u64 != want {
-                bail!("blob {digest}: bundle truncated");
+                bail!("blob {digest}: bundle truncated at byte {}", at());
             }
             remaining -= want;
             progress.inc(want);
@@ -285,7 +320,14 @@ fn read_bundle(
             None => send(Msg::End)?,
         }
     }
-    only_padding_follows(archive.into_inner())?;
+    let consumed = at();
+    let zeros = consumed.saturating_sub(data_end) + only_padding_follows(archive.into_inner())?;
+    if zeros < END_OF_ARCHIVE {
+        bail!(
+            "bundle truncated at byte {}: the tar end-of-archive marker (two zero blocks) is missing",
+            consumed.max(data_end)
+        );
+    }
     for name in [OCI_LAYOUT, INDEX_JSON] {
         if !layout_seen.contains(name) {
             bail!("bundle truncated or incomplete: entry {name:?} missing");

@@ -163,9 +163,27 @@ pub fn main() {
         }
     };
     if let Err(e) = runtime.block_on(run(cli)) {
-        eprintln!("airlock: error: {}", one_line(&format!("{e:#}")));
+        eprintln!("airlock: error: {}", one_line(&cause_chain(&e)));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes joined by `: `, each cause once: a cause whose
+/// text the message so far already holds (an error type that prints its
+/// source, as `thiserror`'s `{0}` does) is not repeated.
+fn cause_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// A cause fit for one terminal line: control characters escaped (no

@@ -158,7 +158,12 @@ impl super::Blobstore for FsStore {
             // SAFETY: objects are immutable once committed: they are written under tmp/
             // and renamed into place, never modified or truncated in place, so the mapped
             // bytes cannot change while mapped (an unlinked file stays mapped until dropped).
-            let map = unsafe { memmap2::MmapOptions::new().offset(at).len(len).map(&*file)? };
+            let map = unsafe {
+                memmap2::MmapOptions::new()
+                    .offset(at)
+                    .len(len)
+                    .map(&*file)?
+            };
             let _ = map.advise(memmap2::Advice::Sequential);
             let skip = start.saturating_sub(at) as usize;
             Ok(Bytes::from_owner(map).slice(skip..))
