@@ -145,6 +145,11 @@ pub enum RegistryError {
     Internal(String),
 }
 
+/// The error code of an error answer, as a response extension for the
+/// access log (`server::trace`): `UNKNOWN` for internal errors.
+#[derive(Debug, Clone, Copy)]
+pub struct LoggedCode(pub &'static str);
+
 /// `message` of a `DIGEST_INVALID` sent for a missing or malformed digest.
 pub const INVALID_DIGEST_MESSAGE: &str = "provided digest is missing or invalid";
 
@@ -261,12 +266,21 @@ impl IntoResponse for RegistryError {
             tracing::error!(%cause, "internal error serving registry request");
         }
         let status = self.status();
+        let code = match &self {
+            RegistryError::Api { code, .. } | RegistryError::Status { code, .. } => {
+                code.info().code
+            }
+            RegistryError::MethodNotAllowed { .. } => ErrorCode::Unsupported.info().code,
+            RegistryError::NoEndpoint => ErrorCode::NameUnknown.info().code,
+            RegistryError::Internal(_) => "UNKNOWN",
+        };
         let mut res = (
             status,
             [(header::CONTENT_TYPE, "application/json")],
             self.body(),
         )
             .into_response();
+        res.extensions_mut().insert(LoggedCode(code));
         match self {
             RegistryError::MethodNotAllowed { allow } => {
                 res.headers_mut()

@@ -123,9 +123,9 @@ pub(super) async fn run(
                 }
             }
         };
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
                     if due(&mut last_accept_warn) {
@@ -148,7 +148,7 @@ pub(super) async fn run(
         let limits = limits.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            serve_connection(tcp, builder, router, &limits, watcher).await;
+            serve_connection(tcp, peer, builder, router, &limits, watcher).await;
         });
     }
 
@@ -172,6 +172,7 @@ pub(super) async fn run(
 /// passes.
 async fn serve_connection(
     tcp: TcpStream,
+    peer: std::net::SocketAddr,
     builder: Arc<Builder<TokioExecutor>>,
     router: Router,
     limits: &Limits,
@@ -183,7 +184,8 @@ async fn serve_connection(
         activity: activity.clone(),
     });
     let svc_activity = activity.clone();
-    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(super::trace::ClientAddr(peer));
         let router = router.clone();
         let guard = svc_activity.begin_request();
         async move {

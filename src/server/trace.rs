@@ -1,28 +1,116 @@
 //! Request logging: one tracing event per request.
 //!
-//! Owns: the access log line (method, path, status, duration until the
-//! response head is ready; streamed bodies may take longer). Probes
-//! (`/healthz`, `/readyz`) log at debug, everything else at info. Never logs
-//! query strings or headers (they may carry credentials).
+//! Owns: the access log line: method, path, query (values of
+//! credential-like parameters redacted), status, the OCI error code of an
+//! error answer, the client address, a request id (also sent back as
+//! `X-Request-Id`), and the duration until the response head is ready
+//! (streamed bodies may take longer). Probes (`/healthz`, `/readyz`) log at
+//! debug, everything else at info; when that level is off, nothing is done.
+//! Never logs headers (they may carry
+//! credentials).
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::extract::Request;
+use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 
-/// Middleware: runs the request and logs it.
+use crate::registry::errors::LoggedCode;
+
+/// The peer address of the connection a request came on (a request
+/// extension set by the accept loop).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub SocketAddr);
+
+/// Query parameters whose values are never logged (compared case-insensitively;
+/// a name containing one of these is redacted too, e.g. `X-Amz-Signature`).
+const SECRET_PARAMS: [&str; 7] = [
+    "token",
+    "password",
+    "secret",
+    "signature",
+    "credential",
+    "auth",
+    "key",
+];
+
+/// The query with the values of credential-like parameters replaced by
+/// `REDACTED`; `-` when there is none.
+pub fn redacted_query(query: Option<&str>) -> String {
+    let Some(q) = query.filter(|q| !q.is_empty()) else {
+        return "-".into();
+    };
+    q.split('&')
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let lower = k.to_ascii_lowercase();
+            if !v.is_empty() && SECRET_PARAMS.iter().any(|s| lower.contains(s)) {
+                format!("{k}=REDACTED")
+            } else {
+                pair.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Middleware: runs the request, sets `X-Request-Id`, and logs it. When
+/// the log level would drop the line, the request runs untouched (no work
+/// on the hot path).
 pub async fn log_request(req: Request, next: Next) -> Response {
+    let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
+    let enabled = if probe {
+        tracing::enabled!(tracing::Level::DEBUG)
+    } else {
+        tracing::enabled!(tracing::Level::INFO)
+    };
+    if !enabled {
+        return next.run(req).await;
+    }
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let query = redacted_query(req.uri().query());
+    let client = req
+        .extensions()
+        .get::<ClientAddr>()
+        .map_or_else(|| "-".to_string(), |c| c.0.to_string());
+    let id = format!("{:016x}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
     let started = Instant::now();
-    let res = next.run(req).await;
+    let mut res = next.run(req).await;
     let status = res.status().as_u16();
+    let code = res.extensions().get::<LoggedCode>().map_or("-", |c| c.0);
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        res.headers_mut().insert("x-request-id", v);
+    }
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    if path == "/healthz" || path == "/readyz" {
-        tracing::debug!(%method, %path, status, ms, "request");
+    if probe {
+        tracing::debug!(%method, %path, %query, status, code, %client, request_id = %id, ms, "request");
     } else {
-        tracing::info!(%method, %path, status, ms, "request");
+        tracing::info!(%method, %path, %query, status, code, %client, request_id = %id, ms, "request");
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_queries_are_redacted() {
+        assert_eq!(redacted_query(None), "-");
+        assert_eq!(
+            redacted_query(Some("ns=registry.local%3A5000&n=10")),
+            "ns=registry.local%3A5000&n=10"
+        );
+        assert_eq!(
+            redacted_query(Some("access_token=abc&X-Amz-Signature=f00&ns=docker.io")),
+            "access_token=REDACTED&X-Amz-Signature=REDACTED&ns=docker.io"
+        );
+        assert_eq!(redacted_query(Some("password")), "password");
+    }
 }
