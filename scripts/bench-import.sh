@@ -9,7 +9,9 @@
 #      random layers of mixed sizes (4 KiB .. 256 MiB; see
 #      scripts/bench/gen-import-layout.py), a signing key, and one signed bundle of it
 #      with `airlock bundle create`.
-#   2. Measures, RUNS times each (default 3), dropping the page cache before
+#   2. Measures, RUNS times each (default 7), interleaved in alternating order
+#      (copy then airlock on odd runs, airlock then copy on even ones), dropping
+#      the page cache before
 #      every run (sync; echo 3 > /proc/sys/vm/drop_caches) so the bundle is read
 #      from disk each time:
 #        fsync copy  dd if=BUNDLE of=COPY bs=4M conv=fsync  (read + write + fsync:
@@ -21,7 +23,10 @@
 #      Every run is wrapped in /usr/bin/time -v for CPU% and peak RSS.
 #   3. Prints a table of medians: wall seconds, MB/s (bundle bytes / wall
 #      seconds, MB = 10^6 bytes, like airlock's own summary), CPU%, peak RSS;
-#      then airlock/fsync-copy and airlock/sha256sum ratios and the targets:
+#      the spread (min-max) of each, the per-run ratios airlock/copy (each
+#      airlock run against the copy beside it) and their median, the headline
+#      ratio, which stays stable when the disk's speed drifts between runs;
+#      then the airlock/sha256sum ratio and the targets:
 #        airlock MB/s >= 0.8 x fsync copy MB/s
 #        airlock peak RSS < 64 MiB  (the largest of the runs)
 #
@@ -42,7 +47,8 @@
 # Environment:
 #   BENCH_DIR    where the temporary work dir goes (default /var/tmp); it needs
 #                about 3 x SIZE_MIB free and is removed at exit
-#   RUNS         runs per measurement (default 3; the median is reported)
+#   RUNS         runs per measurement (default 7; medians, spreads and the
+#                median of the per-run ratios are reported)
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
 set -euo pipefail
 
@@ -66,7 +72,7 @@ esac
 [ $# -le 1 ] || die "usage: $prog [SIZE_MIB]"
 SIZE_MIB=${1:-1024}
 [[ $SIZE_MIB =~ ^[1-9][0-9]*$ ]] || die "SIZE_MIB must be a positive integer, got '$SIZE_MIB'"
-RUNS=${RUNS:-3}
+RUNS=${RUNS:-7}
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, got '$RUNS'"
 
 # --- tools -----------------------------------------------------------------
@@ -175,23 +181,35 @@ maximum() {
 }
 
 load_start=$(cut -d' ' -f1 /proc/loadavg)
-for i in $(seq 1 "$RUNS"); do
-    note "run $i/$RUNS: fsync copy"
+run_copy() {
+    note "run $1/$RUNS: fsync copy"
     rm -f "$work/copy.tar"
-    run copy "$i" dd if="$bundle" of="$work/copy.tar" bs=4M conv=fsync status=none
+    run copy "$1" dd if="$bundle" of="$work/copy.tar" bs=4M conv=fsync status=none
     rm -f "$work/copy.tar"
-
-    note "run $i/$RUNS: sha256sum"
-    run sha256 "$i" sha256sum "$bundle"
-
-    note "run $i/$RUNS: airlock import"
+}
+run_airlock() {
+    note "run $1/$RUNS: airlock import"
     rm -rf "$work/data"
-    run airlock "$i" "$airlock" import --data "$work/data" --keyring "$work/key.pub.asc" "$bundle"
-    grep -q "^imported bundle .*: $n_images images" "$work/airlock.$i.out" || {
-        cat "$work/airlock.$i.out" "$work/airlock.$i.err" >&2
+    run airlock "$1" "$airlock" import --data "$work/data" --keyring "$work/key.pub.asc" "$bundle"
+    grep -q "^imported bundle .*: $n_images images" "$work/airlock.$1.out" || {
+        cat "$work/airlock.$1.out" "$work/airlock.$1.err" >&2
         die "airlock import did not report $n_images images"
     }
     rm -rf "$work/data"
+}
+# Interleaved, in alternating order, so that drift of the machine (other
+# work, the disk's write-back state) falls on both sides alike; each run's
+# airlock time is compared with the copy right beside it.
+for i in $(seq 1 "$RUNS"); do
+    if [ $((i % 2)) -eq 1 ]; then
+        run_copy "$i"
+        run_airlock "$i"
+    else
+        run_airlock "$i"
+        run_copy "$i"
+    fi
+    note "run $i/$RUNS: sha256sum"
+    run sha256 "$i" sha256sum "$bundle"
 done
 
 # --- report ----------------------------------------------------------------
@@ -222,9 +240,21 @@ row "fsync copy" copy
 row "sha256sum" sha256
 row "airlock" airlock
 echo
-awk -v a="$air_mbps" -v c="$copy_mbps" -v s="$sha_mbps" -v r="$air_rss_kib" 'BEGIN {
-    rc = a / c; rs = a / s; mib = r / 1024
-    printf "  airlock / fsync copy  %5.2fx   target >= 0.80x   %s\n", rc, (rc >= 0.8 ? "PASS" : "FAIL")
+# Per-run ratios (copy wall / airlock wall of the same run = airlock's
+# throughput relative to the copy), their median and spread.
+paste -d' ' "$work/copy.results" "$work/airlock.results" | awk '{ printf "%.4f\n", $1 / $4 }' >"$work/ratios"
+ratio_med=$(median 1 "$work/ratios")
+ratio_min=$(sort -g "$work/ratios" | head -n1)
+ratio_max=$(sort -g "$work/ratios" | tail -n1)
+spread() { # NAME -> "min-max" wall seconds
+    sort -g -k1,1 "$work/$1.results" | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f-%.2f", lo, hi }'
+}
+echo "  wall-time spread (min-max s): fsync copy $(spread copy), airlock $(spread airlock), sha256sum $(spread sha256)"
+echo "  per-run ratios airlock/copy: $(tr '\n' ' ' <"$work/ratios")"
+awk -v a="$air_mbps" -v c="$copy_mbps" -v s="$sha_mbps" -v r="$air_rss_kib" \
+    -v med="$ratio_med" -v lo="$ratio_min" -v hi="$ratio_max" 'BEGIN {
+    rc = med; rs = a / s; mib = r / 1024
+    printf "  airlock / fsync copy  %5.2fx (median of per-run ratios; spread %.2f-%.2fx; ratio of medians %.2fx)   target >= 0.80x   %s\n", rc, lo, hi, a / c, (rc >= 0.8 ? "PASS" : "FAIL")
     printf "  airlock / sha256sum   %5.2fx\n", rs
     printf "  airlock peak RSS  %6.1f MiB   target <  64 MiB  %s\n", mib, (mib < 64 ? "PASS" : "FAIL")
 }'
