@@ -53,6 +53,9 @@
 #        64 MiB blob GET: bytes/s >= 1.2x reference, peak RSS (VmRSS sampled
 #        every 50 ms during the 64 connections' GETs) < 64 MiB
 #        500 idle connections: airlock RSS < 100 MiB
+#      and, as the limit row, nginx (Debian's nginx-light, sendfile, 2
+#      workers) serving the same blob and manifest files at the same URLs:
+#        4 KiB blob GET and manifest GET: >= 0.8x nginx's req/s
 #
 # Both servers and wrk share this machine's CPUs (nproc is printed); on a
 # small machine the load generator takes a large share of them.
@@ -114,6 +117,7 @@ need() { # tool package
 need wrk wrk
 need hey hey
 need docker-registry docker-registry
+need nginx nginx-light
 need skopeo skopeo
 need curl curl
 need jq jq
@@ -318,6 +322,54 @@ declare -A port_of=([airlock]=$air_port [ref]=$ref_port)
 declare -A pid_of=([airlock]=$air_pid [ref]=$ref_pid)
 declare -A label_of=([airlock]=airlock [ref]=docker-registry)
 
+# --- nginx: the same files, the limit for (a) and (b) ---------------------------
+# Debian's nginx-light, 2 workers, sendfile on, access log off, serving airlock's
+# own blob files at the same URLs (the manifest with its media type).
+nginx_port=$(free_port)
+blob_file() { # DIGEST -> path of the blob in airlock's data dir
+    local hex=${1#sha256:}
+    echo "$work/airlock-data/blobs/sha256/${hex:0:2}/$hex"
+}
+mkdir -p "$work/nginx"
+cat >"$work/nginx/nginx.conf" <<EOF
+worker_processes 2;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_requests 1000000;
+    client_body_temp_path $work/nginx;
+    proxy_temp_path $work/nginx;
+    fastcgi_temp_path $work/nginx;
+    uwsgi_temp_path $work/nginx;
+    scgi_temp_path $work/nginx;
+    server {
+        listen $HOST:$nginx_port;
+        location = /v2/ { return 200 "{}"; }
+        location = /v2/bench/small/blobs/$small_blob {
+            default_type application/octet-stream;
+            alias $(blob_file "$small_blob");
+        }
+        location = /v2/bench/small/manifests/$TAG {
+            default_type $MANIFEST_MT;
+            alias $(blob_file "${mdigest[small]}");
+        }
+    }
+}
+EOF
+note "starting nginx on $HOST:$nginx_port"
+nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' >"$work/nginx/stdout.log" 2>&1 &
+nginx_pid=$!
+pids+=("$nginx_pid")
+wait_up nginx "$nginx_pid" "$nginx_port" "$work/nginx/error.log"
+port_of[nginx]=$nginx_port
+pid_of[nginx]=$nginx_pid
+label_of[nginx]=nginx
+
 # --- same content on both ------------------------------------------------------
 note "checking that both registries serve identical content"
 header() { # FILE NAME: value of a response header (case-insensitive), CR stripped
@@ -490,10 +542,10 @@ run_hey() { # FIG SERVER PATH [hey args...]
 }
 
 accept=(-H "Accept: $MANIFEST_MT")
-for s in "${servers[@]}"; do
+for s in "${servers[@]}" nginx; do
     run_wrk a "$s" "/v2/bench/small/blobs/$small_blob"
 done
-for s in "${servers[@]}"; do
+for s in "${servers[@]}" nginx; do
     run_wrk b "$s" "/v2/bench/small/manifests/$TAG" "${accept[@]}"
 done
 for s in "${servers[@]}"; do
@@ -629,6 +681,8 @@ row "(a) 4 KiB blob GET req/s" "$(get a airlock 1)" "$(get a ref 1)" ge 10 "%15.
 row "(a) 4 KiB blob GET p99 ms" "$(get a airlock 2)" "$(get a ref 2)" le 0.2 "%15.2f"
 row "(b) manifest GET req/s" "$(get b airlock 1)" "$(get b ref 1)" ge 10 "%15.0f"
 row "(b) manifest GET p99 ms" "$(get b airlock 2)" "$(get b ref 2)" le 0.2 "%15.2f"
+row "(a) 4 KiB blob GET req/s / nginx" "$(get a airlock 1)" "$(get a nginx 1)" ge 0.8 "%15.0f"
+row "(b) manifest GET req/s / nginx" "$(get b airlock 1)" "$(get b nginx 1)" ge 0.8 "%15.0f"
 row "(c) 64 MiB blob GET MiB/s" "$(get c airlock 3)" "$(get c ref 3)" ge 1.2 "%15.1f"
 row "(c) 64 MiB blob GET req/s" "$(get c airlock 1)" "$(get c ref 1)" none 0 "%15.2f"
 row "(c) 64 MiB blob GET p99 ms" "$(get c airlock 2)" "$(get c ref 2)" none 0 "%15.2f"
