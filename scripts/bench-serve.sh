@@ -332,6 +332,7 @@ blob_file() { # DIGEST -> path of the blob in airlock's data dir
 }
 mkdir -p "$work/nginx"
 cat >"$work/nginx/nginx.conf" <<EOF
+user $(id -un);
 worker_processes 2;
 pid $work/nginx/nginx.pid;
 error_log $work/nginx/error.log warn;

@@ -1433,3 +1433,109 @@ async fn blob_pushes_make_no_generation_and_are_visible_at_once() {
     get(&f.router, &uri).await.error(404, "BLOB_UNKNOWN");
     assert_eq!(state.snapshot().await.unwrap().generation(), 1);
 }
+
+/// Upload caps: a blob over the maximum size is 413 `SIZE_INVALID` (PATCH,
+/// final PUT and monolithic POST, nothing stored); sessions over the caps
+/// per repository and in total are 429 `TOOMANYREQUESTS`, and a finished or
+/// cancelled session frees its place.
+#[tokio::test]
+async fn upload_caps() {
+    use airlock::registry::uploads::UploadLimits;
+    let f = fixture_with(RegistryConfig {
+        allow_push: true,
+        uploads: UploadLimits {
+            max_blob_size: 1000,
+            max_sessions: 3,
+            max_sessions_per_repository: 2,
+        },
+        ..RegistryConfig::default()
+    });
+    let big = bytes_of(1001, 3);
+    let fits = bytes_of(1000, 4);
+    // Monolithic POST.
+    let r = send_body(
+        &f.router,
+        "POST",
+        &format!("/v2/cap/a/blobs/uploads/?digest={}", sha256(&big)),
+        &[],
+        big.clone(),
+    )
+    .await;
+    r.error(413, "SIZE_INVALID");
+    assert_eq!(r.json()["errors"][0]["detail"]["max"], 1000);
+    // PATCH past the cap, in two chunks: the second is refused, the first kept.
+    let loc = send_body(
+        &f.router,
+        "POST",
+        "/v2/cap/a/blobs/uploads/",
+        &[],
+        Vec::new(),
+    )
+    .await
+    .header("location")
+    .to_string();
+    send_body(&f.router, "PATCH", &loc, &[], big[..600].to_vec())
+        .await
+        .status(202);
+    send_body(&f.router, "PATCH", &loc, &[], big[600..].to_vec())
+        .await
+        .error(413, "SIZE_INVALID");
+    let r = send(&f.router, "GET", &loc, &[]).await;
+    assert_eq!(r.header("range"), "0-599");
+    // The final PUT with the rest is refused too; the blob is not stored.
+    send_body(
+        &f.router,
+        "PUT",
+        &format!("{loc}?digest={}", sha256(&big)),
+        &[],
+        big[600..].to_vec(),
+    )
+    .await
+    .error(413, "SIZE_INVALID");
+    get(&f.router, &format!("/v2/cap/a/blobs/{}", sha256(&big)))
+        .await
+        .status(404);
+    assert_eq!(
+        f.store
+            .stat(&format!(
+                "blobs/sha256/{0}/{1}",
+                &sha256(&big)[7..9],
+                &sha256(&big)[7..]
+            ))
+            .await
+            .unwrap(),
+        None
+    );
+    // Exactly the maximum is fine.
+    push_blob(&f.router, "cap/a", &fits).await;
+
+    // Sessions: 2 per repository, 3 in all.
+    let open = |repo: &'static str| {
+        let router = f.router.clone();
+        async move {
+            send_body(
+                &router,
+                "POST",
+                &format!("/v2/{repo}/blobs/uploads/"),
+                &[],
+                Vec::new(),
+            )
+            .await
+        }
+    };
+    let s1 = open("cap/b").await;
+    s1.status(202);
+    open("cap/b").await.status(202);
+    let r = open("cap/b").await;
+    r.error(429, "TOOMANYREQUESTS");
+    assert_eq!(r.json()["errors"][0]["detail"]["max"], 2);
+    open("cap/c").await.status(202);
+    let r = open("cap/d").await;
+    r.error(429, "TOOMANYREQUESTS");
+    assert_eq!(r.json()["errors"][0]["detail"]["max"], 3);
+    // Cancelling one frees its place.
+    send(&f.router, "DELETE", s1.header("location"), &[])
+        .await
+        .status(204);
+    open("cap/d").await.status(202);
+}

@@ -7,7 +7,7 @@ use clap::Subcommand;
 
 use airlock::bundle::{create, format, import, sign};
 
-use super::{bundle_reader, progress_bar};
+use super::{bundle_reader, parse_size, progress_bar};
 
 #[derive(Subcommand)]
 pub enum BundleCmd {
@@ -44,21 +44,6 @@ pub enum BundleCmd {
         #[arg(required = true)]
         bundles: Vec<PathBuf>,
     },
-}
-
-/// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024).
-fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        Some('T' | 't') => (&s[..s.len() - 1], 1 << 40),
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
-    n.checked_mul(mult)
-        .filter(|&v| v > 0)
-        .ok_or_else(|| format!("invalid size {s:?}"))
 }
 
 fn load_inventory(p: &PathBuf) -> Result<format::Inventory> {

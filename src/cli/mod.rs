@@ -81,6 +81,21 @@ enum Command {
     Serve(serve::ServeArgs),
 }
 
+/// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        Some('T' | 't') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    n.checked_mul(mult)
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("invalid size {s:?}"))
+}
+
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
 pub fn progress_bar() -> indicatif::ProgressBar {
     if !std::io::stderr().is_terminal() {

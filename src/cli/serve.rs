@@ -28,6 +28,16 @@ pub struct ServeArgs {
     /// Upload sessions older than this many seconds are refused and swept.
     #[arg(long, env = "AIRLOCK_UPLOAD_EXPIRY", default_value_t = 86400, value_parser = clap::value_parser!(u64).range(1..))]
     upload_expiry_secs: u64,
+    /// Largest blob accepted by push, in bytes (K, M, G, T suffixes are
+    /// powers of 1024); larger: 413 SIZE_INVALID.
+    #[arg(long, env = "AIRLOCK_MAX_BLOB_SIZE", default_value = "64G", value_parser = super::parse_size)]
+    max_blob_size: u64,
+    /// Upload sessions open at once; more: 429 TOOMANYREQUESTS.
+    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_upload_sessions: u64,
+    /// Upload sessions open at once in one repository; more: 429 TOOMANYREQUESTS.
+    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_REPOSITORY", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_upload_sessions_per_repository: u64,
     /// Most entries per page of `tags/list` and `_catalog` (a larger or
     /// absent `n` is clamped; `Link` names the next page).
     #[arg(long, env = "AIRLOCK_MAX_PAGE", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -61,6 +71,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         mirror_namespace: args.mirror_namespace,
         upload_expiry: Duration::from_secs(args.upload_expiry_secs),
         max_page: args.max_page as usize,
+        uploads: airlock::registry::uploads::UploadLimits {
+            max_blob_size: args.max_blob_size,
+            max_sessions: args.max_upload_sessions as usize,
+            max_sessions_per_repository: args.max_upload_sessions_per_repository as usize,
+        },
     };
     let app = Arc::new(airlock::server::App::with_config(state, config));
     let limits = airlock::server::Limits {

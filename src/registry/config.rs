@@ -26,6 +26,8 @@ pub struct RegistryConfig {
     pub mirror_namespace: Option<String>,
     /// Upload sessions older than this are refused and swept.
     pub upload_expiry: Duration,
+    /// Caps on blob uploads (blob size, open sessions).
+    pub uploads: super::uploads::UploadLimits,
     /// Most entries in one page of `tags/list` or `_catalog`; a larger or
     /// absent `n` is clamped to it and a `Link` names the next page.
     pub max_page: usize,
@@ -43,6 +45,7 @@ impl Default for RegistryConfig {
             mirror_namespace: None,
             upload_expiry: DEFAULT_UPLOAD_EXPIRY,
             max_page: DEFAULT_MAX_PAGE,
+            uploads: super::uploads::UploadLimits::default(),
         }
     }
 }

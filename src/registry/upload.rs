@@ -80,6 +80,16 @@ fn upload_error(e: UploadError, name: &RepositoryName, id: Option<&UploadId>) ->
             ErrorCode::DigestInvalid,
             json!({ "digest": expected, "actual": actual }),
         ),
+        UploadError::TooLarge(max) => RegistryError::Status {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: ErrorCode::SizeInvalid,
+            detail: json!({ "reason": "blob too large", "max": max }),
+            headers: Box::default(),
+        },
+        UploadError::TooMany { scope, cap } => RegistryError::new(
+            ErrorCode::TooManyRequests,
+            json!({ "reason": format!("too many open upload sessions in the {scope}"), "max": cap }),
+        ),
         UploadError::Body(reason) => {
             RegistryError::new(ErrorCode::BlobUploadInvalid, json!({ "reason": reason }))
         }

@@ -127,6 +127,19 @@ pub enum UploadError {
         /// What the content hashes to.
         actual: Digest,
     },
+    /// The blob would exceed the maximum blob size (bytes); nothing more was
+    /// stored.
+    #[error("blob larger than the maximum of {0} bytes")]
+    TooLarge(u64),
+    /// Too many open sessions (`scope`: `repository` or `registry`, with
+    /// the cap).
+    #[error("too many open upload sessions in the {scope} (at most {cap})")]
+    TooMany {
+        /// Which cap was hit.
+        scope: &'static str,
+        /// The cap.
+        cap: usize,
+    },
     /// Reading the request body failed (client went away).
     #[error("reading the request body: {0}")]
     Body(String),
@@ -138,11 +151,38 @@ pub enum UploadError {
 /// The result of upload operations.
 pub type Result<T> = std::result::Result<T, UploadError>;
 
+/// Caps on uploads, against clients that would fill the disk or the inode
+/// table (`airlock serve` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadLimits {
+    /// Largest blob accepted, in bytes (413 `SIZE_INVALID` beyond).
+    pub max_blob_size: u64,
+    /// Sessions open at once in this process (429 `TOOMANYREQUESTS` beyond).
+    pub max_sessions: usize,
+    /// Sessions open at once in one repository.
+    pub max_sessions_per_repository: usize,
+}
+
+impl Default for UploadLimits {
+    /// 64 GiB blobs, 4,096 sessions, 256 per repository.
+    fn default() -> UploadLimits {
+        UploadLimits {
+            max_blob_size: 64 << 30,
+            max_sessions: 4096,
+            max_sessions_per_repository: 256,
+        }
+    }
+}
+
 /// Upload sessions over a blobstore. Cheap to share behind an `Arc`.
 pub struct Uploads {
     store: Arc<dyn Blobstore>,
     expiry: Duration,
+    limits: UploadLimits,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Sessions this process opened and has not finished, cancelled or
+    /// swept, per repository (sessions from before a restart are not counted).
+    open_sessions: Mutex<HashMap<RepositoryName, usize>>,
 }
 
 /// Holds one session's in-process lock; forgets the lock when the last holder goes.
@@ -185,19 +225,27 @@ struct Sink {
     hasher: Option<Hasher>,
     buf: BytesMut,
     count: u64,
+    /// Most bytes this object may hold; `max` is reported when it is passed.
+    room: u64,
+    max: u64,
 }
 
 impl Sink {
-    fn new(writer: Box<dyn ObjectWriter>, hasher: Option<Hasher>) -> Sink {
+    fn new(writer: Box<dyn ObjectWriter>, hasher: Option<Hasher>, room: u64, max: u64) -> Sink {
         Sink {
             writer,
             hasher,
             buf: BytesMut::new(),
             count: 0,
+            room,
+            max,
         }
     }
 
     async fn write(&mut self, chunk: &[u8]) -> Result<()> {
+        if self.count + chunk.len() as u64 > self.room {
+            return Err(UploadError::TooLarge(self.max));
+        }
         if let Some(h) = &mut self.hasher {
             h.update(chunk);
         }
@@ -249,10 +297,56 @@ impl Sink {
 impl Uploads {
     /// Sessions in `store` that expire `expiry` after they were opened.
     pub fn new(store: Arc<dyn Blobstore>, expiry: Duration) -> Uploads {
+        Uploads::with_limits(store, expiry, UploadLimits::default())
+    }
+
+    /// Sessions as [`Uploads::new`], under `limits`.
+    pub fn with_limits(
+        store: Arc<dyn Blobstore>,
+        expiry: Duration,
+        limits: UploadLimits,
+    ) -> Uploads {
         Uploads {
             store,
             expiry,
+            limits,
             locks: Mutex::new(HashMap::new()),
+            open_sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts a new session in `repo`; `TooMany` at a cap.
+    fn admit(&self, repo: &RepositoryName) -> Result<()> {
+        let Ok(mut open) = self.open_sessions.lock() else {
+            return Ok(());
+        };
+        let total: usize = open.values().sum();
+        if total >= self.limits.max_sessions {
+            return Err(UploadError::TooMany {
+                scope: "registry",
+                cap: self.limits.max_sessions,
+            });
+        }
+        let n = open.entry(repo.clone()).or_default();
+        if *n >= self.limits.max_sessions_per_repository {
+            return Err(UploadError::TooMany {
+                scope: "repository",
+                cap: self.limits.max_sessions_per_repository,
+            });
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    /// Forgets a session of `repo` that ended.
+    fn release(&self, repo: &RepositoryName) {
+        if let Ok(mut open) = self.open_sessions.lock()
+            && let Some(n) = open.get_mut(repo)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(repo);
+            }
         }
     }
 
@@ -318,6 +412,15 @@ impl Uploads {
 
     /// Opens a session in `repo` (POST, end-4a).
     pub async fn create(&self, repo: &RepositoryName) -> Result<UploadId> {
+        self.admit(repo)?;
+        let created = self.create_admitted(repo).await;
+        if created.is_err() {
+            self.release(repo);
+        }
+        created
+    }
+
+    async fn create_admitted(&self, repo: &RepositoryName) -> Result<UploadId> {
         let id = UploadId::new();
         let info = SessionInfo {
             repository: repo.clone(),
@@ -353,7 +456,12 @@ impl Uploads {
         self.open(id, repo).await?;
         let offset = self.size(id).await?;
         let expected = check_range(range, offset)?;
-        let mut sink = Sink::new(self.store.writer(&id.part_key(offset)).await?, None);
+        let max = self.limits.max_blob_size;
+        if expected.is_some_and(|n| offset.saturating_add(n) > max) {
+            return Err(UploadError::TooLarge(max));
+        }
+        let writer = self.store.writer(&id.part_key(offset)).await?;
+        let mut sink = Sink::new(writer, None, max.saturating_sub(offset), max);
         if let Err(e) = sink.copy_body(body).await {
             sink.cancel().await;
             return Err(e);
@@ -401,6 +509,7 @@ impl Uploads {
         let expected = check_range(range, offset)?;
         let result = self.assemble(&parts, digest, expected, body).await;
         self.remove(id).await?;
+        self.release(repo);
         result
     }
 
@@ -412,7 +521,8 @@ impl Uploads {
         body: &mut (impl BodyStream + ?Sized),
     ) -> Result<u64> {
         let writer = self.store.writer(&blob_key(digest)).await?;
-        let mut sink = Sink::new(writer, Some(Hasher::new(digest.algorithm())));
+        let max = self.limits.max_blob_size;
+        let mut sink = Sink::new(writer, Some(Hasher::new(digest.algorithm())), max, max);
         let result = async {
             for (offset, key) in parts {
                 if *offset != sink.count {
@@ -473,7 +583,9 @@ impl Uploads {
     pub async fn cancel(&self, id: &UploadId, repo: &RepositoryName) -> Result<()> {
         let _g = self.lock(id).await;
         self.open(id, repo).await?;
-        self.remove(id).await
+        self.remove(id).await?;
+        self.release(repo);
+        Ok(())
     }
 
     async fn remove(&self, id: &UploadId) -> Result<()> {
@@ -503,12 +615,15 @@ impl Uploads {
                 continue;
             };
             let _g = self.lock(&id).await;
-            let stale = match self.info(&id).await? {
-                Some(info) => self.expired(&info, now),
-                None => true,
+            let (stale, repo) = match self.info(&id).await? {
+                Some(info) => (self.expired(&info, now), Some(info.repository)),
+                None => (true, None),
             };
             if stale {
                 self.remove(&id).await?;
+                if let Some(repo) = repo {
+                    self.release(&repo);
+                }
                 removed += 1;
             }
         }

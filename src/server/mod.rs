@@ -44,7 +44,11 @@ impl App {
 
     /// An app serving `state` with `registry` switches.
     pub fn with_config(state: StateStore, registry: RegistryConfig) -> App {
-        let uploads = Uploads::new(state.blobstore().clone(), registry.upload_expiry);
+        let uploads = Uploads::with_limits(
+            state.blobstore().clone(),
+            registry.upload_expiry,
+            registry.uploads,
+        );
         App {
             state,
             registry,
