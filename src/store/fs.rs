@@ -35,6 +35,19 @@ const INLINE_READ_MAX: u64 = 64 * 1024;
 pub struct FsStore {
     root: Arc<PathBuf>,
     dirty_dirs: Arc<Mutex<HashSet<PathBuf>>>,
+    root_cache: Arc<Mutex<Option<CachedRoot>>>,
+}
+
+/// The last `refs/root` read, with the file it was read from held open.
+/// Holding it open keeps its inode from being freed and reused, so "the
+/// path still names the same inode" is an exact test that the root did not
+/// change (it is only ever replaced by rename, never written in place):
+/// one `stat(2)` per read instead of open, read and close.
+struct CachedRoot {
+    _file: std::fs::File,
+    dev: u64,
+    ino: u64,
+    root: RootVersion,
 }
 
 impl FsStore {
@@ -46,6 +59,7 @@ impl FsStore {
         Ok(FsStore {
             root: Arc::new(dir.to_path_buf()),
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
+            root_cache: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -248,19 +262,44 @@ impl super::Blobstore for FsStore {
     }
 
     async fn read_root(&self) -> Result<Option<RootVersion>> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
         let path = self.path(ROOT_KEY)?;
-        // Readers call this on every request: a tiny file, read inline.
-        match std::fs::read_to_string(&path) {
-            Ok(s) => {
-                let value = s.trim().to_string();
-                Ok(Some(RootVersion {
-                    version: value.clone(),
-                    value,
-                }))
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e.into()),
+        // Readers call this on every request: one inline stat(2) while the
+        // root is unchanged (see `CachedRoot`), else a tiny file read inline.
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if let Ok(cache) = self.root_cache.lock()
+            && let Some(c) = cache.as_ref()
+            && (c.dev, c.ino) == (meta.dev(), meta.ino())
+        {
+            return Ok(Some(c.root.clone()));
         }
+        let mut file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let opened = file.metadata()?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        let value = text.trim().to_string();
+        let root = RootVersion {
+            version: value.clone(),
+            value,
+        };
+        if let Ok(mut cache) = self.root_cache.lock() {
+            *cache = Some(CachedRoot {
+                _file: file,
+                dev: opened.dev(),
+                ino: opened.ino(),
+                root: root.clone(),
+            });
+        }
+        Ok(Some(root))
     }
 
     async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
