@@ -232,3 +232,432 @@ fn bad_sources_fail_cleanly_and_leave_no_output() {
         assert!(!out.exists(), "{source}: partial output left");
     }
 }
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run_ok(cmd: &mut Command) {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A test CA and a server certificate for 127.0.0.1 made by `openssl`: (ca.pem, cert, key).
+fn make_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    require_tool("openssl", "openssl");
+    let p = |n: &str| dir.join(n);
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run_ok(
+        Command::new("openssl")
+            .args(["req", "-x509"])
+            .args(ec)
+            .arg("-keyout")
+            .arg(p("ca.key"))
+            .arg("-out")
+            .arg(p("ca.pem"))
+            .args(["-days", "2", "-subj", "/CN=airlock test CA"]),
+    );
+    run_ok(
+        Command::new("openssl")
+            .arg("req")
+            .args(ec)
+            .arg("-keyout")
+            .arg(p("srv.key"))
+            .arg("-out")
+            .arg(p("srv.csr"))
+            .args(["-subj", "/CN=127.0.0.1"]),
+    );
+    std::fs::write(
+        p("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run_ok(
+        Command::new("openssl")
+            .args(["x509", "-req", "-in"])
+            .arg(p("srv.csr"))
+            .arg("-CA")
+            .arg(p("ca.pem"))
+            .arg("-CAkey")
+            .arg(p("ca.key"))
+            .args(["-CAcreateserial", "-days", "2", "-out"])
+            .arg(p("srv.pem"))
+            .arg("-extfile")
+            .arg(p("ext.cnf")),
+    );
+    (p("ca.pem"), p("srv.pem"), p("srv.key"))
+}
+
+/// Waits until `GET /v2/` on plain HTTP `addr` answers.
+fn wait_http(addr: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if http(addr, "GET", "/v2/", &[]).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not answer on {addr}");
+}
+
+/// Debian's `docker-registry` (CNCF distribution) on plain HTTP loopback, no auth.
+fn docker_registry(dir: &Path) -> (Proc, String) {
+    require_tool("docker-registry", "docker-registry");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let cfg = dir.join("registry.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+            dir.join("registry-data").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(&cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_http(&addr, "docker-registry");
+    (p, addr)
+}
+
+/// nginx on TLS (`cert`, `key`) in front of `upstream`, with `v2_rules` in
+/// `location /v2/` (`__ADDR__` there becomes nginx's own address) and
+/// `/token` proxied to `token` when given; one process (`master_process off`).
+/// Returns the process and its `127.0.0.1:PORT`.
+fn nginx(
+    dir: &Path,
+    upstream: &str,
+    cert: &Path,
+    key: &Path,
+    v2_rules: &str,
+    token: Option<&str>,
+) -> (Proc, String) {
+    require_tool("nginx", "nginx-light");
+    let port = free_port();
+    let v2_rules = v2_rules.replace("__ADDR__", &format!("127.0.0.1:{port}"));
+    let prefix = dir.join("nginx");
+    std::fs::create_dir_all(prefix.join("tmp")).unwrap();
+    let token_loc = token
+        .map(|t| format!("location = /token {{ proxy_pass http://{t}; }}"))
+        .unwrap_or_default();
+    let conf = format!(
+        r#"daemon off;
+master_process off;
+pid {p}/nginx.pid;
+error_log {p}/error.log;
+events {{}}
+http {{
+  access_log {p}/access.log;
+  client_body_temp_path {p}/tmp/body;
+  proxy_temp_path {p}/tmp/proxy;
+  fastcgi_temp_path {p}/tmp/fastcgi;
+  uwsgi_temp_path {p}/tmp/uwsgi;
+  scgi_temp_path {p}/tmp/scgi;
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    client_max_body_size 0;
+    {token_loc}
+    location /v2/ {{
+      {v2_rules}
+      proxy_pass http://{upstream};
+      proxy_set_header Host $http_host;
+      proxy_buffering off;
+    }}
+  }}
+}}
+"#,
+        p = prefix.display(),
+        cert = cert.display(),
+        key = key.display(),
+    );
+    let conf_path = prefix.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let child = Command::new("nginx")
+        .arg("-p")
+        .arg(&prefix)
+        .arg("-c")
+        .arg(&conf_path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (p, addr)
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// A containers/docker credentials file with one `auths` entry.
+fn auth_file(path: &Path, host: &str, user: &str, password: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        path,
+        format!(
+            r#"{{"auths":{{"{host}":{{"auth":"{}"}}}}}}"#,
+            b64(&format!("{user}:{password}"))
+        ),
+    )
+    .unwrap();
+}
+
+/// The mirror config for `docker://<addr>/src/busybox:1.0`, with `registry` tables.
+fn tls_config(dir: &Path, addr: &str, registry: &str) -> PathBuf {
+    let config = dir.join("mirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{registry}\n[[image]]\nsource = \"docker://{addr}/src/busybox:1.0\"\nrepository = \"mirror/busybox\"\ntags = [\"1.0\"]\n"
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn tls_with_a_site_ca_and_basic_auth_from_registry_auth_file() {
+    require_tool("skopeo", "skopeo");
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let (ca, cert, key) = make_certs(tmp.path());
+    let (_reg, reg_addr) = docker_registry(tmp.path());
+    push_fixture(&reg_addr, "latest", "src/busybox:1.0", false);
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{reg_addr}/src/busybox:1.0"),
+    ]);
+    let want = sha256_bytes(tmp.path(), &raw);
+    let o = Command::new("openssl")
+        .args(["passwd", "-apr1", "s3cret pass"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let htpasswd = tmp.path().join("htpasswd");
+    std::fs::write(
+        &htpasswd,
+        format!("mirror:{}", String::from_utf8_lossy(&o.stdout)),
+    )
+    .unwrap();
+    let rules = format!(
+        "auth_basic \"registry\"; auth_basic_user_file {};",
+        htpasswd.display()
+    );
+    let (_nginx, addr) = nginx(tmp.path(), &reg_addr, &cert, &key, &rules, None);
+    let cache = tmp.path().join("cache");
+    let out = tmp.path().join("b.tar");
+    let good = tmp.path().join("auth.json");
+    auth_file(&good, &addr, "mirror", "s3cret pass");
+
+    // Without the site CA the certificate is refused, at once and cleanly.
+    let config = tls_config(tmp.path(), &addr, "");
+    let o = create_env(
+        &config,
+        &out,
+        &["--cache", cache.to_str().unwrap()],
+        &[("REGISTRY_AUTH_FILE", &good), ("HOME", &home)],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("certificate"), "{err}");
+    assert!(!out.exists());
+
+    // With the CA (relative to the config file) but no credentials: unauthorized, naming where it looked.
+    let config = tls_config(
+        tmp.path(),
+        &addr,
+        &format!("[[registry]]\nhost = \"{addr}\"\nca_file = \"ca.pem\"\n"),
+    );
+    assert!(tmp.path().join("ca.pem") == ca);
+    let o = create_env(
+        &config,
+        &out,
+        &["--cache", cache.to_str().unwrap()],
+        &[("HOME", &home)],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("password") && err.contains("auth.json"),
+        "{err}"
+    );
+    assert!(!out.exists());
+
+    // $REGISTRY_AUTH_FILE comes before docker's config.json (which holds a wrong password).
+    let docker_cfg = tmp.path().join("docker");
+    auth_file(&docker_cfg.join("config.json"), &addr, "mirror", "wrong");
+    let summary = create_json(
+        &config,
+        &out,
+        &cache,
+        &[
+            ("REGISTRY_AUTH_FILE", &good),
+            ("DOCKER_CONFIG", &docker_cfg),
+            ("HOME", &home),
+        ],
+    );
+    assert_eq!(summary["images"][0]["digest"], want.as_str());
+    // Alone, the wrong docker password is refused.
+    let o = create_env(
+        &config,
+        &tmp.path().join("c.tar"),
+        &["--cache", tmp.path().join("cache2").to_str().unwrap()],
+        &[("DOCKER_CONFIG", &docker_cfg), ("HOME", &home)],
+    );
+    assert!(!o.status.success(), "wrong password accepted");
+
+    let (_, public) = test_key();
+    let data = tmp.path().join("dst");
+    import_bundle(&data, &public, &out);
+    let dst = serve(&data, &[]);
+    let back = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
+    ]);
+    assert_eq!(back, raw);
+    let pulled = tmp.path().join("pulled");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
+        &format!("oci:{}:x", pulled.display()),
+    ]);
+    assert_eq!(layout_ref_digest(&pulled, "x"), want);
+    assert_layout_blobs_hash(&pulled);
+}
+
+/// A token server (Python): answers `GET /token` with `{"token": TOKEN}` when
+/// the Basic credentials are `user:pw` and the scope asks to pull
+/// `src/busybox`; logs each query to `log`.
+fn token_server(dir: &Path, token: &str) -> (Proc, String, PathBuf) {
+    require_tool("python3", "python3");
+    let port = free_port();
+    let log = dir.join("token.log");
+    let script = format!(
+        r#"
+import base64, http.server, json, urllib.parse
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        q = urllib.parse.urlparse(self.path)
+        args = urllib.parse.parse_qs(q.query)
+        with open({log:?}, "a") as f:
+            f.write(q.query + "\n")
+        want = "Basic " + base64.b64encode(b"user:pw").decode()
+        ok = (q.path == "/token" and self.headers.get("Authorization") == want
+              and args.get("scope") == ["repository:src/busybox:pull"]
+              and args.get("service") == ["test-registry"])
+        body = json.dumps({{"token": {token:?}}} if ok else {{"errors": ["denied"]}}).encode()
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
+"#,
+        log = log.display().to_string(),
+    );
+    let child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "token server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Proc(child), addr, log)
+}
+
+#[test]
+fn bearer_token_flow_with_docker_config_json() {
+    require_tool("skopeo", "skopeo");
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let (_ca, cert, key) = make_certs(tmp.path());
+    let (_reg, reg_addr) = docker_registry(tmp.path());
+    push_fixture(&reg_addr, "latest", "src/busybox:1.0", false);
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{reg_addr}/src/busybox:1.0"),
+    ]);
+    let want = sha256_bytes(tmp.path(), &raw);
+    let token = format!("tok-{}", std::process::id());
+    let (_tok, tok_addr, log) = token_server(tmp.path(), &token);
+    // nginx issues the bearer challenge and admits only the token; the realm is nginx's own /token.
+    let rules = format!(
+        "if ($http_authorization != \"Bearer {token}\") {{ add_header WWW-Authenticate 'Bearer realm=\"https://__ADDR__/token\",service=\"test-registry\",scope=\"repository:src/busybox:pull\"' always; return 401; }}"
+    );
+    let (_nginx, addr) = nginx(tmp.path(), &reg_addr, &cert, &key, &rules, Some(&tok_addr));
+    // docker's config.json under $HOME/.docker, keyed docker-style by URL.
+    auth_file(
+        &home.join(".docker/config.json"),
+        &format!("https://{addr}/v1/"),
+        "user",
+        "pw",
+    );
+    let config = tls_config(
+        tmp.path(),
+        &addr,
+        &format!("[[registry]]\nhost = \"{addr}\"\nca_file = \"ca.pem\"\n"),
+    );
+    let out = tmp.path().join("b.tar");
+    let summary = create_json(&config, &out, &tmp.path().join("cache"), &[("HOME", &home)]);
+    assert_eq!(summary["images"][0]["digest"], want.as_str());
+    let queries = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        queries.contains("scope=repository%3Asrc%2Fbusybox%3Apull"),
+        "{queries}"
+    );
+
+    let (_, public) = test_key();
+    let data = tmp.path().join("dst");
+    import_bundle(&data, &public, &out);
+    let dst = serve(&data, &[]);
+    let pulled = tmp.path().join("pulled");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
+        &format!("oci:{}:x", pulled.display()),
+    ]);
+    assert_eq!(layout_ref_digest(&pulled, "x"), want);
+    assert_layout_blobs_hash(&pulled);
+}

@@ -337,6 +337,9 @@ impl RegistryClient {
                     tokio::time::sleep(backoff(attempt, resp.headers().get("retry-after"))).await;
                     None
                 }
+                Ok(Err(e)) if is_tls_failure(&e) => {
+                    bail!("GET {uri}: {}", source_chain(&e))
+                }
                 Ok(Err(e)) => Some(format!("{e}: {}", source_chain(&e))),
                 Err(_) => Some(format!("no answer within {} s", READ_TIMEOUT.as_secs())),
             };
@@ -483,6 +486,24 @@ impl RegistryClient {
             .filter(|t| !t.is_empty())
             .ok_or_else(|| anyhow!("{}: token endpoint gave no token", self.host))
     }
+}
+
+/// True when a request failed in the TLS handshake (a certificate the
+/// settings do not trust, say): retrying cannot help.
+fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.get_ref().is_some_and(|i| i.is::<rustls::Error>())
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 fn source_chain(e: &dyn std::error::Error) -> String {
