@@ -661,3 +661,111 @@ fn bearer_token_flow_with_docker_config_json() {
     assert_eq!(layout_ref_digest(&pulled, "x"), want);
     assert_layout_blobs_hash(&pulled);
 }
+
+/// A faulty proxy (Python) in front of `upstream`: each blob's first GET gets
+/// 503 (`Retry-After: 0`), its second gets half the body and then the
+/// connection is cut; later GETs (with `Range`) pass through. Logs
+/// `path attempt range` lines to the returned file.
+fn faulty_proxy(dir: &Path, upstream: &str) -> (Proc, String, PathBuf) {
+    require_tool("python3", "python3");
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let script = format!(
+        r#"
+import http.client, http.server, socket, threading
+seen = {{}}
+lock = threading.Lock()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        n = 0
+        if "/blobs/" in self.path:
+            with lock:
+                n = seen.get(self.path, 0)
+                seen[self.path] = n + 1
+                with open({log:?}, "a") as f:
+                    f.write("%s %d %s\n" % (self.path, n, self.headers.get("Range")))
+            if n == 0:
+                self.send_response(503)
+                self.send_header("Retry-After", "0")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+        c = http.client.HTTPConnection({upstream:?})
+        hdrs = {{k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}}
+        c.request("GET", self.path, headers=hdrs)
+        r = c.getresponse()
+        data = r.read()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("connection", "transfer-encoding", "keep-alive"):
+                self.send_header(k, v)
+        self.end_headers()
+        if n == 1 and r.status == 200 and len(data) > 1000:
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(data)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", {port}), H).serve_forever()
+"#,
+        log = log.display().to_string(),
+    );
+    let child = Command::new("python3").arg("-c").arg(script).spawn().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    wait_http(&addr, "faulty proxy");
+    (Proc(child), addr, log)
+}
+
+#[test]
+fn retries_503_and_resumes_a_cut_download_with_range() {
+    require_tool("skopeo", "skopeo");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
+    push_fixture(&src.addr, "latest", "src/busybox:1.0", false);
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/src/busybox:1.0", src.addr),
+    ]);
+    let want = sha256_bytes(tmp.path(), &raw);
+    let (_proxy, addr, log) = faulty_proxy(tmp.path(), &src.addr);
+    let config = tls_config(
+        tmp.path(),
+        &addr,
+        &format!("[[registry]]\nhost = \"{addr}\"\ntls_verify = false\n"),
+    );
+    let out = tmp.path().join("b.tar");
+    let summary = create_json(&config, &out, &tmp.path().join("cache"), &[]);
+    assert_eq!(summary["images"][0]["digest"], want.as_str());
+    let lines = std::fs::read_to_string(&log).unwrap();
+    // Every blob was refused once, cut once; the big ones resumed from the middle.
+    let resumed: Vec<&str> = lines
+        .lines()
+        .filter(|l| l.contains(" 2 bytes="))
+        .collect();
+    assert!(!resumed.is_empty(), "no Range request after a cut:\n{lines}");
+    for l in &resumed {
+        let from: u64 = l.rsplit("bytes=").next().unwrap().trim_end_matches('-').parse().unwrap();
+        assert!(from > 0, "{l}");
+    }
+    assert!(summary["registry"]["retries"].as_u64().unwrap() >= 2, "{summary}");
+
+    let (_, public) = test_key();
+    let data = tmp.path().join("dst");
+    import_bundle(&data, &public, &out);
+    let dst = serve(&data, &[]);
+    let pulled = tmp.path().join("pulled");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
+        &format!("oci:{}:x", pulled.display()),
+    ]);
+    assert_eq!(layout_ref_digest(&pulled, "x"), want);
+    assert_layout_blobs_hash(&pulled);
+}
