@@ -714,7 +714,11 @@ http.server.ThreadingHTTPServer(("127.0.0.1", {port}), H).serve_forever()
 "#,
         log = log.display().to_string(),
     );
-    let child = Command::new("python3").arg("-c").arg(script).spawn().unwrap();
+    let child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .spawn()
+        .unwrap();
     let addr = format!("127.0.0.1:{port}");
     wait_http(&addr, "faulty proxy");
     (Proc(child), addr, log)
@@ -744,16 +748,25 @@ fn retries_503_and_resumes_a_cut_download_with_range() {
     assert_eq!(summary["images"][0]["digest"], want.as_str());
     let lines = std::fs::read_to_string(&log).unwrap();
     // Every blob was refused once, cut once; the big ones resumed from the middle.
-    let resumed: Vec<&str> = lines
-        .lines()
-        .filter(|l| l.contains(" 2 bytes="))
-        .collect();
-    assert!(!resumed.is_empty(), "no Range request after a cut:\n{lines}");
+    let resumed: Vec<&str> = lines.lines().filter(|l| l.contains(" 2 bytes=")).collect();
+    assert!(
+        !resumed.is_empty(),
+        "no Range request after a cut:\n{lines}"
+    );
     for l in &resumed {
-        let from: u64 = l.rsplit("bytes=").next().unwrap().trim_end_matches('-').parse().unwrap();
+        let from: u64 = l
+            .rsplit("bytes=")
+            .next()
+            .unwrap()
+            .trim_end_matches('-')
+            .parse()
+            .unwrap();
         assert!(from > 0, "{l}");
     }
-    assert!(summary["registry"]["retries"].as_u64().unwrap() >= 2, "{summary}");
+    assert!(
+        summary["registry"]["retries"].as_u64().unwrap() >= 2,
+        "{summary}"
+    );
 
     let (_, public) = test_key();
     let data = tmp.path().join("dst");
@@ -768,4 +781,206 @@ fn retries_503_and_resumes_a_cut_download_with_range() {
     ]);
     assert_eq!(layout_ref_digest(&pulled, "x"), want);
     assert_layout_blobs_hash(&pulled);
+}
+
+/// Pushes an SBOM artifact whose `subject` is `subject` (size `size`) with
+/// oras-py; returns the artifact manifest digest the registry answered.
+const ORAS_PUSH: &str = r#"
+import sys, oras.client, oras.oci
+addr, repo, subject, size, path, tag = sys.argv[1:7]
+c = oras.client.OrasClient(hostname=addr, insecure=True)
+r = c.push(
+    target=f"{addr}/{repo}:{tag}",
+    files=[path + ":application/spdx+json"],
+    manifest_config="none:application/vnd.example.sbom.v1+json",
+    manifest_annotations={"org.example.kind": "sbom"},
+    subject=oras.oci.Subject(mediaType="application/vnd.oci.image.manifest.v1+json", digest=subject, size=int(size)),
+    disable_path_validation=True,
+    quiet=True,
+)
+assert r.status_code == 201, r.status_code
+print(r.headers["Docker-Content-Digest"])
+"#;
+
+/// A tiny client (Python, urllib) that writes what a registry without the
+/// referrers API holds after a tag-schema push: an artifact manifest with a
+/// `subject`, and the index tagged `sha256-<hex>` listing it. Prints the
+/// artifact manifest's digest.
+const TAG_SCHEMA_PUSH: &str = r#"
+import hashlib, json, sys, urllib.request
+addr, repo, subject, size = sys.argv[1:5]
+base = f"http://{addr}/v2/{repo}"
+def put_blob(data):
+    d = "sha256:" + hashlib.sha256(data).hexdigest()
+    loc = urllib.request.urlopen(urllib.request.Request(base + "/blobs/uploads/", method="POST")).headers["Location"]
+    if loc.startswith("/"):
+        loc = f"http://{addr}" + loc
+    sep = "&" if "?" in loc else "?"
+    urllib.request.urlopen(urllib.request.Request(loc + sep + "digest=" + d, data=data, method="PUT",
+        headers={"Content-Type": "application/octet-stream"}))
+    return {"digest": d, "size": len(data)}
+def put_manifest(ref, body, mt):
+    urllib.request.urlopen(urllib.request.Request(base + "/manifests/" + ref, data=body, method="PUT",
+        headers={"Content-Type": mt}))
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+cfg = put_blob(b"{}")
+layer = put_blob(b"signature bytes\n")
+man = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    "artifactType": "application/vnd.example.signature",
+    "config": dict(cfg, mediaType="application/vnd.oci.empty.v1+json"),
+    "layers": [dict(layer, mediaType="application/octet-stream")],
+    "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject, "size": int(size)}}).encode()
+mt = "application/vnd.oci.image.manifest.v1+json"
+d = put_manifest(hashlib.sha256(man).hexdigest()[:20], man, mt)
+idx = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+    "manifests": [{"mediaType": mt, "digest": d, "size": len(man), "artifactType": "application/vnd.example.signature"}]}).encode()
+put_manifest(subject.replace(":", "-"), idx, "application/vnd.oci.image.index.v1+json")
+print(d)
+"#;
+
+fn python_ok(script: &str, args: &[&str]) -> String {
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "python: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The digests the referrers API of `addr` lists for `subject` in `repo`.
+fn referrers_of(addr: &str, repo: &str, subject: &str) -> Vec<String> {
+    let (st, _, body) = http(addr, "GET", &format!("/v2/{repo}/referrers/{subject}"), &[]).unwrap();
+    assert_eq!(st, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let mut d: Vec<String> = v["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap().to_string())
+        .collect();
+    d.sort();
+    d
+}
+
+#[test]
+fn referrers_come_along_by_api_and_by_tag_schema() {
+    require_tool("skopeo", "skopeo");
+    let ok = Command::new("python3")
+        .args(["-c", "import oras.client"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "the oras Python package is required by this test: pip install oras==0.2.43"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    // Source A: airlock (referrers API); an SBOM pushed by oras.
+    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
+    push_fixture(&src.addr, "latest", "src/busybox:1.0", false);
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/src/busybox:1.0", src.addr),
+    ]);
+    let subject = sha256_bytes(tmp.path(), &raw);
+    let sbom = tmp.path().join("sbom.spdx.json");
+    std::fs::write(&sbom, "{\"spdxVersion\":\"SPDX-2.3\"}\n").unwrap();
+    let size = raw.len().to_string();
+    let sbom_digest = python_ok(
+        ORAS_PUSH,
+        &[
+            &src.addr,
+            "src/busybox",
+            &subject,
+            &size,
+            sbom.to_str().unwrap(),
+            "sbom",
+        ],
+    );
+    // Source B: docker-registry (no referrers API); a signature by the tag schema.
+    let (_reg, reg_addr) = docker_registry(tmp.path());
+    push_fixture(&reg_addr, "latest", "src/busybox:1.0", false);
+    let sig_digest = python_ok(
+        TAG_SCHEMA_PUSH,
+        &[&reg_addr, "src/busybox", &subject, &size],
+    );
+    let (st, _, _) = http(
+        &reg_addr,
+        "GET",
+        &format!("/v2/src/busybox/referrers/{subject}"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        st, 404,
+        "docker-registry grew a referrers API: the fallback is untested"
+    );
+
+    let config = tmp.path().join("mirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[[registry]]
+host = "{a}"
+tls_verify = false
+
+[[registry]]
+host = "{b}"
+tls_verify = false
+
+[[image]]
+source = "docker://{a}/src/busybox:1.0"
+repository = "a/busybox"
+tags = ["1.0"]
+
+[[image]]
+source = "docker://{b}/src/busybox:1.0"
+repository = "b/busybox"
+tags = ["1.0"]
+
+[[image]]
+source = "docker://{b}/src/busybox:1.0"
+repository = "c/busybox"
+tags = ["1.0"]
+referrers = false
+"#,
+            a = src.addr,
+            b = reg_addr
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("b.tar");
+    create_json(&config, &out, &tmp.path().join("cache"), &[]);
+    let (_, public) = test_key();
+    let data = tmp.path().join("dst");
+    import_bundle(&data, &public, &out);
+    let dst = serve(&data, &[]);
+    assert_eq!(
+        referrers_of(&dst.addr, "a/busybox", &subject),
+        vec![sbom_digest.clone()]
+    );
+    assert_eq!(
+        referrers_of(&dst.addr, "b/busybox", &subject),
+        vec![sig_digest.clone()]
+    );
+    assert!(referrers_of(&dst.addr, "c/busybox", &subject).is_empty());
+    // The carried SBOM manifest is the source's, byte for byte.
+    let (st, _, body) = http(
+        &dst.addr,
+        "GET",
+        &format!("/v2/a/busybox/manifests/{sbom_digest}"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(st, 200);
+    assert_eq!(sha256_bytes(tmp.path(), &body), sbom_digest);
 }

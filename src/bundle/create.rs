@@ -57,6 +57,10 @@ pub struct ImageSource {
     pub repository: RepositoryName,
     /// Tags to give it; at least one.
     pub tags: Vec<Tag>,
+    /// `docker://` only: carry the image's referrers (signatures,
+    /// attestations, SBOMs) too. Default `true`.
+    #[serde(default)]
+    pub referrers: Option<bool>,
 }
 
 impl MirrorConfig {
@@ -123,6 +127,8 @@ pub struct PullSummary {
 /// An image resolved from its layout: root descriptor and every blob, with where to read it.
 struct Resolved {
     entry: ImageEntry,
+    /// Referrers of the image: entries with no tags, so import links them.
+    referrers: Vec<ImageEntry>,
     blobs: Vec<(BlobEntry, PathBuf)>,
 }
 
@@ -234,8 +240,19 @@ fn resolve(
     progress: &indicatif::ProgressBar,
 ) -> Result<Resolved> {
     if let Some(remote) = remote.filter(|_| source::is_registry(&img.source)) {
-        let pulled = remote.pull(&img.source, have, progress)?;
+        let pulled = remote.pull(&img.source, img.referrers.unwrap_or(true), have, progress)?;
         return Ok(Resolved {
+            referrers: pulled
+                .referrers
+                .into_iter()
+                .map(|d| ImageEntry {
+                    repository: img.repository.clone(),
+                    tags: Vec::new(),
+                    digest: d.digest,
+                    media_type: d.media_type,
+                    size: d.size,
+                })
+                .collect(),
             entry: ImageEntry {
                 repository: img.repository.clone(),
                 tags: img.tags.clone(),
@@ -260,6 +277,7 @@ fn resolve(
     walk(&layout, &root, &mut blobs, &mut HashSet::new())
         .with_context(|| format!("source {}", img.source))?;
     Ok(Resolved {
+        referrers: Vec::new(),
         entry: ImageEntry {
             repository: img.repository.clone(),
             tags: img.tags.clone(),
@@ -336,6 +354,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
     for img in &cfg.image {
         let r = resolve(img, base, remote.as_mut(), &have, progress)?;
         images.push(r.entry);
+        images.extend(r.referrers);
         for (blob, path) in r.blobs {
             if have.contains(&blob.digest) {
                 required.insert((blob.digest, blob.size));

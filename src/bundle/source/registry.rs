@@ -10,6 +10,14 @@
 //! manifest digest is the sha256 of the body (checked against
 //! `Docker-Content-Digest` when present), a digest reference must hash to
 //! itself, and indexes are carried whole with every child.
+//!
+//! Referrers (signatures, attestations, SBOMs): for the root and every
+//! manifest under it, and again for each referrer found (a signature on an
+//! SBOM), the referrers API (`GET /v2/<name>/referrers/<digest>`, following
+//! `Link: <...>; rel="next"`) is asked; where it answers 404, 405 or 400 the
+//! referrers tag schema (`<alg>-<hex>` tag naming an index) is read instead.
+//! Referrers whose media type is not an image manifest or index are left
+//! out (they could not be served as manifests).
 //! Never writes the bundle and never rewrites a manifest.
 
 use std::collections::{HashMap, HashSet};
@@ -43,8 +51,10 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, applicat
 pub struct Pulled {
     /// The root manifest or index.
     pub root: Descriptor,
-    /// Every blob of the image, each once.
+    /// Every blob of the image, each once (referrers' included).
     pub blobs: Vec<(BlobEntry, PathBuf)>,
+    /// The referrers found, each the root of its own walk.
+    pub referrers: Vec<Descriptor>,
 }
 
 /// Registry sources of one `bundle create` run: settings, connections, cache.
@@ -86,11 +96,13 @@ impl Remote {
     }
 
     /// Resolves `source` (`docker://...`) and pulls every blob not in `skip`
-    /// into the cache, counting bytes on `progress`. Blocks (call it from a
+    /// into the cache, counting bytes on `progress`; with `referrers`, the
+    /// image's referrers too (see the module docs). Blocks (call it from a
     /// blocking context). Errors name the source and the cause.
     pub fn pull(
         &mut self,
         source: &str,
+        referrers: bool,
         skip: &HashSet<&Digest>,
         progress: &indicatif::ProgressBar,
     ) -> Result<Pulled> {
@@ -98,7 +110,7 @@ impl Remote {
             Some(rt) => rt.handle().clone(),
             None => tokio::runtime::Handle::current(),
         };
-        let result = handle.block_on(self.pull_async(source, skip, progress));
+        let result = handle.block_on(self.pull_async(source, referrers, skip, progress));
         result.with_context(|| format!("source {source}"))
     }
 
@@ -131,6 +143,7 @@ impl Remote {
     async fn pull_async(
         &mut self,
         source: &str,
+        referrers: bool,
         skip: &HashSet<&Digest>,
         progress: &indicatif::ProgressBar,
     ) -> Result<Pulled> {
@@ -141,6 +154,7 @@ impl Remote {
             cache: &self.cache,
             repo: &r.repository,
             scope: format!("repository:{}:pull", r.repository),
+            manifests: std::sync::Mutex::new(HashSet::new()),
         };
         let root = puller.root(&r.reference).await?;
         let mut blobs = Vec::new();
@@ -149,14 +163,49 @@ impl Remote {
         puller
             .walk(&root, &mut blobs, &mut downloads, &mut seen, skip)
             .await?;
+        let mut found = Vec::new();
+        if referrers {
+            let mut queue: Vec<Digest> = blobs
+                .iter()
+                .filter(|(b, _)| seen_manifest(&puller, &b.digest))
+                .map(|(b, _)| b.digest.clone())
+                .collect();
+            while let Some(subject) = queue.pop() {
+                for desc in puller.referrers(&subject).await? {
+                    if seen.contains(&desc.digest) || !oci::is_manifest_type(&desc.media_type) {
+                        continue;
+                    }
+                    let mut more = Vec::new();
+                    puller
+                        .walk(&desc, &mut more, &mut downloads, &mut seen, skip)
+                        .await?;
+                    queue.extend(
+                        more.iter()
+                            .filter(|(b, _)| seen_manifest(&puller, &b.digest))
+                            .map(|(b, _)| b.digest.clone()),
+                    );
+                    blobs.extend(more);
+                    found.push(desc);
+                }
+            }
+        }
         progress.inc_length(downloads.iter().map(|d: &Descriptor| d.size).sum());
         futures_util::stream::iter(downloads)
             .map(|d| puller.blob(d, progress))
             .buffer_unordered(CONCURRENCY)
             .try_collect::<Vec<()>>()
             .await?;
-        Ok(Pulled { root, blobs })
+        Ok(Pulled {
+            root,
+            blobs,
+            referrers: found,
+        })
     }
+}
+
+/// True when `d` was read as a manifest during the walk (so it can have referrers).
+fn seen_manifest(p: &Puller<'_>, d: &Digest) -> bool {
+    p.manifests.lock().map(|m| m.contains(d)).unwrap_or(false)
 }
 
 struct Puller<'a> {
@@ -164,6 +213,23 @@ struct Puller<'a> {
     cache: &'a Cache,
     repo: &'a str,
     scope: String,
+    /// Digests read as manifests so far.
+    manifests: std::sync::Mutex<HashSet<Digest>>,
+}
+
+/// The path of a `Link: <PATH>; rel="next"` value (RFC 8288), if it names one.
+fn next_link(v: &str) -> Option<String> {
+    v.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        if !params.replace(' ', "").contains("rel=\"next\"") {
+            return None;
+        }
+        let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
+        match url.find("/v2/") {
+            Some(i) => Some(url[i..].to_string()),
+            None => None,
+        }
+    })
 }
 
 /// The media type of a `Content-Type` value, parameters dropped.
@@ -306,6 +372,9 @@ impl Puller<'_> {
         }
         if oci::is_manifest_type(&desc.media_type) {
             let bytes = self.manifest_bytes(desc).await?;
+            if let Ok(mut m) = self.manifests.lock() {
+                m.insert(desc.digest.clone());
+            }
             let m = Manifest::parse(&bytes).with_context(|| format!("manifest {}", desc.digest))?;
             for child in m.manifests.iter().chain(m.blobs()) {
                 Box::pin(self.walk(child, out, downloads, seen, skip)).await?;
@@ -321,6 +390,69 @@ impl Puller<'_> {
             self.cache.blob_path(&desc.digest),
         ));
         Ok(())
+    }
+
+    /// The referrers of `subject`: the referrers API, else the tag schema.
+    async fn referrers(&self, subject: &Digest) -> Result<Vec<Descriptor>> {
+        let mut path = format!("/v2/{}/referrers/{subject}", self.repo);
+        let mut out = Vec::new();
+        for page in 0.. {
+            if page > 100 {
+                bail!("referrers of {subject}: more than 100 pages");
+            }
+            let resp = self
+                .client
+                .get(&path, &self.scope, Some(oci::OCI_INDEX), None)
+                .await?;
+            let status = resp.status();
+            if page == 0
+                && matches!(
+                    status,
+                    StatusCode::NOT_FOUND
+                        | StatusCode::METHOD_NOT_ALLOWED
+                        | StatusCode::BAD_REQUEST
+                )
+            {
+                return self.referrers_by_tag(subject).await;
+            }
+            if !status.is_success() {
+                bail!("referrers of {subject}: {status}");
+            }
+            let next = resp
+                .headers()
+                .get(hyper::header::LINK)
+                .and_then(|v| v.to_str().ok())
+                .and_then(next_link);
+            let body = read_limited(resp, oci::MAX_MANIFEST_SIZE as usize).await?;
+            let index =
+                Manifest::parse(&body).with_context(|| format!("referrers of {subject}"))?;
+            out.extend(index.manifests);
+            match next {
+                Some(n) => path = n,
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The referrers tag schema (distribution-spec "Referrers Tag Schema"):
+    /// tag `<alg>-<hex>` names an index of referrers; none when it is absent.
+    async fn referrers_by_tag(&self, subject: &Digest) -> Result<Vec<Descriptor>> {
+        let path = format!("/v2/{}/manifests/{}", self.repo, subject.tag_form());
+        let resp = self
+            .client
+            .get(&path, &self.scope, Some(MANIFEST_ACCEPT), None)
+            .await?;
+        match resp.status() {
+            StatusCode::NOT_FOUND => Ok(Vec::new()),
+            s if s.is_success() => {
+                let body = read_limited(resp, oci::MAX_MANIFEST_SIZE as usize).await?;
+                let index = Manifest::parse(&body)
+                    .with_context(|| format!("referrers tag {}", subject.tag_form()))?;
+                Ok(index.manifests)
+            }
+            s => bail!("referrers tag {}: {s}", subject.tag_form()),
+        }
     }
 
     /// Downloads one blob into the cache unless it is there already.
