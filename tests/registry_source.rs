@@ -984,3 +984,109 @@ referrers = false
     assert_eq!(st, 200);
     assert_eq!(sha256_bytes(tmp.path(), &body), sbom_digest);
 }
+
+#[test]
+fn tags_and_tag_pattern_select_source_tags() {
+    require_tool("skopeo", "skopeo");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
+    for t in ["1.0", "1.2", "1.10", "2.0-rc.1", "latest"] {
+        push_fixture(&src.addr, "latest", &format!("src/busybox:{t}"), false);
+    }
+    push_fixture(&src.addr, "multi", "src/busybox:1.9", true);
+    let digest_of = |t: &str| {
+        let raw = skopeo(&[
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            &format!("docker://{}/src/busybox:{t}", src.addr),
+        ]);
+        sha256_bytes(tmp.path(), &raw)
+    };
+    let config = tmp.path().join("mirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[[registry]]
+host = "{a}"
+tls_verify = false
+
+[[image]]
+source = "docker://{a}/src/busybox"
+repository = "picked/busybox"
+tags = ["latest", "1.0"]
+
+[[image]]
+source = "docker://{a}/src/busybox"
+repository = "newest/busybox"
+tag_pattern = '^1\.[0-9]+$'
+max_tags = 2
+"#,
+            a = src.addr
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("b.tar");
+    let summary = create_json(&config, &out, &tmp.path().join("cache"), &[]);
+    let got: Vec<(String, String, String)> = summary["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["repository"].as_str().unwrap().to_string(),
+                i["tags"][0].as_str().unwrap().to_string(),
+                i["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, String)> = [
+        ("picked/busybox", "latest"),
+        ("picked/busybox", "1.0"),
+        ("newest/busybox", "1.10"),
+        ("newest/busybox", "1.9"),
+    ]
+    .iter()
+    .map(|(r, t)| (r.to_string(), t.to_string(), digest_of(t)))
+    .collect();
+    assert_eq!(got, want);
+
+    let (_, public) = test_key();
+    let data = tmp.path().join("dst");
+    import_bundle(&data, &public, &out);
+    let dst = serve(&data, &[]);
+    let (st, _, body) = http(&dst.addr, "GET", "/v2/newest/busybox/tags/list", &[]).unwrap();
+    assert_eq!(st, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["tags"], serde_json::json!(["1.10", "1.9"]));
+
+    // Bad selections fail with one line and no output.
+    for (extra, want) in [
+        ("tag_pattern = '^9'", "matches none"),
+        ("tag_pattern = '('", "tag_pattern"),
+        (
+            "max_tags = 1\ntags = [\"1.0\"]",
+            "max_tags needs tag_pattern",
+        ),
+    ] {
+        let bad = tmp.path().join("bad.toml");
+        std::fs::write(
+            &bad,
+            format!(
+                "[[registry]]\nhost = \"{a}\"\ntls_verify = false\n\n[[image]]\nsource = \"docker://{a}/src/busybox\"\nrepository = \"x/y\"\n{extra}\n",
+                a = src.addr
+            ),
+        )
+        .unwrap();
+        let out = tmp.path().join("bad.tar");
+        let o = create_env(
+            &bad,
+            &out,
+            &["--cache", tmp.path().join("cache").to_str().unwrap()],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{extra}: {err}");
+        assert!(!out.exists());
+    }
+}

@@ -55,8 +55,18 @@ pub struct ImageSource {
     pub source: String,
     /// Repository to serve it as.
     pub repository: RepositoryName,
-    /// Tags to give it; at least one.
+    /// Tags to give it (with a source naming a tag or digest); for a
+    /// `docker://HOST/REPO` source without one, the source tags to carry,
+    /// each under its own name.
+    #[serde(default)]
     pub tags: Vec<Tag>,
+    /// `docker://HOST/REPO` only: carry the source tags this regular
+    /// expression matches, each under its own name (instead of `tags`).
+    #[serde(default)]
+    pub tag_pattern: Option<String>,
+    /// With `tag_pattern`: only the newest N matching tags (by version).
+    #[serde(default)]
+    pub max_tags: Option<usize>,
     /// `docker://` only: carry the image's referrers (signatures,
     /// attestations, SBOMs) too. Default `true`.
     #[serde(default)]
@@ -74,7 +84,7 @@ impl MirrorConfig {
             bail!("{}: no [[image]] entries", path.display());
         }
         for img in &cfg.image {
-            if img.tags.is_empty() {
+            if img.tags.is_empty() && img.tag_pattern.is_none() {
                 bail!("{}: image {} has no tags", path.display(), img.repository);
             }
         }
@@ -352,14 +362,28 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         None
     };
     for img in &cfg.image {
-        let r = resolve(img, base, remote.as_mut(), &have, progress)?;
-        images.push(r.entry);
-        images.extend(r.referrers);
-        for (blob, path) in r.blobs {
-            if have.contains(&blob.digest) {
-                required.insert((blob.digest, blob.size));
-            } else if seen.insert(blob.digest.clone()) {
-                carried.push((blob, path));
+        let selected = source::expand(
+            &img.source,
+            &img.tags,
+            img.tag_pattern.as_deref(),
+            img.max_tags,
+            remote.as_mut(),
+        )?;
+        for (src, tags) in selected {
+            let one = ImageSource {
+                source: src,
+                tags,
+                ..img.clone()
+            };
+            let r = resolve(&one, base, remote.as_mut(), &have, progress)?;
+            images.push(r.entry);
+            images.extend(r.referrers);
+            for (blob, path) in r.blobs {
+                if have.contains(&blob.digest) {
+                    required.insert((blob.digest, blob.size));
+                } else if seen.insert(blob.digest.clone()) {
+                    carried.push((blob, path));
+                }
             }
         }
     }

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod cache;
 pub mod http;
 pub mod registry;
+pub mod tags;
 
 use std::path::{Path, PathBuf};
 
@@ -61,6 +62,8 @@ pub struct RegistryRef {
     pub repository: String,
     /// The tag or digest to read.
     pub reference: Reference,
+    /// False when the source named neither a tag nor a digest (`latest` assumed).
+    pub explicit: bool,
 }
 
 /// A tag or a digest.
@@ -111,6 +114,7 @@ pub fn parse_registry_ref(source: &str) -> Result<RegistryRef> {
     if host.is_empty() || host.contains(['@', '?', '#']) {
         bail!("source {source:?}: invalid registry host {host:?}");
     }
+    let mut explicit = true;
     let (name, reference) = if let Some((n, d)) = path.split_once('@') {
         let digest: Digest = d.parse().map_err(|e| anyhow!("source {source:?}: {e}"))?;
         (n, Reference::Digest(digest))
@@ -122,7 +126,10 @@ pub fn parse_registry_ref(source: &str) -> Result<RegistryRef> {
                 &path[..path.len() - t.len() - 1],
                 Reference::Tag(t.to_string()),
             ),
-            None => (path, Reference::Tag("latest".into())),
+            None => {
+                explicit = false;
+                (path, Reference::Tag("latest".into()))
+            }
         }
     };
     if let Reference::Tag(t) = &reference {
@@ -138,7 +145,60 @@ pub fn parse_registry_ref(source: &str) -> Result<RegistryRef> {
         host: host.to_string(),
         repository,
         reference,
+        explicit,
     })
+}
+
+/// Expands one `[[image]]` into the images to pull, after tag selection:
+/// `(source with its reference, tags to give it)`.
+///
+/// - `oci:` sources and `docker://` sources naming `:TAG` or `@DIGEST`: the
+///   source as is, named `tags` (at least one).
+/// - `docker://HOST/REPO` with `tags = [...]`: each of those source tags,
+///   carried under its own name.
+/// - `docker://HOST/REPO` with `tag_pattern` (and optional `max_tags`): the
+///   source's tags that match, newest first ([`tags::select`]), each under
+///   its own name.
+///
+/// Errors: `tag_pattern` with `tags`, with a reference or on an `oci:`
+/// source; `max_tags` without `tag_pattern`; no tags at all; a pattern that
+/// matches nothing.
+pub fn expand(
+    source: &str,
+    tags: &[crate::names::Tag],
+    pattern: Option<&str>,
+    max_tags: Option<usize>,
+    remote: Option<&mut Remote>,
+) -> Result<Vec<(String, Vec<crate::names::Tag>)>> {
+    if max_tags.is_some() && pattern.is_none() {
+        bail!("source {source:?}: max_tags needs tag_pattern");
+    }
+    if pattern.is_some() && !tags.is_empty() {
+        bail!("source {source:?}: give tags or tag_pattern, not both");
+    }
+    let named = |t: &str| -> Result<(String, Vec<crate::names::Tag>)> {
+        let tag = crate::names::Tag::try_from(t.to_string())
+            .map_err(|e| anyhow!("source {source:?}: {e}"))?;
+        Ok((format!("{source}:{t}"), vec![tag]))
+    };
+    let explicit = !is_registry(source) || parse_registry_ref(source)?.explicit;
+    match (pattern, remote) {
+        (Some(_), _) if explicit => bail!(
+            "source {source:?}: tag_pattern needs a docker://HOST/REPO source without :TAG or @DIGEST"
+        ),
+        (Some(p), Some(remote)) => {
+            let available = remote.list_tags(source)?;
+            tags::select(&available, p, max_tags)
+                .map_err(|e| anyhow!("source {source}: {e}"))?
+                .iter()
+                .map(|t| named(t))
+                .collect()
+        }
+        (Some(_), None) => bail!("source {source:?}: tag_pattern needs a docker:// source"),
+        (None, _) if tags.is_empty() => bail!("source {source:?}: no tags"),
+        (None, _) if explicit => Ok(vec![(source.to_string(), tags.to_vec())]),
+        (None, _) => tags.iter().map(|t| named(t.as_str())).collect(),
+    }
 }
 
 /// The default cache directory: `$XDG_CACHE_HOME/airlock`, else `$HOME/.cache/airlock`.

@@ -114,6 +114,53 @@ impl Remote {
         result.with_context(|| format!("source {source}"))
     }
 
+    /// Every tag of the repository a `docker://` source names (distribution
+    /// "Listing Tags", following `Link` pages). Blocks.
+    pub fn list_tags(&mut self, source: &str) -> Result<Vec<String>> {
+        let handle = match &self.runtime {
+            Some(rt) => rt.handle().clone(),
+            None => tokio::runtime::Handle::current(),
+        };
+        handle
+            .block_on(self.list_tags_async(source))
+            .with_context(|| format!("source {source}: listing tags"))
+    }
+
+    async fn list_tags_async(&mut self, source: &str) -> Result<Vec<String>> {
+        let r = parse_registry_ref(source)?;
+        let client = self.client(&r.host, r.endpoint(), &r.repository).await?;
+        let scope = format!("repository:{}:pull", r.repository);
+        let mut path = format!("/v2/{}/tags/list?n=1000", r.repository);
+        let mut tags = Vec::new();
+        for _ in 0..1000 {
+            let resp = client
+                .get(&path, &scope, Some("application/json"), None)
+                .await?;
+            let status = resp.status();
+            if !status.is_success() {
+                bail!("GET {path} on {}: {status}", client.host());
+            }
+            let next = resp
+                .headers()
+                .get(hyper::header::LINK)
+                .and_then(|v| v.to_str().ok())
+                .and_then(next_link);
+            let body = read_limited(resp, 16 << 20).await?;
+            #[derive(serde::Deserialize)]
+            struct TagList {
+                tags: Option<Vec<String>>,
+            }
+            let list: TagList = serde_json::from_slice(&body)
+                .with_context(|| format!("GET {path}: not a tag list"))?;
+            tags.extend(list.tags.unwrap_or_default());
+            match next {
+                Some(n) => path = n,
+                None => return Ok(tags),
+            }
+        }
+        bail!("more than 1000 pages of tags")
+    }
+
     async fn client(
         &mut self,
         host: &str,
