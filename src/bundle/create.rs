@@ -425,6 +425,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         }
     });
     let total: u64 = carried.iter().map(|(b, _)| b.size).sum();
+    progress.set_message("writing bundle");
     progress.set_position(0);
     progress.set_length(total);
     let mut out = VolumeWriter::create(opts.out, opts.volume_size)?;

@@ -103,6 +103,14 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                 cache: cache.as_deref(),
             };
             let pb = progress_bar();
+            if !pb.is_hidden()
+                && let Ok(style) = indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+            {
+                // Which image is being pulled, then "writing bundle".
+                pb.set_style(style);
+            }
             let created = tokio::task::block_in_place(|| create::create(&opts, &pb))?;
             pb.finish_and_clear();
             if json {

@@ -195,6 +195,7 @@ impl Remote {
         progress: &indicatif::ProgressBar,
     ) -> Result<Pulled> {
         let r = parse_registry_ref(source)?;
+        progress.set_message(format!("pulling {source}"));
         let client = self.client(&r.host, r.endpoint(), &r.repository).await?;
         let puller = Puller {
             client: &client,
