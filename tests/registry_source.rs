@@ -662,11 +662,11 @@ fn bearer_token_flow_with_docker_config_json() {
     assert_layout_blobs_hash(&pulled);
 }
 
-/// A faulty proxy (Python) in front of `upstream`: each blob's first GET gets
-/// 503 (`Retry-After: 0`), its second gets half the body and then the
-/// connection is cut; later GETs (with `Range`) pass through. Logs
-/// `path attempt range` lines to the returned file.
-fn faulty_proxy(dir: &Path, upstream: &str) -> (Proc, String, PathBuf) {
+/// A proxy (Python) in front of `upstream` that logs `path attempt range`
+/// for each blob GET to the returned file. With `faults`, each blob's first
+/// GET gets 503 (`Retry-After: 0`), its second gets half the body and then
+/// the connection is cut; later GETs (with `Range`) pass through.
+fn proxy(dir: &Path, upstream: &str, faults: bool) -> (Proc, String, PathBuf) {
     require_tool("python3", "python3");
     let port = free_port();
     let log = dir.join("proxy.log");
@@ -674,6 +674,7 @@ fn faulty_proxy(dir: &Path, upstream: &str) -> (Proc, String, PathBuf) {
         r#"
 import http.client, http.server, socket, threading
 seen = {{}}
+faults = {faults}
 lock = threading.Lock()
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -685,7 +686,7 @@ class H(http.server.BaseHTTPRequestHandler):
                 seen[self.path] = n + 1
                 with open({log:?}, "a") as f:
                     f.write("%s %d %s\n" % (self.path, n, self.headers.get("Range")))
-            if n == 0:
+            if n == 0 and faults:
                 self.send_response(503)
                 self.send_header("Retry-After", "0")
                 self.send_header("Content-Length", "0")
@@ -701,7 +702,7 @@ class H(http.server.BaseHTTPRequestHandler):
             if k.lower() not in ("connection", "transfer-encoding", "keep-alive"):
                 self.send_header(k, v)
         self.end_headers()
-        if n == 1 and r.status == 200 and len(data) > 1000:
+        if n == 1 and faults and r.status == 200 and len(data) > 1000:
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
             self.close_connection = True
@@ -713,6 +714,7 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("127.0.0.1", {port}), H).serve_forever()
 "#,
         log = log.display().to_string(),
+        faults = if faults { "True" } else { "False" },
     );
     let child = Command::new("python3")
         .arg("-c")
@@ -720,7 +722,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", {port}), H).serve_forever()
         .spawn()
         .unwrap();
     let addr = format!("127.0.0.1:{port}");
-    wait_http(&addr, "faulty proxy");
+    wait_http(&addr, "proxy");
     (Proc(child), addr, log)
 }
 
@@ -737,7 +739,7 @@ fn retries_503_and_resumes_a_cut_download_with_range() {
         &format!("docker://{}/src/busybox:1.0", src.addr),
     ]);
     let want = sha256_bytes(tmp.path(), &raw);
-    let (_proxy, addr, log) = faulty_proxy(tmp.path(), &src.addr);
+    let (_proxy, addr, log) = proxy(tmp.path(), &src.addr, true);
     let config = tls_config(
         tmp.path(),
         &addr,
@@ -1089,4 +1091,126 @@ max_tags = 2
         assert!(!o.status.success() && err.contains(want), "{extra}: {err}");
         assert!(!out.exists());
     }
+}
+
+#[test]
+fn delta_with_have_downloads_only_new_blobs() {
+    require_tool("skopeo", "skopeo");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
+    push_fixture(&src.addr, "latest", "src/busybox:1.0", false);
+    let (_proxy, addr, log) = proxy(tmp.path(), &src.addr, false);
+    let write = |tags: &str| {
+        let config = tmp.path().join("mirror.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[registry]]\nhost = \"{addr}\"\ntls_verify = false\n\n[[image]]\nsource = \"docker://{addr}/src/busybox\"\nrepository = \"mirror/busybox\"\ntags = [{tags}]\n"
+            ),
+        )
+        .unwrap();
+        config
+    };
+    // Night 1: a full bundle, imported on the other side.
+    let first = tmp.path().join("full.tar");
+    create_json(&write("\"1.0\""), &first, &tmp.path().join("cache1"), &[]);
+    let (_, public) = test_key();
+    let data = tmp.path().join("dst");
+    import_bundle(&data, &public, &first);
+    let inv = tmp.path().join("have.json");
+    airlock_ok(&[
+        "inventory",
+        "--data",
+        data.to_str().unwrap(),
+        "-o",
+        inv.to_str().unwrap(),
+    ]);
+    // Night 2: a new tag (the two-platform index, sharing the 1.0 image) and a fresh cache.
+    push_fixture(&src.addr, "multi", "src/busybox:1.1", true);
+    std::fs::remove_file(&log).unwrap();
+    let delta = tmp.path().join("delta.tar");
+    let summary = create_json_have(
+        &write("\"1.0\", \"1.1\""),
+        &delta,
+        &tmp.path().join("cache2"),
+        &inv,
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&airlock_ok(&["bundle", "inspect", delta.to_str().unwrap()])).unwrap();
+    let carried: std::collections::BTreeSet<String> = doc["blobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["digest"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!doc["required"].as_array().unwrap().is_empty(), "{doc}");
+    let requested: std::collections::BTreeSet<String> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            l.split(' ')
+                .next()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let inventory: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&inv).unwrap()).unwrap();
+    let have: std::collections::BTreeSet<String> = inventory["blobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_string())
+        .collect();
+    assert!(!requested.is_empty());
+    assert!(
+        requested.is_disjoint(&have),
+        "downloaded blobs the destination has: {requested:?}"
+    );
+    assert!(
+        requested.is_subset(&carried),
+        "{requested:?} vs {carried:?}"
+    );
+    assert!(summary["registry"]["bytes_downloaded"].as_u64().unwrap() > 0);
+    // The delta imports on top, and the new tag pulls with its own digest.
+    import_bundle(&data, &public, &delta);
+    let dst = serve(&data, &[]);
+    let raw_src = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/src/busybox:1.1", src.addr),
+    ]);
+    let raw_dst = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/mirror/busybox:1.1", dst.addr),
+    ]);
+    assert_eq!(raw_src, raw_dst);
+}
+
+/// `bundle create --json --have INV`, asserting success.
+fn create_json_have(config: &Path, out: &Path, cache: &Path, have: &Path) -> serde_json::Value {
+    let o = create_env(
+        config,
+        out,
+        &[
+            "--json",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--have",
+            have.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        o.status.success(),
+        "bundle create failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
 }

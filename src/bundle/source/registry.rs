@@ -273,10 +273,7 @@ fn next_link(v: &str) -> Option<String> {
             return None;
         }
         let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
-        match url.find("/v2/") {
-            Some(i) => Some(url[i..].to_string()),
-            None => None,
-        }
+        url.find("/v2/").map(|i| url[i..].to_string())
     })
 }
 
