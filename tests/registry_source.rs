@@ -1214,3 +1214,89 @@ fn create_json_have(config: &Path, out: &Path, cache: &Path, have: &Path) -> ser
     );
     serde_json::from_slice(&o.stdout).unwrap()
 }
+
+#[test]
+fn platforms_carry_some_children_and_keep_the_index_bytes() {
+    require_tool("skopeo", "skopeo");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
+    push_fixture(&src.addr, "multi", "src/multi:v1", true);
+    let raw = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{}/src/multi:v1", src.addr),
+    ]);
+    let index_digest = sha256_bytes(tmp.path(), &raw);
+    let index: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    let child = |arch: &str| {
+        index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["platform"]["architecture"] == arch)
+            .map(|m| m["digest"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let (amd64, arm64) = (child("amd64"), child("arm64"));
+    let config = tmp.path().join("mirror.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[registry]]\nhost = \"{a}\"\ntls_verify = false\n\n[[image]]\nsource = \"docker://{a}/src/multi:v1\"\nrepository = \"mirror/multi\"\ntags = [\"v1\"]\nplatforms = [\"linux/arm64\"]\n",
+            a = src.addr
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("b.tar");
+    let summary = create_json(&config, &out, &tmp.path().join("cache"), &[]);
+    assert_eq!(summary["images"][0]["digest"], index_digest.as_str());
+    let doc: serde_json::Value =
+        serde_json::from_str(&airlock_ok(&["bundle", "inspect", out.to_str().unwrap()])).unwrap();
+    assert_eq!(doc["images"][0]["absent"], serde_json::json!([amd64]));
+    let carried: Vec<&str> = doc["blobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["digest"].as_str().unwrap())
+        .collect();
+    assert!(carried.contains(&arm64.as_str()) && !carried.contains(&amd64.as_str()));
+
+    let (_, public) = test_key();
+    let data = tmp.path().join("dst");
+    import_bundle(&data, &public, &out);
+    let dst = serve(&data, &[]);
+    let (st, _, body) = http(&dst.addr, "GET", "/v2/mirror/multi/manifests/v1", &[]).unwrap();
+    assert_eq!((st, body), (200, raw.clone()), "index bytes changed");
+    let (st, _, body) = http(
+        &dst.addr,
+        "GET",
+        &format!("/v2/mirror/multi/manifests/{arm64}"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(st, 200);
+    assert_eq!(sha256_bytes(tmp.path(), &body), arm64);
+    let (st, _, body) = http(
+        &dst.addr,
+        "GET",
+        &format!("/v2/mirror/multi/manifests/{amd64}"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(st, 404);
+    assert!(String::from_utf8_lossy(&body).contains("MANIFEST_UNKNOWN"));
+    let pulled = tmp.path().join("pulled");
+    skopeo(&[
+        "copy",
+        "--override-os",
+        "linux",
+        "--override-arch",
+        "arm64",
+        "--src-tls-verify=false",
+        &format!("docker://{}/mirror/multi:v1", dst.addr),
+        &format!("oci:{}:arm", pulled.display()),
+    ]);
+    assert_eq!(layout_ref_digest(&pulled, "arm"), arm64);
+    assert_layout_blobs_hash(&pulled);
+}

@@ -71,6 +71,10 @@ pub struct ImageSource {
     /// attestations, SBOMs) too. Default `true`.
     #[serde(default)]
     pub referrers: Option<bool>,
+    /// `docker://` only: of an index, carry only the children for these
+    /// platforms (`OS/ARCH[/VARIANT]`), keeping the index bytes unchanged.
+    #[serde(default)]
+    pub platforms: Vec<String>,
 }
 
 impl MirrorConfig {
@@ -250,7 +254,13 @@ fn resolve(
     progress: &indicatif::ProgressBar,
 ) -> Result<Resolved> {
     if let Some(remote) = remote.filter(|_| source::is_registry(&img.source)) {
-        let pulled = remote.pull(&img.source, img.referrers.unwrap_or(true), have, progress)?;
+        let pulled = remote.pull(
+            &img.source,
+            img.referrers.unwrap_or(true),
+            &img.platforms,
+            have,
+            progress,
+        )?;
         return Ok(Resolved {
             referrers: pulled
                 .referrers
@@ -261,6 +271,7 @@ fn resolve(
                     digest: d.digest,
                     media_type: d.media_type,
                     size: d.size,
+                    absent: Vec::new(),
                 })
                 .collect(),
             entry: ImageEntry {
@@ -269,9 +280,13 @@ fn resolve(
                 digest: pulled.root.digest,
                 media_type: pulled.root.media_type,
                 size: pulled.root.size,
+                absent: pulled.absent,
             },
             blobs: pulled.blobs,
         });
+    }
+    if !img.platforms.is_empty() {
+        bail!("source {}: platforms needs a docker:// source", img.source);
     }
     let (layout, reference) = parse_source(&img.source, base)?;
     let root = find_root(&layout, reference.as_deref())
@@ -294,6 +309,7 @@ fn resolve(
             digest: root.digest,
             media_type: root.media_type,
             size: root.size,
+            absent: Vec::new(),
         },
         blobs,
     })

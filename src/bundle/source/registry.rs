@@ -55,6 +55,8 @@ pub struct Pulled {
     pub blobs: Vec<(BlobEntry, PathBuf)>,
     /// The referrers found, each the root of its own walk.
     pub referrers: Vec<Descriptor>,
+    /// Children of the root index left out by `platforms`.
+    pub absent: Vec<Digest>,
 }
 
 /// Registry sources of one `bundle create` run: settings, connections, cache.
@@ -103,6 +105,7 @@ impl Remote {
         &mut self,
         source: &str,
         referrers: bool,
+        platforms: &[String],
         skip: &HashSet<&Digest>,
         progress: &indicatif::ProgressBar,
     ) -> Result<Pulled> {
@@ -110,7 +113,7 @@ impl Remote {
             Some(rt) => rt.handle().clone(),
             None => tokio::runtime::Handle::current(),
         };
-        let result = handle.block_on(self.pull_async(source, referrers, skip, progress));
+        let result = handle.block_on(self.pull_async(source, referrers, platforms, skip, progress));
         result.with_context(|| format!("source {source}"))
     }
 
@@ -191,6 +194,7 @@ impl Remote {
         &mut self,
         source: &str,
         referrers: bool,
+        platforms: &[String],
         skip: &HashSet<&Digest>,
         progress: &indicatif::ProgressBar,
     ) -> Result<Pulled> {
@@ -208,9 +212,46 @@ impl Remote {
         let mut blobs = Vec::new();
         let mut downloads = Vec::new();
         let mut seen = HashSet::new();
-        puller
-            .walk(&root, &mut blobs, &mut downloads, &mut seen, skip)
-            .await?;
+        let mut absent = Vec::new();
+        if !platforms.is_empty() && oci::is_index_type(&root.media_type) {
+            // Only the wanted children; the index itself is carried as is.
+            let bytes = puller.manifest_bytes(&root).await?;
+            if let Ok(mut m) = puller.manifests.lock() {
+                m.insert(root.digest.clone());
+            }
+            seen.insert(root.digest.clone());
+            let index =
+                Manifest::parse(&bytes).with_context(|| format!("index {}", root.digest))?;
+            for child in &index.manifests {
+                if platforms
+                    .iter()
+                    .any(|p| platform_matches(p, child.platform.as_ref()))
+                {
+                    puller
+                        .walk(child, &mut blobs, &mut downloads, &mut seen, skip)
+                        .await?;
+                } else {
+                    absent.push(child.digest.clone());
+                }
+            }
+            if absent.len() == index.manifests.len() {
+                bail!(
+                    "no child of index {} is for platforms {platforms:?}",
+                    root.digest
+                );
+            }
+            blobs.push((
+                BlobEntry {
+                    digest: root.digest.clone(),
+                    size: root.size,
+                },
+                self.cache.blob_path(&root.digest),
+            ));
+        } else {
+            puller
+                .walk(&root, &mut blobs, &mut downloads, &mut seen, skip)
+                .await?;
+        }
         let mut found = Vec::new();
         if referrers {
             let mut queue: Vec<Digest> = blobs
@@ -247,8 +288,21 @@ impl Remote {
             root,
             blobs,
             referrers: found,
+            absent,
         })
     }
+}
+
+/// True when an index entry's `platform` is `want` (`OS/ARCH[/VARIANT]`; a
+/// variant in `want` must match, none matches any).
+fn platform_matches(want: &str, platform: Option<&serde_json::Value>) -> bool {
+    let Some(p) = platform else { return false };
+    let field = |k: &str| p.get(k).and_then(|v| v.as_str()).unwrap_or("");
+    let mut parts = want.split('/');
+    let (os, arch, variant) = (parts.next(), parts.next(), parts.next());
+    os == Some(field("os"))
+        && arch == Some(field("architecture"))
+        && variant.is_none_or(|v| v == field("variant"))
 }
 
 /// True when `d` was read as a manifest during the walk (so it can have referrers).
