@@ -9,12 +9,14 @@
 //! answer: manifests and blobs are the caller's.
 //!
 //! Client: hyper-util's pooled client with hyper-rustls (ring, no native-tls
-//! or OpenSSL). `oci-client` was considered: it streams blobs
-//! (`pull_blob_stream`, `pull_blob_stream_partial`) and has the token flow,
-//! but it sets TLS options for the whole client, has no retries, and brings
-//! reqwest, oci-spec and chrono and a second sha2; hyper and hyper-util are
-//! already in the tree, so this file (about 300 lines) costs only rustls,
-//! ring and hyper-rustls.
+//! or OpenSSL). `oci-client` 0.18 was considered: it does stream blobs
+//! (`pull_blob_stream`, `pull_blob_stream_partial` for ranges) and has the
+//! token flow, but it has no retries or resume of its own, takes credentials
+//! as one `RegistryAuth` per call rather than from the auth files, and
+//! brings reqwest 0.13, oci-spec (dropped from this crate for its build
+//! cost), chrono and a second sha2 (0.11). hyper and hyper-util are already
+//! in the tree, so this module costs only rustls, ring, rustls-webpki,
+//! tokio-rustls, hyper-rustls and rustls-native-certs.
 //!
 //! Retries: a connection error, a timeout, 429 or a 5xx is retried up to
 //! [`MAX_RETRIES`] times, waiting 0.5 s, 1 s, 2 s, ... (at most 8 s) or the
