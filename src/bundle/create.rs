@@ -2,7 +2,9 @@
 //! signed bundle (format v1), full or delta.
 //!
 //! Owns: the mirror config, reading OCI image layouts (`oci:PATH[:REF]`), the
-//! walk from a root manifest to every blob, and writing the tar. Never
+//! walk from a root manifest to every blob, and writing the tar. Registry
+//! sources (`docker://`) are pulled into the local cache by
+//! [`super::source`] first, then copied from there like layout blobs. Never
 //! rewrites a manifest, so digests never change. Every blob is hashed while it
 //! is copied; a mismatch aborts and removes the partial output.
 
@@ -18,6 +20,7 @@ use super::format::{
     SIGNED_DOC, blob_path,
 };
 use super::sign::SigningKey;
+use super::source::{self, RegistryConfig};
 use super::volume::VolumeWriter;
 use crate::digest::{Digest, HashingReader};
 use crate::names::{RepositoryName, Tag};
@@ -39,18 +42,39 @@ pub struct MirrorConfig {
     /// Images to carry.
     #[serde(default)]
     pub image: Vec<ImageSource>,
+    /// Per-registry TLS settings for `docker://` sources.
+    #[serde(default)]
+    pub registry: Vec<RegistryConfig>,
 }
 
 /// One `[[image]]` of the mirror config.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImageSource {
-    /// Where to read it: `oci:PATH[:REF]`.
+    /// Where to read it: `oci:PATH[:REF]` or `docker://HOST/REPO[:TAG|@DIGEST]`.
     pub source: String,
     /// Repository to serve it as.
     pub repository: RepositoryName,
-    /// Tags to give it; at least one.
+    /// Tags to give it (with a source naming a tag or digest); for a
+    /// `docker://HOST/REPO` source without one, the source tags to carry,
+    /// each under its own name.
+    #[serde(default)]
     pub tags: Vec<Tag>,
+    /// `docker://HOST/REPO` only: carry the source tags this regular
+    /// expression matches, each under its own name (instead of `tags`).
+    #[serde(default)]
+    pub tag_pattern: Option<String>,
+    /// With `tag_pattern`: only the newest N matching tags (by version).
+    #[serde(default)]
+    pub max_tags: Option<usize>,
+    /// `docker://` only: carry the image's referrers (signatures,
+    /// attestations, SBOMs) too. Default `true`.
+    #[serde(default)]
+    pub referrers: Option<bool>,
+    /// `docker://` only: of an index, carry only the children for these
+    /// platforms (`OS/ARCH[/VARIANT]`), keeping the index bytes unchanged.
+    #[serde(default)]
+    pub platforms: Vec<String>,
 }
 
 impl MirrorConfig {
@@ -64,7 +88,7 @@ impl MirrorConfig {
             bail!("{}: no [[image]] entries", path.display());
         }
         for img in &cfg.image {
-            if img.tags.is_empty() {
+            if img.tags.is_empty() && img.tag_pattern.is_none() {
                 bail!("{}: image {} has no tags", path.display(), img.repository);
             }
         }
@@ -84,6 +108,8 @@ pub struct CreateOptions<'a> {
     pub volume_size: Option<u64>,
     /// Blobs the destination already holds: left out and listed as required.
     pub have: Option<&'a Inventory>,
+    /// Cache for `docker://` sources (default [`source::default_cache_dir`]).
+    pub cache: Option<&'a Path>,
 }
 
 /// What `create` wrote.
@@ -95,18 +121,35 @@ pub struct Created {
     pub files: Vec<PathBuf>,
     /// Total bytes written.
     pub bytes: u64,
+    /// Registry traffic, when any source was `docker://`.
+    pub pulled: Option<PullSummary>,
+}
+
+/// What the registry sources cost (`bundle create --json`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PullSummary {
+    /// HTTP requests sent to registries (retries and token requests included).
+    pub requests: u64,
+    /// Manifest and blob bytes downloaded.
+    pub bytes_downloaded: u64,
+    /// Blobs and manifests taken from the cache instead.
+    pub cache_hits: u64,
+    /// Retries after a failure.
+    pub retries: u64,
 }
 
 /// An image resolved from its layout: root descriptor and every blob, with where to read it.
 struct Resolved {
     entry: ImageEntry,
+    /// Referrers of the image: entries with no tags, so import links them.
+    referrers: Vec<ImageEntry>,
     blobs: Vec<(BlobEntry, PathBuf)>,
 }
 
 /// Splits `oci:PATH[:REF]` like skopeo (at the first `:` after the path).
 fn parse_source(source: &str, base: &Path) -> Result<(PathBuf, Option<String>)> {
     let rest = source.strip_prefix("oci:").ok_or_else(|| {
-        anyhow!("source {source:?}: only the oci:PATH[:REF] transport is supported")
+        anyhow!("source {source:?}: supported transports are oci:PATH[:REF] and docker://HOST/REPO[:TAG|@DIGEST]")
     })?;
     let (path, reference) = match rest.split_once(':') {
         Some((p, r)) => (p, Some(r.to_string())),
@@ -203,7 +246,48 @@ fn walk(
     Ok(())
 }
 
-fn resolve(img: &ImageSource, base: &Path) -> Result<Resolved> {
+fn resolve(
+    img: &ImageSource,
+    base: &Path,
+    remote: Option<&mut source::Remote>,
+    have: &HashSet<&Digest>,
+    progress: &indicatif::ProgressBar,
+) -> Result<Resolved> {
+    if let Some(remote) = remote.filter(|_| source::is_registry(&img.source)) {
+        let pulled = remote.pull(
+            &img.source,
+            img.referrers.unwrap_or(true),
+            &img.platforms,
+            have,
+            progress,
+        )?;
+        return Ok(Resolved {
+            referrers: pulled
+                .referrers
+                .into_iter()
+                .map(|d| ImageEntry {
+                    repository: img.repository.clone(),
+                    tags: Vec::new(),
+                    digest: d.digest,
+                    media_type: d.media_type,
+                    size: d.size,
+                    absent: Vec::new(),
+                })
+                .collect(),
+            entry: ImageEntry {
+                repository: img.repository.clone(),
+                tags: img.tags.clone(),
+                digest: pulled.root.digest,
+                media_type: pulled.root.media_type,
+                size: pulled.root.size,
+                absent: pulled.absent,
+            },
+            blobs: pulled.blobs,
+        });
+    }
+    if !img.platforms.is_empty() {
+        bail!("source {}: platforms needs a docker:// source", img.source);
+    }
     let (layout, reference) = parse_source(&img.source, base)?;
     let root = find_root(&layout, reference.as_deref())
         .with_context(|| format!("source {}", img.source))?;
@@ -218,12 +302,14 @@ fn resolve(img: &ImageSource, base: &Path) -> Result<Resolved> {
     walk(&layout, &root, &mut blobs, &mut HashSet::new())
         .with_context(|| format!("source {}", img.source))?;
     Ok(Resolved {
+        referrers: Vec::new(),
         entry: ImageEntry {
             repository: img.repository.clone(),
             tags: img.tags.clone(),
             digest: root.digest,
             media_type: root.media_type,
             size: root.size,
+            absent: Vec::new(),
         },
         blobs,
     })
@@ -282,14 +368,38 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
     let mut carried: Vec<(BlobEntry, PathBuf)> = Vec::new();
     let mut required: BTreeSet<(Digest, u64)> = BTreeSet::new();
     let mut seen = HashSet::new();
+    let mut remote = if cfg.image.iter().any(|i| source::is_registry(&i.source)) {
+        let dir = match opts.cache {
+            Some(d) => d.to_path_buf(),
+            None => source::default_cache_dir()?,
+        };
+        Some(source::Remote::new(&cfg.registry, base, &dir)?)
+    } else {
+        None
+    };
     for img in &cfg.image {
-        let r = resolve(img, base)?;
-        images.push(r.entry);
-        for (blob, path) in r.blobs {
-            if have.contains(&blob.digest) {
-                required.insert((blob.digest, blob.size));
-            } else if seen.insert(blob.digest.clone()) {
-                carried.push((blob, path));
+        let selected = source::expand(
+            &img.source,
+            &img.tags,
+            img.tag_pattern.as_deref(),
+            img.max_tags,
+            remote.as_mut(),
+        )?;
+        for (src, tags) in selected {
+            let one = ImageSource {
+                source: src,
+                tags,
+                ..img.clone()
+            };
+            let r = resolve(&one, base, remote.as_mut(), &have, progress)?;
+            images.push(r.entry);
+            images.extend(r.referrers);
+            for (blob, path) in r.blobs {
+                if have.contains(&blob.digest) {
+                    required.insert((blob.digest, blob.size));
+                } else if seen.insert(blob.digest.clone()) {
+                    carried.push((blob, path));
+                }
             }
         }
     }
@@ -321,7 +431,19 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
     text.push('\n');
     let signed = opts.key.clearsign(&text)?;
 
+    let pulled = remote.as_ref().map(|r| {
+        let s = r.stats();
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        PullSummary {
+            requests: get(&s.requests),
+            bytes_downloaded: get(&s.bytes),
+            cache_hits: get(&s.cache_hits),
+            retries: get(&s.retries),
+        }
+    });
     let total: u64 = carried.iter().map(|(b, _)| b.size).sum();
+    progress.set_message("writing bundle");
+    progress.set_position(0);
     progress.set_length(total);
     let mut out = VolumeWriter::create(opts.out, opts.volume_size)?;
     let result = write_tar(
@@ -333,7 +455,12 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         progress,
     );
     match result.and_then(|()| out.finish()) {
-        Ok((files, bytes)) => Ok(Created { doc, files, bytes }),
+        Ok((files, bytes)) => Ok(Created {
+            doc,
+            files,
+            bytes,
+            pulled,
+        }),
         Err(e) => {
             out.remove_all();
             Err(e)

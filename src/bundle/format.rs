@@ -62,6 +62,11 @@ pub struct ImageEntry {
     pub media_type: String,
     /// Its size in bytes.
     pub size: u64,
+    /// Child manifests of the index `digest` that the bundle leaves out on
+    /// purpose (`platforms`): import records the index whole without them,
+    /// and the registry answers 404 for them. Empty for whole images.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<Digest>,
 }
 
 /// Checks that no `repository:tag` is claimed by two different images (the

@@ -532,6 +532,10 @@ async fn image_ops(store: &dyn Blobstore, img: &ImageEntry) -> Result<Vec<Op>> {
             bail!("manifest {digest}: mediaType {own} differs from its descriptor's {media_type}");
         }
         for child in &m.manifests {
+            if is_root && img.absent.contains(&child.digest) {
+                // Left out on purpose (`platforms`): the index is kept whole, the child is absent.
+                continue;
+            }
             if oci::is_manifest_type(&child.media_type) {
                 stack.push((
                     child.digest.clone(),

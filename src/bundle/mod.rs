@@ -2,10 +2,12 @@
 //!
 //! `format` defines the document and entry names, `create` writes bundles,
 //! `import` verifies and imports them, `volume` splits and joins volumes,
-//! `sign` wraps OpenPGP (rPGP).
+//! `sign` wraps OpenPGP (rPGP), `source` pulls `docker://` sources into a
+//! local cache.
 
 pub mod create;
 pub mod format;
 pub mod import;
 pub mod sign;
+pub mod source;
 pub mod volume;

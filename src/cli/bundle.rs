@@ -28,6 +28,12 @@ pub enum BundleCmd {
         /// Inventory of the destination (`airlock inventory`): those blobs are left out (delta bundle).
         #[arg(long)]
         have: Option<PathBuf>,
+        /// Content cache for `docker://` sources (default `$XDG_CACHE_HOME/airlock`, else `~/.cache/airlock`).
+        #[arg(long, env = "AIRLOCK_CACHE")]
+        cache: Option<PathBuf>,
+        /// Print a JSON summary on stdout instead of the one-line summary.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a bundle's signed document (signature NOT checked; use `bundle verify`).
     Inspect {
@@ -68,6 +74,8 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
             out,
             volume_size,
             have,
+            cache,
+            json,
         } => {
             let key = sign::SigningKey::load(&sign_key)?;
             let have = have.as_ref().map(load_inventory).transpose()?;
@@ -77,10 +85,37 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                 out: &out,
                 volume_size,
                 have: have.as_ref(),
+                cache: cache.as_deref(),
             };
             let pb = progress_bar();
+            if !pb.is_hidden()
+                && let Ok(style) = indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+            {
+                // Which image is being pulled, then "writing bundle".
+                pb.set_style(style);
+            }
             let created = tokio::task::block_in_place(|| create::create(&opts, &pb))?;
             pb.finish_and_clear();
+            if json {
+                let summary = serde_json::json!({
+                    "id": created.doc.id,
+                    "images": created.doc.images.iter().map(|i| serde_json::json!({
+                        "repository": i.repository,
+                        "tags": i.tags,
+                        "digest": i.digest,
+                        "mediaType": i.media_type,
+                    })).collect::<Vec<_>>(),
+                    "blobs_carried": created.doc.blobs.len(),
+                    "blobs_required": created.doc.required.len(),
+                    "bytes_written": created.bytes,
+                    "files": created.files,
+                    "registry": created.pulled,
+                });
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+                return Ok(());
+            }
             println!(
                 "bundle {}: {} images, {} blobs carried, {} required, {} bytes in {} file(s): {}",
                 created.doc.id,

@@ -147,7 +147,14 @@ async fn run(cli: Cli) -> Result<()> {
 /// command and exits: 0 on success, 1 with a one-line cause on error.
 pub fn main() {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Serve(_)) {
+    // `bundle create` talks to registries: a server closing a TLS socket must be
+    // an error to retry, not a SIGPIPE (rustls writes with writev, which has no
+    // MSG_NOSIGNAL), so it keeps the default too.
+    let network = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Bundle(bundle::BundleCmd::Create { .. })
+    );
+    if !network {
         // A command whose output is piped into `head` ends quietly like any Unix tool
         // instead of panicking on EPIPE. The server keeps Rust's default (ignored), so
         // a client closing its socket is an error to handle, not a signal.
