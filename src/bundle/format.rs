@@ -152,6 +152,7 @@ mod tests {
             digest: Digest::sha256_of(d),
             media_type: crate::oci::OCI_MANIFEST.into(),
             size: 1,
+            absent: Vec::new(),
         };
         assert_eq!(check_tags(&[img("v1", b"a"), img("v1", b"a")]), Ok(()));
         assert_eq!(check_tags(&[img("v1", b"a"), img("v2", b"b")]), Ok(()));
