@@ -868,9 +868,44 @@ pub fn generate_rsa_key(uid: &str, bits: u32) -> Result<(String, String), SignEr
 }
 
 impl SigningKey {
-    /// An armored detached signature (RFC 9580 §10.4, `-----BEGIN PGP SIGNATURE-----`)
-    /// over `data` as binary (type 0x00), SHA-256, with the same subpackets as
-    /// [`SigningKey::clearsign`]; what `gpg --verify FILE.asc FILE` and
+    /// [`SigningKey::clearsign`], but with the armor's CRC24 checksum line
+    /// (`=XXXX`, RFC 4880 §6.1) that old OpenPGP readers need: the torcx
+    /// client's golang.org/x/crypto/openpgp armor decoder (2018) requires it,
+    /// and GnuPG 2.2 misreads a checksum-less armor whose base64 ends without
+    /// `=` padding (it takes the END line for data and exits 2).
+    ///
+    /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
+    pub fn clearsign_with_checksum(&self, text: &str) -> Result<String, SignError> {
+        let text = canonical_text(text);
+        let mut rng = rand::thread_rng();
+        let msg = match self.signer {
+            None => sign_text(&mut rng, &text, &self.key.primary_key)?,
+            Some(i) => {
+                let sub = self
+                    .key
+                    .secret_subkeys
+                    .get(i)
+                    .ok_or_else(|| SignError::Sign("signing subkey vanished".into()))?;
+                sign_text(&mut rng, &text, &sub.key)?
+            }
+        };
+        let armored = msg
+            .to_armored_string(ArmorOptions {
+                headers: None,
+                include_checksum: true,
+            })
+            .map_err(|e| SignError::Sign(one_line(&e)))?;
+        let armored = armored.trim_end();
+        if armored.ends_with(SIGNATURE_END) {
+            Ok(format!("{armored}\n"))
+        } else {
+            Err(SignError::Sign("armor writer produced no end line".into()))
+        }
+    }
+
+    /// An armored detached signature (RFC 9580 §10.4, `-----BEGIN PGP SIGNATURE-----`,
+    /// with the CRC24 checksum line old readers need) over `data` as binary (type 0x00),
+    /// SHA-256, with the same subpackets as [`SigningKey::clearsign`]; what `gpg --verify FILE.asc FILE` and
     /// `openpgp.CheckArmoredDetachedSignature` check.
     ///
     /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
@@ -921,7 +956,7 @@ fn detached<K: PgpSigningKey>(data: &[u8], key: &K) -> Result<String, SignError>
     pgp::composed::DetachedSignature::new(sig)
         .to_armored_string(ArmorOptions {
             headers: None,
-            include_checksum: false,
+            include_checksum: true,
         })
         .map_err(|e| SignError::Sign(one_line(&e)))
 }

@@ -154,10 +154,9 @@ impl IntoResponse for TorcxError {
 /// The `/torcx` routes over `app`.
 pub fn router<C: Context>(app: Arc<C>) -> Router {
     Router::new()
-        .route("/torcx/{remote}/{board}/{os}/{file}", get(file::<C>))
         .route("/torcx", get(not_found))
         .route("/torcx/", get(not_found))
-        .route("/torcx/{*rest}", get(not_found))
+        .route("/torcx/{*path}", get(file::<C>))
         .with_state(app)
 }
 
@@ -187,8 +186,18 @@ async fn file<C: Context>(
     State(app): State<Arc<C>>,
     method: Method,
     headers: HeaderMap,
-    Path((remote, board, os, file)): Path<(String, String, String, String)>,
+    Path(path): Path<String>,
 ) -> Result<Response, TorcxError> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let [remote, board, os, file] = parts[..] else {
+        return Err(not_found().await);
+    };
+    let (remote, board, os, file) = (
+        remote.to_string(),
+        board.to_string(),
+        os.to_string(),
+        file.to_string(),
+    );
     for (what, s) in [("remote", &remote), ("board", &board), ("OS version", &os)] {
         check_token(what, s).map_err(TorcxError::not_found)?;
     }

@@ -68,12 +68,13 @@ pub fn contents_json(contents: &RemoteContents) -> String {
     text
 }
 
-/// The cleartext-signed contents document (`Hash: SHA256`; nothing follows
+/// The cleartext-signed contents document (`Hash: SHA256`; armor with the
+/// CRC24 line the client's 2018 Go armor decoder requires; nothing follows
 /// the signature block), as the client fetches it.
 ///
 /// Errors: signing failed.
 pub fn sign_contents(contents: &RemoteContents, key: &SigningKey) -> Result<String, SignError> {
-    key.clearsign(&contents_json(contents))
+    key.clearsign_with_checksum(&contents_json(contents))
 }
 
 /// The legacy package list for `target`; `base_url` (ending in `/`) makes
