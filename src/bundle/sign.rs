@@ -940,16 +940,20 @@ fn detached<K: PgpSigningKey>(data: &[u8], key: &K) -> Result<String, SignError>
             "detached signatures need a v4 key".to_string(),
         ));
     }
-    let mut config =
-        SignatureConfig::v4(SignatureType::Binary, key.algorithm(), HashAlgorithm::Sha256);
+    let mut config = SignatureConfig::v4(
+        SignatureType::Binary,
+        key.algorithm(),
+        HashAlgorithm::Sha256,
+    );
     config.hashed_subpackets = vec![
         Subpacket::regular(SubpacketData::SignatureCreationTime(Timestamp::now()))
             .map_err(sign_err)?,
         Subpacket::regular(SubpacketData::IssuerFingerprint(key.fingerprint()))
             .map_err(sign_err)?,
     ];
-    config.unhashed_subpackets =
-        vec![Subpacket::regular(SubpacketData::IssuerKeyId(key.legacy_key_id())).map_err(sign_err)?];
+    config.unhashed_subpackets = vec![
+        Subpacket::regular(SubpacketData::IssuerKeyId(key.legacy_key_id())).map_err(sign_err)?,
+    ];
     let sig = config
         .sign(key, &Password::empty(), data)
         .map_err(sign_err)?;

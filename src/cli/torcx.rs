@@ -151,10 +151,16 @@ pub async fn run(cmd: TorcxCmd) -> Result<()> {
     }
 }
 
-fn remote_config(name: &str, url: &str, key: &std::path::Path, out: &std::path::Path) -> Result<()> {
+fn remote_config(
+    name: &str,
+    url: &str,
+    key: &std::path::Path,
+    out: &std::path::Path,
+) -> Result<()> {
     check_token("remote", name).map_err(anyhow::Error::msg)?;
     let base = remote::base_url(url).map_err(anyhow::Error::msg)?;
-    let text = std::fs::read_to_string(key).with_context(|| format!("reading {}", key.display()))?;
+    let text =
+        std::fs::read_to_string(key).with_context(|| format!("reading {}", key.display()))?;
     let keyring = Keyring::from_armored(&text).with_context(|| key.display().to_string())?;
     let dir = out.join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -191,7 +197,9 @@ async fn views_from_data(
     let doc: TorcxDoc = state.document(&snap, DOCUMENT).await?.unwrap_or_default();
     let mut out = BTreeMap::new();
     for r in remotes {
-        let Some(t) = doc.remotes.get(r) else { continue };
+        let Some(t) = doc.remotes.get(r) else {
+            continue;
+        };
         let contents = match t.vendor_for(target) {
             Some(v) => {
                 let bytes = airlock::store::get_verified(&**state.blobstore(), &v.digest).await?;
@@ -221,10 +229,8 @@ async fn views_from_url(
     if !base.starts_with("http://") {
         bail!("--url {url:?}: only http:// is supported");
     }
-    let client = hyper_util::client::legacy::Client::builder(
-        hyper_util::rt::TokioExecutor::new(),
-    )
-    .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
     let mut out = BTreeMap::new();
     for r in remotes {
         let uri = format!(
@@ -291,7 +297,11 @@ async fn check(
             "{} {}:{} {}",
             if v.ok { "ok  " } else { "FAIL" },
             v.image.name,
-            if v.image.reference.is_empty() { "-" } else { &v.image.reference },
+            if v.image.reference.is_empty() {
+                "-"
+            } else {
+                &v.image.reference
+            },
             v.message
         );
     }
@@ -333,7 +343,11 @@ async fn list(data: &DataArg, json: bool) -> Result<()> {
             );
             let mut boards: BTreeMap<&str, Vec<String>> = BTreeMap::new();
             for tg in &b.targets {
-                let d = if b.default_for.contains(tg) { " (default)" } else { "" };
+                let d = if b.default_for.contains(tg) {
+                    " (default)"
+                } else {
+                    ""
+                };
                 let dep = t
                     .deprecation(&b.name, &b.version, &tg.os_version)
                     .map(|_| " (deprecated)")

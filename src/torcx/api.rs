@@ -275,11 +275,13 @@ async fn file<C: Context>(
         );
         let list = contents::package_list(table, &target, &base).ok_or_else(nothing)?;
         let key = key()?;
-        let sig = app.torcx().cached(cache_key(&format!("list.asc|{host}")), || {
-            key.detached_sign(&list)
-                .map(String::into_bytes)
-                .map_err(TorcxError::internal)
-        })?;
+        let sig = app
+            .torcx()
+            .cached(cache_key(&format!("list.asc|{host}")), || {
+                key.detached_sign(&list)
+                    .map(String::into_bytes)
+                    .map_err(TorcxError::internal)
+            })?;
         if file == PACKAGE_LIST_FILE {
             let doc = Cached {
                 digest: Digest::sha256_of(&list),
@@ -321,7 +323,9 @@ async fn archive(
         .stat(&key)
         .await
         .map_err(TorcxError::internal)?
-        .ok_or_else(|| TorcxError::internal(format!("archive {} missing from the store", build.sha256)))?;
+        .ok_or_else(|| {
+            TorcxError::internal(format!("archive {} missing from the store", build.sha256))
+        })?;
     let outcome = if head {
         RangeOutcome::Full
     } else {
@@ -335,7 +339,12 @@ async fn archive(
     let body = if head {
         None
     } else {
-        Some(store.stream(&key, read).await.map_err(TorcxError::internal)?)
+        Some(
+            store
+                .stream(&key, read)
+                .await
+                .map_err(TorcxError::internal)?,
+        )
     };
     Ok(BlobResponse {
         digest: build.sha256.clone(),

@@ -120,7 +120,9 @@ fn check_superblock(sb: &[u8; 96], file_size: u64) -> Result<(), String> {
     }
     let (major, minor) = (u16_at(sb, 28), u16_at(sb, 30));
     if (major, minor) != (4, 0) {
-        return Err(format!("version {major}.{minor}; torcx mounts squashfs 4.0"));
+        return Err(format!(
+            "version {major}.{minor}; torcx mounts squashfs 4.0"
+        ));
     }
     let compression = u16_at(sb, 20);
     if !matches!(compression, 1 | 5) {
@@ -152,7 +154,9 @@ fn check_superblock(sb: &[u8; 96], file_size: u64) -> Result<(), String> {
 fn normalize(raw: &[u8], what: &str) -> Result<String, String> {
     let p = std::str::from_utf8(raw).map_err(|_| format!("{what} is not UTF-8"))?;
     if p.starts_with('/') {
-        return Err(format!("{what} {p:?} is absolute; paths must stay inside the image"));
+        return Err(format!(
+            "{what} {p:?} is absolute; paths must stay inside the image"
+        ));
     }
     let mut parts = Vec::new();
     for c in p.split('/') {
@@ -244,7 +248,13 @@ fn check_tar(reader: impl Read) -> Result<ImageManifest, String> {
             .or_else(|| entry.link_name_bytes().map(|l| l.into_owned()));
         let path = normalize(&raw_path, "entry")?;
         match kind {
-            T::Regular | T::Continuous | T::Directory | T::Symlink | T::Char | T::Block | T::Fifo => {}
+            T::Regular
+            | T::Continuous
+            | T::Directory
+            | T::Symlink
+            | T::Char
+            | T::Block
+            | T::Fifo => {}
             T::Link => {
                 let target = raw_link.ok_or_else(|| format!("hard link {path:?} has no target"))?;
                 normalize(&target, "hard link target")?;

@@ -135,7 +135,11 @@ impl AddonEntry {
         for v in &self.os_versions {
             check_token("OS version", v).map_err(|e| anyhow!("{what}: {e}"))?;
         }
-        if let Some(d) = self.default_for.iter().find(|d| !self.os_versions.contains(d)) {
+        if let Some(d) = self
+            .default_for
+            .iter()
+            .find(|d| !self.os_versions.contains(d))
+        {
             bail!("{what}: default_for {d:?} is not one of its os_versions");
         }
         Ok(())
@@ -158,8 +162,8 @@ impl AddonEntry {
 /// `torcx-remote-contents-v1` with nothing after the signature block
 /// (the signature itself is the vendor's; hosts check it).
 fn check_vendor_text(text: &str) -> Result<()> {
-    let inner = crate::bundle::sign::unverified_text(text)
-        .map_err(|e| anyhow!("vendor contents: {e}"))?;
+    let inner =
+        crate::bundle::sign::unverified_text(text).map_err(|e| anyhow!("vendor contents: {e}"))?;
     let doc: Envelope<RemoteContents> = serde_json::from_str(&inner)
         .map_err(|e| anyhow!("vendor contents is not a torcx contents document: {e}"))?;
     if doc.kind != REMOTE_CONTENTS_V1 {
@@ -194,8 +198,9 @@ pub fn resolve(addons: &[AddonSource], vendor: &[VendorSource], base: &Path) -> 
     let mut out = Carried::default();
     for a in addons {
         let path = base.join(&a.source);
-        let file = std::fs::File::open(&path)
-            .with_context(|| format!("addon {}:{}: reading {}", a.name, a.version, path.display()))?;
+        let file = std::fs::File::open(&path).with_context(|| {
+            format!("addon {}:{}: reading {}", a.name, a.version, path.display())
+        })?;
         let info = archive::check(std::io::BufReader::with_capacity(1 << 20, file), a.format)
             .map_err(|e| anyhow!("addon {}:{} ({}): {e}", a.name, a.version, path.display()))?;
         let entry = AddonEntry {
@@ -257,10 +262,9 @@ async fn check_stored(
     digest: &Digest,
     format: AddonFormat,
 ) -> Result<archive::ArchiveInfo> {
-    let reader = store
-        .read(&blob_key(digest), None)
-        .await
-        .with_context(|| format!("addon blob {digest} is neither in the bundle nor in the store"))?;
+    let reader = store.read(&blob_key(digest), None).await.with_context(|| {
+        format!("addon blob {digest} is neither in the bundle nor in the store")
+    })?;
     tokio::task::spawn_blocking(move || {
         let sync = tokio_util::io::SyncIoBridge::new(reader);
         archive::check(std::io::BufReader::with_capacity(1 << 20, sync), format)
@@ -329,8 +333,7 @@ pub async fn import_op(
         if Digest::sha256_of(&bytes) != v.digest {
             bail!("torcx_contents {}: stored bytes do not match", v.digest);
         }
-        let text =
-            String::from_utf8(bytes).map_err(|_| anyhow!("torcx_contents: not UTF-8"))?;
+        let text = String::from_utf8(bytes).map_err(|_| anyhow!("torcx_contents: not UTF-8"))?;
         check_vendor_text(&text)?;
         vendors.push((
             v.remote.clone(),

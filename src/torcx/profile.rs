@@ -102,7 +102,10 @@ fn verdict(
         );
     };
     let Some(view) = lookup(remote) else {
-        return (false, format!("remote {remote:?} is not known to this airlock"));
+        return (
+            false,
+            format!("remote {remote:?} is not known to this airlock"),
+        );
     };
     let Some(contents) = view.contents else {
         return (
@@ -113,7 +116,10 @@ fn verdict(
     let Some(entry) = contents.images.iter().find(|i| i.name == image.name) else {
         return (
             false,
-            format!("remote {remote:?} offers no {:?} for this board and OS version", image.name),
+            format!(
+                "remote {remote:?} offers no {:?} for this board and OS version",
+                image.name
+            ),
         );
     };
     let version = if image.reference == DEFAULT_REFERENCE {

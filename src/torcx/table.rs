@@ -58,9 +58,7 @@ pub struct RemoteTable {
 }
 
 /// One addon archive and where it applies.
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Build {
     /// Addon name.
     pub name: String,
@@ -82,9 +80,7 @@ pub struct Build {
 }
 
 /// An addon version withdrawn from OS version `from_os_version` on (all boards).
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Deprecation {
     /// Addon name.
     pub name: String,
@@ -97,9 +93,7 @@ pub struct Deprecation {
 }
 
 /// A vendor's signed `torcx_remote_contents.json.asc`, served byte for byte.
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct VendorContents {
     /// Board and OS version it is served for.
     pub target: Target,
@@ -236,7 +230,11 @@ mod tests {
     #[test]
     fn rebuilds_replace_and_defaults_move() {
         let mut doc = TorcxDoc::default();
-        record_build(&mut doc, "r", build("19.03", b"a", &["1", "2"], &["1", "2"]));
+        record_build(
+            &mut doc,
+            "r",
+            build("19.03", b"a", &["1", "2"], &["1", "2"]),
+        );
         record_build(&mut doc, "r", build("20.10", b"b", &["2"], &["2"]));
         let once = doc.clone();
         record_build(&mut doc, "r", build("20.10", b"b", &["2"], &["2"]));
@@ -248,7 +246,11 @@ mod tests {
         // A rebuild of 19.03 for OS 1 replaces the old archive there only.
         record_build(&mut doc, "r", build("19.03", b"c", &["1"], &[]));
         let r = &doc.remotes["r"];
-        let old = r.builds.iter().find(|b| b.sha256 == Digest::sha256_of(b"a")).unwrap();
+        let old = r
+            .builds
+            .iter()
+            .find(|b| b.sha256 == Digest::sha256_of(b"a"))
+            .unwrap();
         assert_eq!(old.targets, [t("2")].into());
         assert!(old.default_for.is_empty());
     }
@@ -256,7 +258,11 @@ mod tests {
     #[test]
     fn deprecations_apply_from_their_os_version_on() {
         let mut doc = TorcxDoc::default();
-        record_build(&mut doc, "r", build("19.03", b"a", &["3033.2.0", "3033.10.0"], &[]));
+        record_build(
+            &mut doc,
+            "r",
+            build("19.03", b"a", &["3033.2.0", "3033.10.0"], &[]),
+        );
         let dep = |v: &str| Deprecation {
             name: "docker".into(),
             version: v.into(),
