@@ -1166,3 +1166,124 @@ fn keys_for_torcx_must_be_rsa() {
     ]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// A vendor's contents, clearsigned by GnuPG with the vendor's own key, carried
+/// in a bundle and served byte for byte (its signature stays the vendor's).
+#[tokio::test]
+async fn vendor_contents_are_served_byte_for_byte() {
+    require_tool("gpg", "gnupg");
+    let (dir, data, _) = fixture();
+    let home = tempfile::tempdir().unwrap();
+    let gpg = |args: &[&str]| {
+        let o = Command::new("gpg")
+            .env("GNUPGHOME", home.path())
+            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "gpg {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    gpg(&[
+        "--quick-gen-key",
+        "Vendor <vendor@example.org>",
+        "rsa2048",
+        "sign",
+        "never",
+    ]);
+    let json = dir.path().join("vendor.json");
+    std::fs::write(
+        &json,
+        r#"{"kind":"torcx-remote-contents-v1","value":{"images":[{"name":"docker","defaultVersion":"19.03","versions":[{"version":"19.03","format":"tgz","hash":"sha512-00","location":"https://vendor.example/docker:19.03.torcx.tgz"}]}]}}"#,
+    )
+    .unwrap();
+    let asc = dir.path().join("vendor.json.asc");
+    gpg(&[
+        "--clearsign",
+        "-o",
+        asc.to_str().unwrap(),
+        json.to_str().unwrap(),
+    ]);
+    let toml = format!(
+        "[[torcx_contents]]\nremote = \"{REMOTE}\"\nboard = \"amd64-usr\"\nos_version = \"3033.2.0\"\nsource = {:?}\n",
+        asc.to_str().unwrap()
+    );
+    bundle_and_import(dir.path(), &data, &toml, "vendor");
+    let r = router(&data);
+    let res = get(
+        &r,
+        &format!(
+            "{}torcx_remote_contents.json.asc",
+            base("amd64-usr", "3033.2.0")
+        ),
+    )
+    .await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.body, std::fs::read(&asc).unwrap(), "byte for byte");
+    // Other targets keep the site-signed contents.
+    let site = get(
+        &r,
+        &format!(
+            "{}torcx_remote_contents.json.asc",
+            base("amd64-usr", "3033.2.1")
+        ),
+    )
+    .await;
+    assert!(String::from_utf8_lossy(&site.body).contains("hello"));
+    // profile check reads the vendor's list for that target.
+    let p = profile_file(
+        dir.path(),
+        "p",
+        "profile-manifest-v1",
+        &[("docker", "com.coreos.cl", Some(REMOTE))],
+    );
+    let out = airlock_ok(&[
+        "torcx",
+        "profile",
+        "check",
+        "--data",
+        data.to_str().unwrap(),
+        "--board",
+        "amd64-usr",
+        "--os-version",
+        "3033.2.0",
+        p.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("ok   docker:com.coreos.cl docker:19.03.torcx.tgz"),
+        "{out}"
+    );
+    let list = airlock_ok(&["torcx", "list", "--data", data.to_str().unwrap()]);
+    assert!(
+        list.contains("vendor contents amd64-usr/3033.2.0"),
+        "{list}"
+    );
+    // Data after the signature block is refused when the bundle is made.
+    let mut trailing = std::fs::read(&asc).unwrap();
+    trailing.extend_from_slice(b"\nextra\n");
+    let bad = dir.path().join("bad.asc");
+    std::fs::write(&bad, trailing).unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        toml.replace(asc.to_str().unwrap(), bad.to_str().unwrap()),
+    )
+    .unwrap();
+    let (sec, _) = test_key();
+    let o = airlock(&[
+        "bundle",
+        "create",
+        "--config",
+        config.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        dir.path().join("bad.tar").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("after"), "{err}");
+}
