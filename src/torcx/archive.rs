@@ -181,8 +181,11 @@ fn read_small<R: Read>(entry: &mut tar::Entry<'_, R>, what: &str) -> Result<Vec<
     Ok(buf)
 }
 
-/// `path` and `linkpath` of a PAX extended header.
-fn pax_paths(data: &[u8]) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), String> {
+/// `path` and `linkpath` of a PAX extended header, when present.
+type PaxPaths = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Reads the [`PaxPaths`] of a PAX extended header.
+fn pax_paths(data: &[u8]) -> Result<PaxPaths, String> {
     let mut path = None;
     let mut link = None;
     for ext in tar::PaxExtensions::new(data) {
