@@ -47,6 +47,8 @@ const CACHE_MAX: usize = 1024;
 pub struct TorcxConfig {
     keys: BTreeMap<String, Arc<SigningKey>>,
     cache: Mutex<HashMap<String, Arc<Cached>>>,
+    /// The last `torcx` document read, by its digest (documents are immutable).
+    doc: Mutex<Option<(String, Arc<TorcxDoc>)>>,
 }
 
 /// A signed document ready to send.
@@ -61,6 +63,7 @@ impl TorcxConfig {
         TorcxConfig {
             keys: keys.into_iter().map(|(r, k)| (r, Arc::new(k))).collect(),
             cache: Mutex::default(),
+            doc: Mutex::default(),
         }
     }
 
@@ -210,11 +213,30 @@ async fn file<C: Context>(
         .and_then(|s| s.documents.get(super::DOCUMENT))
         .map(|d| d.to_string())
         .unwrap_or_default();
-    let doc: TorcxDoc = state
-        .document(&snap, super::DOCUMENT)
-        .await
-        .map_err(TorcxError::internal)?
-        .unwrap_or_default();
+    let cached_doc = app
+        .torcx()
+        .doc
+        .lock()
+        .ok()
+        .and_then(|d| d.clone())
+        .filter(|(d, _)| *d == doc_digest)
+        .map(|(_, doc)| doc);
+    let doc: Arc<TorcxDoc> = match cached_doc {
+        Some(doc) => doc,
+        None => {
+            let doc: Arc<TorcxDoc> = Arc::new(
+                state
+                    .document(&snap, super::DOCUMENT)
+                    .await
+                    .map_err(TorcxError::internal)?
+                    .unwrap_or_default(),
+            );
+            if let Ok(mut slot) = app.torcx().doc.lock() {
+                *slot = Some((doc_digest.clone(), doc.clone()));
+            }
+            doc
+        }
+    };
     let table = doc
         .remotes
         .get(&remote)
@@ -245,7 +267,7 @@ async fn file<C: Context>(
     let text = "text/plain; charset=utf-8";
     if file == CONTENTS_FILE {
         if let Some(v) = table.vendor_for(&target) {
-            let bytes = crate::store::read_all(&**state.blobstore(), &blob_key(&v.digest))
+            let bytes = crate::store::get_verified(&**state.blobstore(), &v.digest)
                 .await
                 .map_err(TorcxError::internal)?;
             let doc = Cached {
@@ -254,9 +276,9 @@ async fn file<C: Context>(
             };
             return Ok(small(&doc, text, head));
         }
-        let contents = contents::site_contents(table, &target).ok_or_else(nothing)?;
         let key = key()?;
         let doc = app.torcx().cached(cache_key("contents"), || {
+            let contents = contents::site_contents(table, &target).ok_or_else(nothing)?;
             contents::sign_contents(&contents, &key)
                 .map(String::into_bytes)
                 .map_err(TorcxError::internal)
