@@ -1002,6 +1002,21 @@ fn remote_config_writes_remote_json_and_keyring() {
         std::fs::read(out.join(REMOTE).join("keyring.asc")).unwrap(),
         std::fs::read(&public).unwrap()
     );
+    let (_, ed25519) = test_key();
+    let o = airlock(&[
+        "torcx",
+        "remote-config",
+        "--remote",
+        REMOTE,
+        "--url",
+        "http://h/",
+        "--key",
+        ed25519.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("RSA signatures only"));
     for (url, cause) in [
         ("ftp://h/", "http://, https:// or file://"),
         ("http://h/{{.Board}}/${BOARD}/", "unknown variable ${BOARD}"),

@@ -361,6 +361,30 @@ impl Keyring {
         Self::from_armored(&read(path)?)
     }
 
+    /// For each key, in file order: its primary fingerprint and the public-key
+    /// algorithms (rPGP's names, e.g. `RSA`, `EdDSALegacy`) of those of its
+    /// keys (primary or subkeys) that may sign now.
+    pub fn signing_algorithms(&self) -> Vec<(String, Vec<String>)> {
+        let now = Timestamp::now().as_secs();
+        self.certs
+            .iter()
+            .map(|c| {
+                let algos = c
+                    .components
+                    .iter()
+                    .filter(|comp| comp.usable_at(now).is_ok())
+                    .map(
+                        |comp| match comp.subkey.and_then(|i| c.key.public_subkeys.get(i)) {
+                            Some(sub) => format!("{:?}", sub.key.algorithm()),
+                            None => format!("{:?}", c.key.primary_key.algorithm()),
+                        },
+                    )
+                    .collect();
+                (hex_fpr(&c.key.fingerprint()), algos)
+            })
+            .collect()
+    }
+
     /// Primary-key fingerprints, uppercase hex, in file order.
     pub fn fingerprints(&self) -> Vec<String> {
         self.certs

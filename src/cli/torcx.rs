@@ -162,6 +162,19 @@ fn remote_config(
     let text =
         std::fs::read_to_string(key).with_context(|| format!("reading {}", key.display()))?;
     let keyring = Keyring::from_armored(&text).with_context(|| key.display().to_string())?;
+    for (fpr, algos) in keyring.signing_algorithms() {
+        if !algos.iter().any(|a| a.starts_with("RSA")) {
+            bail!(
+                "{}: key {fpr} signs with {}; torcx hosts verify RSA signatures only (airlock keys generate --algo rsa3072)",
+                key.display(),
+                if algos.is_empty() {
+                    "no usable key".to_string()
+                } else {
+                    algos.join(", ")
+                }
+            );
+        }
+    }
     let dir = out.join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join(remote::KEYRING_FILE), &text)?;
