@@ -513,7 +513,10 @@ async fn contents_are_signed_with_the_remote_key_and_verify_with_gpg() {
     // (it reads `=XXXX` then the END line; without it the END line is base64).
     let lines: Vec<&str> = text.lines().collect();
     let crc = lines[lines.len() - 2];
-    assert!(crc.len() == 5 && crc.starts_with('='), "no CRC24 line: {text}");
+    assert!(
+        crc.len() == 5 && crc.starts_with('='),
+        "no CRC24 line: {text}"
+    );
     let doc = signed_json(&text);
     assert_eq!(doc["kind"], "torcx-remote-contents-v1");
     let images = doc["value"]["images"].as_array().unwrap();

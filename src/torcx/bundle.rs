@@ -274,19 +274,37 @@ async fn check_stored(
     .map_err(|e| anyhow!("{e}"))
 }
 
-/// The op recording the bundle's addons and vendor contents in the `torcx`
-/// document, after checking each archive as stored (sha256 and size equal
-/// to the signed entry, then [`archive::check`]); `None` when the bundle
-/// carries none.
+/// The op recording a verified bundle's addons and vendor contents in the
+/// `torcx` document, after checking that each is listed in the document's
+/// `blobs` or `required` with the same size and checking each archive as
+/// stored (sha256 and size equal to the signed entry, then
+/// [`archive::check`]); `None` when the bundle carries none.
 ///
 /// Errors: a one-line cause naming the addon; nothing is recorded.
 pub async fn import_op(
     store: &std::sync::Arc<dyn Blobstore>,
-    addons: &[AddonEntry],
-    vendor: &[VendorEntry],
+    doc: &crate::bundle::format::BundleDoc,
 ) -> Result<Option<Op>> {
+    let (addons, vendor) = (&doc.addons, &doc.torcx_contents);
     if addons.is_empty() && vendor.is_empty() {
         return Ok(None);
+    }
+    let listed = |d: &Digest, size: u64| {
+        doc.blobs
+            .iter()
+            .chain(&doc.required)
+            .any(|b| &b.digest == d && b.size == size)
+    };
+    for (d, size) in addons
+        .iter()
+        .map(|a| (&a.digest, a.size))
+        .chain(vendor.iter().map(|v| (&v.digest, v.size)))
+    {
+        if !listed(d, size) {
+            bail!(
+                "torcx entry {d} ({size} bytes) is not listed in the bundle's blobs or required blobs"
+            );
+        }
     }
     let mut builds = Vec::new();
     for a in addons {
