@@ -1163,6 +1163,41 @@ fn a_client_fetches_verifies_and_downloads_over_http() {
         "{stdout}"
     );
     assert!(stdout.contains("FAIL kmod:2"), "{stdout}");
+    // With the host's keyring the signature is checked; a wrong key fails.
+    let keyring = out.join(REMOTE).join("keyring.asc");
+    let ok = profile_file(
+        dir.path(),
+        "ok",
+        "profile-manifest-v1",
+        &[("hello", "1.0", Some(REMOTE))],
+    );
+    let args = |k: &Path| {
+        airlock(&[
+            "torcx",
+            "profile",
+            "check",
+            "--url",
+            &url,
+            "--keyring",
+            k.to_str().unwrap(),
+            "--board",
+            "amd64-usr",
+            "--os-version",
+            "3033.2.0",
+            ok.to_str().unwrap(),
+        ])
+    };
+    let o = args(&keyring);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (_, wrong) = test_key();
+    let o = args(&wrong);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("contents signature"));
 }
 
 #[test]

@@ -85,6 +85,10 @@ pub enum ProfileCmd {
         /// Ask a running airlock (http://HOST:PORT) instead of the data directory.
         #[arg(long)]
         url: Option<String>,
+        /// With --url: verify each contents document with this armored
+        /// keyring, as a host does (without it the signature is not checked).
+        #[arg(long, requires = "url")]
+        keyring: Option<PathBuf>,
         #[command(flatten)]
         data: DataArg,
         /// Profile files (profile-manifest-v0 or -v1).
@@ -105,9 +109,19 @@ pub async fn run(cmd: TorcxCmd) -> Result<()> {
             board,
             os_version,
             url,
+            keyring,
             data,
             profiles,
-        }) => check(&board, &os_version, url.as_deref(), &data, &profiles).await,
+        }) => {
+            let keyring = keyring
+                .map(|k| Keyring::load(&k).with_context(|| k.display().to_string()))
+                .transpose()?;
+            let source = match url.as_deref() {
+                Some(u) => Source::Url(u, keyring.as_ref()),
+                None => Source::Data(&data),
+            };
+            check(&board, &os_version, source, &profiles).await
+        }
         TorcxCmd::List { data, json } => list(&data, json).await,
         TorcxCmd::Deprecate {
             data,
@@ -231,9 +245,18 @@ async fn views_from_data(
     Ok(out)
 }
 
+/// Where `profile check` reads what remotes offer.
+enum Source<'a> {
+    /// The data directory.
+    Data(&'a DataArg),
+    /// A running airlock, and optionally the keyring to verify contents with.
+    Url(&'a str, Option<&'a Keyring>),
+}
+
 /// The views of `remotes` for `target` from a running airlock (`http://` only).
 async fn views_from_url(
     url: &str,
+    keyring: Option<&Keyring>,
     target: &Target,
     remotes: &[String],
 ) -> Result<BTreeMap<String, RemoteView>> {
@@ -261,6 +284,10 @@ async fn views_from_url(
             continue;
         }
         let contents = if status.is_success() {
+            if let Some(k) = keyring {
+                k.verify_cleartext(&text)
+                    .with_context(|| format!("GET {uri}: contents signature"))?;
+            }
             Some(parse_contents(&text).with_context(|| format!("GET {uri}"))?)
         } else if status.as_u16() == 404 {
             None
@@ -278,13 +305,7 @@ async fn views_from_url(
     Ok(out)
 }
 
-async fn check(
-    board: &str,
-    os_version: &str,
-    url: Option<&str>,
-    data: &DataArg,
-    files: &[PathBuf],
-) -> Result<()> {
+async fn check(board: &str, os_version: &str, source: Source<'_>, files: &[PathBuf]) -> Result<()> {
     check_token("board", board).map_err(anyhow::Error::msg)?;
     check_token("OS version", os_version).map_err(anyhow::Error::msg)?;
     let mut profiles = Vec::new();
@@ -300,9 +321,9 @@ async fn check(
         board: board.into(),
         os_version: os_version.into(),
     };
-    let views = match url {
-        Some(u) => views_from_url(u, &target, &remotes).await?,
-        None => views_from_data(data, &target, &remotes).await?,
+    let views = match source {
+        Source::Url(u, keyring) => views_from_url(u, keyring, &target, &remotes).await?,
+        Source::Data(data) => views_from_data(data, &target, &remotes).await?,
     };
     let verdicts = profile::check(&merged, os_version, |r| views.get(r).cloned());
     for v in &verdicts {
