@@ -5,7 +5,7 @@
 //! Owns: building shared handles once and handing them to every router as one
 //! `Arc<App>`; cross-cutting concerns applied once to every route (request
 //! logs). Never implements an API itself: `/v2` lives in `registry`,
-//! liveness and readiness in [`health`].
+//! `/torcx` in `torcx`, liveness and readiness in [`health`].
 
 mod conn;
 pub mod health;
