@@ -3,7 +3,8 @@
 //! Layers (each module's docs say what it owns): `digest` and `names` are
 //! value types; `store` keeps bytes; `state` keeps the metadata tree over the
 //! store; `bundle` makes, verifies and imports bundles; `registry` serves the
-//! OCI distribution API over `state`; `server` runs the HTTP listener.
+//! OCI distribution API over `state`; `torcx` is the torcx remote room (its
+//! own state document, `/torcx` routes); `server` runs the HTTP listener.
 //! Lower layers never call higher ones.
 
 pub mod bundle;
@@ -14,3 +15,4 @@ pub mod registry;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod torcx;

@@ -45,6 +45,12 @@ pub struct MirrorConfig {
     /// Per-registry TLS settings for `docker://` sources.
     #[serde(default)]
     pub registry: Vec<RegistryConfig>,
+    /// torcx addon archives to carry (see [`crate::torcx::bundle::AddonSource`]).
+    #[serde(default)]
+    pub addon: Vec<crate::torcx::bundle::AddonSource>,
+    /// Vendor-signed torcx contents to carry (see [`crate::torcx::bundle::VendorSource`]).
+    #[serde(default)]
+    pub torcx_contents: Vec<crate::torcx::bundle::VendorSource>,
 }
 
 /// One `[[image]]` of the mirror config.
@@ -84,8 +90,8 @@ impl MirrorConfig {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let cfg: MirrorConfig =
             toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.message()))?;
-        if cfg.image.is_empty() {
-            bail!("{}: no [[image]] entries", path.display());
+        if cfg.image.is_empty() && cfg.addon.is_empty() && cfg.torcx_contents.is_empty() {
+            bail!("{}: no [[image]] or [[addon]] entries", path.display());
         }
         for img in &cfg.image {
             if img.tags.is_empty() && img.tag_pattern.is_none() {
@@ -404,6 +410,14 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         }
     }
     super::format::check_tags(&images).map_err(|e| anyhow!("{}: {e}", opts.config.display()))?;
+    let torcx = crate::torcx::bundle::resolve(&cfg.addon, &cfg.torcx_contents, base)?;
+    for (blob, path) in torcx.blobs {
+        if have.contains(&blob.digest) {
+            required.insert((blob.digest, blob.size));
+        } else if seen.insert(blob.digest.clone()) {
+            carried.push((blob, path));
+        }
+    }
     let oci_layout = br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec();
     let index_json = layout_index(&images)?;
     let doc = BundleDoc {
@@ -426,6 +440,8 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
             .into_iter()
             .map(|(digest, size)| BlobEntry { digest, size })
             .collect(),
+        addons: torcx.addons,
+        torcx_contents: torcx.vendor,
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');

@@ -45,6 +45,12 @@ pub struct BundleDoc {
     /// Blobs a delta bundle leaves out: the importing store must hold them already.
     #[serde(default)]
     pub required: Vec<BlobEntry>,
+    /// torcx addon archives carried (`[[addon]]`; their blobs are in `blobs` or `required`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addons: Vec<crate::torcx::bundle::AddonEntry>,
+    /// Vendor-signed torcx contents carried byte for byte (`[[torcx_contents]]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub torcx_contents: Vec<crate::torcx::bundle::VendorEntry>,
 }
 
 /// One image: a repository, its tags, and the root manifest (or index).

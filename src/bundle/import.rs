@@ -601,6 +601,7 @@ pub async fn import(
     for img in &doc.images {
         ops.extend(image_ops(&*store, img).await?);
     }
+    ops.extend(crate::torcx::bundle::import_op(&store, &doc).await?);
     let commit = state
         .commit(&format!("import bundle {}", doc.id), who, &ops)
         .await?;

@@ -361,6 +361,30 @@ impl Keyring {
         Self::from_armored(&read(path)?)
     }
 
+    /// For each key, in file order: its primary fingerprint and the public-key
+    /// algorithms (rPGP's names, e.g. `RSA`, `EdDSALegacy`) of those of its
+    /// keys (primary or subkeys) that may sign now.
+    pub fn signing_algorithms(&self) -> Vec<(String, Vec<String>)> {
+        let now = Timestamp::now().as_secs();
+        self.certs
+            .iter()
+            .map(|c| {
+                let algos = c
+                    .components
+                    .iter()
+                    .filter(|comp| comp.usable_at(now).is_ok())
+                    .map(
+                        |comp| match comp.subkey.and_then(|i| c.key.public_subkeys.get(i)) {
+                            Some(sub) => format!("{:?}", sub.key.algorithm()),
+                            None => format!("{:?}", c.key.primary_key.algorithm()),
+                        },
+                    )
+                    .collect();
+                (hex_fpr(&c.key.fingerprint()), algos)
+            })
+            .collect()
+    }
+
     /// Primary-key fingerprints, uppercase hex, in file order.
     pub fn fingerprints(&self) -> Vec<String> {
         self.certs
@@ -824,6 +848,145 @@ fn read(path: &Path) -> Result<String, SignError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// A freshly generated RSA signing key of `bits` bits (2048..=4096; torcx remotes use
+/// 3072): one v4 RSA primary key flagged certify+sign, no subkeys, user id `uid`, no
+/// expiry, no passphrase, preferring SHA-256. RSA because the torcx client's OpenPGP
+/// code (golang.org/x/crypto/openpgp, 2018) does not verify EdDSA signatures.
+///
+/// Returns `(secret, public)` armored as [`generate_key`] does.
+///
+/// Errors: [`SignError::Key`] for an empty or multi-line `uid`, a size outside
+/// 2048..=4096, or a generation failure.
+pub fn generate_rsa_key(uid: &str, bits: u32) -> Result<(String, String), SignError> {
+    if uid.trim().is_empty() || uid.contains(['\n', '\r']) {
+        return Err(SignError::Key(format!(
+            "user id must be one non-empty line, got {uid:?}"
+        )));
+    }
+    if !(2048..=4096).contains(&bits) {
+        return Err(SignError::Key(format!(
+            "RSA key size {bits} outside 2048..=4096"
+        )));
+    }
+    let params = SecretKeyParamsBuilder::default()
+        .key_type(KeyType::Rsa(bits))
+        .can_certify(true)
+        .can_sign(true)
+        .primary_user_id(uid.to_string())
+        .preferred_hash_algorithms((&[HashAlgorithm::Sha256, HashAlgorithm::Sha512][..]).into())
+        .build()
+        .map_err(|e| SignError::Key(format!("key parameters: {}", one_line(&e))))?;
+    let secret = params
+        .generate(rand::thread_rng())
+        .map_err(|e| SignError::Key(format!("key generation: {}", one_line(&e))))?;
+    let secret_armored = secret
+        .to_armored_string(ArmorOptions::default())
+        .map_err(|e| SignError::Key(format!("armoring secret key: {}", one_line(&e))))?;
+    let public_armored = secret
+        .to_public_key()
+        .to_armored_string(ArmorOptions::default())
+        .map_err(|e| SignError::Key(format!("armoring public key: {}", one_line(&e))))?;
+    Ok((secret_armored, public_armored))
+}
+
+impl SigningKey {
+    /// [`SigningKey::clearsign`], but with the armor's CRC24 checksum line
+    /// (`=XXXX`, RFC 4880 §6.1) that old OpenPGP readers need: the torcx
+    /// client's golang.org/x/crypto/openpgp armor decoder (2018) requires it,
+    /// and GnuPG 2.2 misreads a checksum-less armor whose base64 ends without
+    /// `=` padding (it takes the END line for data and exits 2).
+    ///
+    /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
+    pub fn clearsign_with_checksum(&self, text: &str) -> Result<String, SignError> {
+        let text = canonical_text(text);
+        let mut rng = rand::thread_rng();
+        let msg = match self.signer {
+            None => sign_text(&mut rng, &text, &self.key.primary_key)?,
+            Some(i) => {
+                let sub = self
+                    .key
+                    .secret_subkeys
+                    .get(i)
+                    .ok_or_else(|| SignError::Sign("signing subkey vanished".into()))?;
+                sign_text(&mut rng, &text, &sub.key)?
+            }
+        };
+        let armored = msg
+            .to_armored_string(ArmorOptions {
+                headers: None,
+                include_checksum: true,
+            })
+            .map_err(|e| SignError::Sign(one_line(&e)))?;
+        let armored = armored.trim_end();
+        if armored.ends_with(SIGNATURE_END) {
+            Ok(format!("{armored}\n"))
+        } else {
+            Err(SignError::Sign("armor writer produced no end line".into()))
+        }
+    }
+
+    /// An armored detached signature (RFC 9580 §10.4, `-----BEGIN PGP SIGNATURE-----`,
+    /// with the CRC24 checksum line old readers need) over `data` as binary (type 0x00),
+    /// SHA-256, with the same subpackets as [`SigningKey::clearsign`]; what `gpg --verify FILE.asc FILE` and
+    /// `openpgp.CheckArmoredDetachedSignature` check.
+    ///
+    /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
+    pub fn detached_sign(&self, data: &[u8]) -> Result<String, SignError> {
+        match self.signer {
+            None => detached(data, &self.key.primary_key),
+            Some(i) => {
+                let sub = self
+                    .key
+                    .secret_subkeys
+                    .get(i)
+                    .ok_or_else(|| SignError::Sign("signing subkey vanished".into()))?;
+                detached(data, &sub.key)
+            }
+        }
+    }
+
+    /// The OpenPGP public-key algorithm of the key that makes the signatures
+    /// (e.g. `RSA`, `EdDSALegacy`), as rPGP names it.
+    pub fn algorithm_name(&self) -> String {
+        match self.signer.and_then(|i| self.key.secret_subkeys.get(i)) {
+            Some(sub) => format!("{:?}", sub.key.algorithm()),
+            None => format!("{:?}", self.key.primary_key.algorithm()),
+        }
+    }
+}
+
+fn detached<K: PgpSigningKey>(data: &[u8], key: &K) -> Result<String, SignError> {
+    let sign_err = |e: pgp::errors::Error| SignError::Sign(one_line(&e));
+    if key.version() != KeyVersion::V4 {
+        return Err(SignError::Sign(
+            "detached signatures need a v4 key".to_string(),
+        ));
+    }
+    let mut config = SignatureConfig::v4(
+        SignatureType::Binary,
+        key.algorithm(),
+        HashAlgorithm::Sha256,
+    );
+    config.hashed_subpackets = vec![
+        Subpacket::regular(SubpacketData::SignatureCreationTime(Timestamp::now()))
+            .map_err(sign_err)?,
+        Subpacket::regular(SubpacketData::IssuerFingerprint(key.fingerprint()))
+            .map_err(sign_err)?,
+    ];
+    config.unhashed_subpackets = vec![
+        Subpacket::regular(SubpacketData::IssuerKeyId(key.legacy_key_id())).map_err(sign_err)?,
+    ];
+    let sig = config
+        .sign(key, &Password::empty(), data)
+        .map_err(sign_err)?;
+    pgp::composed::DetachedSignature::new(sig)
+        .to_armored_string(ArmorOptions {
+            headers: None,
+            include_checksum: true,
+        })
+        .map_err(|e| SignError::Sign(one_line(&e)))
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use airlock::bundle::sign;
 
 #[derive(Subcommand)]
 pub enum KeysCmd {
-    /// Generate an ed25519 signing key: writes PREFIX.sec.asc and PREFIX.pub.asc.
+    /// Generate a signing key (ed25519, or RSA for torcx remotes): writes
+    /// PREFIX.sec.asc and PREFIX.pub.asc.
     Generate {
         /// User id, "NAME <EMAIL>".
         #[arg(long)]
@@ -17,6 +18,10 @@ pub enum KeysCmd {
         /// Output prefix.
         #[arg(long)]
         out: PathBuf,
+        /// Key algorithm: ed25519 (bundles), or rsa3072 / rsa4096 (torcx
+        /// remotes: the torcx client verifies RSA signatures only).
+        #[arg(long, value_parser = ["ed25519", "rsa3072", "rsa4096"], default_value = "ed25519")]
+        algo: String,
     },
 }
 
@@ -28,8 +33,12 @@ fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
 
 pub fn run(cmd: KeysCmd) -> Result<()> {
     match cmd {
-        KeysCmd::Generate { uid, out } => {
-            let (sec, public) = sign::generate_key(&uid)?;
+        KeysCmd::Generate { uid, out, algo } => {
+            let (sec, public) = match algo.as_str() {
+                "rsa3072" => sign::generate_rsa_key(&uid, 3072)?,
+                "rsa4096" => sign::generate_rsa_key(&uid, 4096)?,
+                _ => sign::generate_key(&uid)?,
+            };
             let (sec_path, pub_path) =
                 (with_suffix(&out, ".sec.asc"), with_suffix(&out, ".pub.asc"));
             if sec_path.exists() || pub_path.exists() {

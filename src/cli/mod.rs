@@ -10,6 +10,7 @@ mod bundle;
 mod data;
 mod keys;
 mod serve;
+mod torcx;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -79,6 +80,9 @@ enum Command {
     History(data::HistoryArgs),
     /// Serve the OCI distribution API.
     Serve(serve::ServeArgs),
+    /// The torcx remote: host remote.json, profile checks, listing, deprecation.
+    #[command(subcommand)]
+    Torcx(torcx::TorcxCmd),
 }
 
 /// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024).
@@ -140,6 +144,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Inventory(args) => data::inventory(args).await,
         Command::History(args) => data::history(args).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Torcx(cmd) => torcx::run(cmd).await,
     }
 }
 

@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// closes.
     #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections: u64,
+    /// Sign the torcx contents of REMOTE with this RSA key:
+    /// `REMOTE=KEY.sec.asc` (repeatable; one per remote).
+    #[arg(long = "torcx-key", value_name = "REMOTE=KEY.sec.asc")]
+    torcx_keys: Vec<String>,
 }
 
 pub async fn run(args: ServeArgs) -> Result<()> {
@@ -77,7 +81,17 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             max_sessions_per_repository: args.max_upload_sessions_per_repository as usize,
         },
     };
-    let app = Arc::new(airlock::server::App::with_config(state, config));
+    let mut torcx_keys = std::collections::BTreeMap::new();
+    for spec in &args.torcx_keys {
+        let (remote, key) =
+            airlock::torcx::api::TorcxConfig::load_key(spec).map_err(anyhow::Error::msg)?;
+        if torcx_keys.insert(remote.clone(), key).is_some() {
+            anyhow::bail!("--torcx-key: remote {remote} given twice");
+        }
+    }
+    let mut app = airlock::server::App::with_config(state, config);
+    app.torcx = airlock::torcx::api::TorcxConfig::new(torcx_keys);
+    let app = Arc::new(app);
     let limits = airlock::server::Limits {
         header_timeout: Duration::from_secs(args.header_timeout_secs),
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),

@@ -5,7 +5,7 @@
 //! Owns: building shared handles once and handing them to every router as one
 //! `Arc<App>`; cross-cutting concerns applied once to every route (request
 //! logs). Never implements an API itself: `/v2` lives in `registry`,
-//! liveness and readiness in [`health`].
+//! `/torcx` in `torcx`, liveness and readiness in [`health`].
 
 mod conn;
 pub mod health;
@@ -34,6 +34,8 @@ pub struct App {
     pub registry: RegistryConfig,
     /// Blob upload sessions (scratch objects under `uploads/`).
     pub uploads: Uploads,
+    /// torcx remote signing keys and signed-document cache (`/torcx`).
+    pub torcx: crate::torcx::api::TorcxConfig,
 }
 
 impl App {
@@ -53,6 +55,7 @@ impl App {
             state,
             registry,
             uploads,
+            torcx: Default::default(),
         }
     }
 }
@@ -68,6 +71,16 @@ impl registry::Context for App {
 
     fn uploads(&self) -> &Uploads {
         &self.uploads
+    }
+}
+
+impl crate::torcx::api::Context for App {
+    fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    fn torcx(&self) -> &crate::torcx::api::TorcxConfig {
+        &self.torcx
     }
 }
 
@@ -91,13 +104,14 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The whole HTTP surface: `/healthz`, `/readyz` and the OCI `/v2` API,
+/// The whole HTTP surface: `/healthz`, `/readyz`, the OCI `/v2` API and the torcx remote `/torcx`,
 /// with a request log (method, path, status, duration) around every route.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .with_state(app.clone())
+        .merge(crate::torcx::api::router(app.clone()))
         .merge(registry::router(app))
         .layer(axum::middleware::from_fn(trace::log_request))
 }

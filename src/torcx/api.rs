@@ -1,0 +1,378 @@
+//! The `/torcx/...` routes: what a torcx host fetches from a remote whose
+//! `base_url` is `http(s)://HOST/torcx/<remote>/${COREOS_BOARD}/${VERSION_ID}/`.
+//!
+//! | GET/HEAD `/torcx/<remote>/<board>/<os version>/...` | answer |
+//! | --- | --- |
+//! | `torcx_remote_contents.json.asc` | the vendor's document for that target byte for byte if a bundle carried one, else the site contents cleartext-signed with the remote's key |
+//! | `<name>:<version>.torcx.<tgz\|squashfs>` | the archive, streamed, with `ETag` (its sha256), `Accept-Ranges` and single byte ranges |
+//! | `torcx_manifest.json`, `torcx_manifest.json.asc` | the legacy package list (absolute `url` locations built from `Host`) and its detached signature |
+//!
+//! Every other path, an unknown remote, board, OS version or file, a
+//! withdrawn version, or a remote without a signing key is 404 with a plain
+//! text body: the client ignores status codes, so an error is never a 200.
+//! Signed documents are cached per version of the `torcx` document, so a
+//! document and its signature stay byte-identical between requests until the
+//! next import.
+//!
+//! Owns: routing, response headers and the signing-key map. Never changes
+//! state; reads the current snapshot on every request (new imports are
+//! served without a restart).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+
+use super::contents;
+use super::format::{CONTENTS_FILE, PACKAGE_LIST_FILE, check_token, parse_archive_file_name};
+use super::table::{RemoteTable, Target, TorcxDoc};
+use crate::bundle::sign::SigningKey;
+use crate::digest::Digest;
+use crate::registry::range::RangeOutcome;
+use crate::registry::responses::{BlobResponse, RangeNotSatisfiable, etag};
+use crate::state::StateStore;
+use crate::store::blob_key;
+
+/// Largest number of signed documents kept in the cache.
+const CACHE_MAX: usize = 1024;
+
+/// The torcx part of the server's configuration: one RSA signing key per
+/// remote (`serve --torcx-key REMOTE=KEY.sec.asc`) and the signed-document cache.
+#[derive(Default)]
+pub struct TorcxConfig {
+    keys: BTreeMap<String, Arc<SigningKey>>,
+    cache: Mutex<HashMap<String, Arc<Cached>>>,
+    /// The last `torcx` document read, by its digest (documents are immutable).
+    doc: Mutex<Option<(String, Arc<TorcxDoc>)>>,
+}
+
+/// A signed document ready to send.
+struct Cached {
+    bytes: Bytes,
+    digest: Digest,
+}
+
+impl TorcxConfig {
+    /// A configuration signing each remote's contents with its key.
+    pub fn new(keys: BTreeMap<String, SigningKey>) -> TorcxConfig {
+        TorcxConfig {
+            keys: keys.into_iter().map(|(r, k)| (r, Arc::new(k))).collect(),
+            cache: Mutex::default(),
+            doc: Mutex::default(),
+        }
+    }
+
+    /// Parses `REMOTE=PATH` and loads the key, which must be RSA (the torcx
+    /// client cannot verify EdDSA signatures).
+    ///
+    /// Errors: bad syntax, an unreadable key, or a key that is not RSA.
+    pub fn load_key(spec: &str) -> Result<(String, SigningKey), String> {
+        let (remote, path) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--torcx-key {spec:?}: expected REMOTE=KEY.sec.asc"))?;
+        check_token("remote", remote).map_err(|e| format!("--torcx-key: {e}"))?;
+        let key = SigningKey::load(std::path::Path::new(path))
+            .map_err(|e| format!("--torcx-key {remote}: {e}"))?;
+        let algo = key.algorithm_name();
+        if !algo.starts_with("RSA") {
+            return Err(format!(
+                "--torcx-key {remote}: key {} is {algo}; torcx hosts verify RSA signatures only (airlock keys generate --algo rsa3072)",
+                key.fingerprint()
+            ));
+        }
+        Ok((remote.to_string(), key))
+    }
+
+    fn cached(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<Vec<u8>, TorcxError>,
+    ) -> Result<Arc<Cached>, TorcxError> {
+        if let Some(c) = self.cache.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(c);
+        }
+        let bytes = make()?;
+        let c = Arc::new(Cached {
+            digest: Digest::sha256_of(&bytes),
+            bytes: Bytes::from(bytes),
+        });
+        if let Ok(mut m) = self.cache.lock() {
+            if m.len() >= CACHE_MAX {
+                m.clear();
+            }
+            m.insert(key, c.clone());
+        }
+        Ok(c)
+    }
+}
+
+/// What the routes need from the composition root.
+pub trait Context: Send + Sync + 'static {
+    /// The state (re-read on every request).
+    fn state(&self) -> &StateStore;
+    /// Keys and cache.
+    fn torcx(&self) -> &TorcxConfig;
+}
+
+/// An error answer: status and a one-line plain text body.
+#[derive(Debug)]
+pub struct TorcxError {
+    status: StatusCode,
+    message: String,
+}
+
+impl TorcxError {
+    fn not_found(message: impl Into<String>) -> TorcxError {
+        TorcxError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+
+    fn internal(e: impl std::fmt::Display) -> TorcxError {
+        tracing::error!(error = %e, "torcx request failed");
+        TorcxError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("internal error: {e}"),
+        }
+    }
+}
+
+impl IntoResponse for TorcxError {
+    fn into_response(self) -> Response {
+        let mut res = (self.status, format!("{}\n", self.message)).into_response();
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        res
+    }
+}
+
+/// The `/torcx` routes over `app`.
+pub fn router<C: Context>(app: Arc<C>) -> Router {
+    Router::new()
+        .route("/torcx", get(not_found))
+        .route("/torcx/", get(not_found))
+        .route("/torcx/{*path}", get(file::<C>))
+        .with_state(app)
+}
+
+async fn not_found() -> TorcxError {
+    TorcxError::not_found("not a torcx remote path: /torcx/<remote>/<board>/<os version>/<file>")
+}
+
+/// A small signed document: 200 with `Content-Length`, a strong `ETag`
+/// (its sha256) and `Cache-Control: no-cache` (it changes with imports).
+fn small(doc: &Cached, content_type: &'static str, head: bool) -> Response {
+    let mut res = if head {
+        Response::new(axum::body::Body::empty())
+    } else {
+        Response::new(axum::body::Body::from(doc.bytes.clone()))
+    };
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(doc.bytes.len()));
+    if let Ok(v) = HeaderValue::from_str(&etag(&doc.digest)) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    res
+}
+
+async fn file<C: Context>(
+    State(app): State<Arc<C>>,
+    method: Method,
+    headers: HeaderMap,
+    Path(path): Path<String>,
+) -> Result<Response, TorcxError> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let [remote, board, os, file] = parts[..] else {
+        return Err(not_found().await);
+    };
+    let (remote, board, os, file) = (
+        remote.to_string(),
+        board.to_string(),
+        os.to_string(),
+        file.to_string(),
+    );
+    for (what, s) in [("remote", &remote), ("board", &board), ("OS version", &os)] {
+        check_token(what, s).map_err(TorcxError::not_found)?;
+    }
+    let head = method == Method::HEAD;
+    let state = app.state();
+    let snap = state.snapshot().await.map_err(TorcxError::internal)?;
+    let doc_digest = snap
+        .state
+        .as_ref()
+        .and_then(|s| s.documents.get(super::DOCUMENT))
+        .map(|d| d.to_string())
+        .unwrap_or_default();
+    let cached_doc = app
+        .torcx()
+        .doc
+        .lock()
+        .ok()
+        .and_then(|d| d.clone())
+        .filter(|(d, _)| *d == doc_digest)
+        .map(|(_, doc)| doc);
+    let doc: Arc<TorcxDoc> = match cached_doc {
+        Some(doc) => doc,
+        None => {
+            let doc: Arc<TorcxDoc> = Arc::new(
+                state
+                    .document(&snap, super::DOCUMENT)
+                    .await
+                    .map_err(TorcxError::internal)?
+                    .unwrap_or_default(),
+            );
+            if let Ok(mut slot) = app.torcx().doc.lock() {
+                *slot = Some((doc_digest.clone(), doc.clone()));
+            }
+            doc
+        }
+    };
+    let table = doc
+        .remotes
+        .get(&remote)
+        .ok_or_else(|| TorcxError::not_found(format!("remote {remote:?} is not known")))?;
+    let target = Target {
+        board,
+        os_version: os,
+    };
+    let nothing = || {
+        TorcxError::not_found(format!(
+            "remote {remote:?} offers nothing for board {:?}, OS version {:?}",
+            target.board, target.os_version
+        ))
+    };
+    let key = || {
+        app.torcx().keys.get(&remote).cloned().ok_or_else(|| {
+            TorcxError::not_found(format!(
+                "remote {remote:?} has no signing key (serve --torcx-key {remote}=KEY.sec.asc)"
+            ))
+        })
+    };
+    let cache_key = |what: &str| {
+        format!(
+            "{doc_digest}|{remote}|{}|{}|{what}",
+            target.board, target.os_version
+        )
+    };
+    let text = "text/plain; charset=utf-8";
+    if file == CONTENTS_FILE {
+        if let Some(v) = table.vendor_for(&target) {
+            let bytes = crate::store::get_verified(&**state.blobstore(), &v.digest)
+                .await
+                .map_err(TorcxError::internal)?;
+            let doc = Cached {
+                digest: v.digest.clone(),
+                bytes: Bytes::from(bytes),
+            };
+            return Ok(small(&doc, text, head));
+        }
+        let key = key()?;
+        let doc = app.torcx().cached(cache_key("contents"), || {
+            let contents = contents::site_contents(table, &target).ok_or_else(nothing)?;
+            contents::sign_contents(&contents, &key)
+                .map(String::into_bytes)
+                .map_err(TorcxError::internal)
+        })?;
+        return Ok(small(&doc, text, head));
+    }
+    if file == PACKAGE_LIST_FILE || file == format!("{PACKAGE_LIST_FILE}.asc") {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic() && b != b'/'))
+            .ok_or_else(|| TorcxError::not_found("the package list needs a Host header"))?;
+        let base = format!(
+            "http://{host}/torcx/{remote}/{}/{}/",
+            target.board, target.os_version
+        );
+        let list = contents::package_list(table, &target, &base).ok_or_else(nothing)?;
+        let key = key()?;
+        let sig = app
+            .torcx()
+            .cached(cache_key(&format!("list.asc|{host}")), || {
+                key.detached_sign(&list)
+                    .map(String::into_bytes)
+                    .map_err(TorcxError::internal)
+            })?;
+        if file == PACKAGE_LIST_FILE {
+            let doc = Cached {
+                digest: Digest::sha256_of(&list),
+                bytes: Bytes::from(list),
+            };
+            return Ok(small(&doc, "application/json", head));
+        }
+        return Ok(small(&sig, "application/pgp-signature", head));
+    }
+    archive(state, table, &target, &file, &headers, head).await
+}
+
+/// An archive by its file name, streamed with ranges.
+async fn archive(
+    state: &StateStore,
+    table: &RemoteTable,
+    target: &Target,
+    file: &str,
+    headers: &HeaderMap,
+    head: bool,
+) -> Result<Response, TorcxError> {
+    let (name, version, format) = parse_archive_file_name(file).ok_or_else(|| {
+        TorcxError::not_found(format!(
+            "{file:?} is not {CONTENTS_FILE}, {PACKAGE_LIST_FILE}[.asc] or <name>:<version>.torcx.<tgz|squashfs>"
+        ))
+    })?;
+    let build = table
+        .offered(target)
+        .find(|b| b.name == name && b.version == version && b.format == format)
+        .ok_or_else(|| {
+            TorcxError::not_found(format!(
+                "{file} is not offered for board {:?}, OS version {:?}",
+                target.board, target.os_version
+            ))
+        })?;
+    let store = state.blobstore();
+    let key = blob_key(&build.sha256);
+    let size = store
+        .stat(&key)
+        .await
+        .map_err(TorcxError::internal)?
+        .ok_or_else(|| {
+            TorcxError::internal(format!("archive {} missing from the store", build.sha256))
+        })?;
+    let outcome = if head {
+        RangeOutcome::Full
+    } else {
+        RangeOutcome::evaluate(headers, size, &etag(&build.sha256))
+    };
+    let (range, read) = match outcome {
+        RangeOutcome::Unsatisfiable => return Ok(RangeNotSatisfiable { size }.into_response()),
+        RangeOutcome::Full => (None, None),
+        RangeOutcome::Partial { start, end } => (Some((start, end)), Some((start, end + 1))),
+    };
+    let body = if head {
+        None
+    } else {
+        Some(
+            store
+                .stream(&key, read)
+                .await
+                .map_err(TorcxError::internal)?,
+        )
+    };
+    Ok(BlobResponse {
+        digest: build.sha256.clone(),
+        size,
+        range,
+        body,
+    }
+    .into_response())
+}
