@@ -1203,12 +1203,23 @@ async fn overflowing_content_range_is_refused() {
     .await;
     r.error(416, "BLOB_UPLOAD_INVALID");
     assert_eq!(r.header("range"), "0-4");
-    // A huge but representable length is compared, not wrapped.
+    // A huge but representable length is compared, not wrapped: it is over
+    // the maximum blob size, so 413 SIZE_INVALID before any byte is read.
     send_body(
         &f.router,
         "PATCH",
         &loc,
         &[("content-range", "5-18446744073709551615")],
+        b"x".to_vec(),
+    )
+    .await
+    .error(413, "SIZE_INVALID");
+    // Within the maximum, a length that differs from the body's is 400.
+    send_body(
+        &f.router,
+        "PATCH",
+        &loc,
+        &[("content-range", "5-9")],
         b"x".to_vec(),
     )
     .await

@@ -47,6 +47,15 @@ pub async fn get(store: &dyn Blobstore, name: &RepositoryName, digest: &Digest) 
     std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
 }
 
+/// Whether any blob is linked into `name` by a pushed-blob link (a
+/// repository that received a push but no manifest yet exists).
+pub async fn any(store: &dyn Blobstore, name: &RepositoryName) -> Result<bool> {
+    Ok(!store
+        .list(&format!("links/{name}/_blobs/"))
+        .await?
+        .is_empty())
+}
+
 /// Removes the link of `digest` from `name`; `true` when there was one.
 pub async fn remove(store: &dyn Blobstore, name: &RepositoryName, digest: &Digest) -> Result<bool> {
     let key = key(name, digest);

@@ -101,7 +101,8 @@ pub async fn manifest(
 /// manifest) or a pushed-blob link ([`super::links`]) says it was pushed or
 /// mounted there since.
 ///
-/// Errors: `NAME_UNKNOWN` (no such repository and no link), `BLOB_UNKNOWN`
+/// Errors: `NAME_UNKNOWN` (no such repository and no blob linked by a push),
+/// `BLOB_UNKNOWN`
 /// (not linked in this repository, even if the store holds it; or linked
 /// but missing from the store, which is logged), internal errors for store
 /// failures.
@@ -120,9 +121,11 @@ pub async fn blob(
         .as_ref()
         .is_some_and(|r| r.blobs.contains_key(digest) || r.manifests.contains_key(digest));
     if !in_tree && links::get(&**store, name, digest).await.is_none() {
-        return Err(match repo {
-            Some(_) => unknown(),
-            None => RegistryError::new(ErrorCode::NameUnknown, json!({ "name": name })),
+        let known = repo.is_some() || links::any(&**store, name).await?;
+        return Err(if known {
+            unknown()
+        } else {
+            RegistryError::new(ErrorCode::NameUnknown, json!({ "name": name }))
         });
     }
     let key = blob_key(digest);
