@@ -3,7 +3,9 @@
 //! Layers (each module's docs say what it owns): `digest` and `names` are
 //! value types; `store` keeps bytes; `state` keeps the metadata tree over the
 //! store; `bundle` makes, verifies and imports bundles; `registry` serves the
-//! OCI distribution API over `state`; `server` runs the HTTP listener.
+//! OCI distribution API over `state`; `stacks` keeps system stacks
+//! (promotion, rollout, flattened rootfs) over `state`; `server` runs the
+//! HTTP listener.
 //! Lower layers never call higher ones.
 
 pub mod bundle;
@@ -12,5 +14,6 @@ pub mod names;
 pub mod oci;
 pub mod registry;
 pub mod server;
+pub mod stacks;
 pub mod state;
 pub mod store;

@@ -1,4 +1,4 @@
-//! `airlock serve`: the HTTP server (OCI distribution API, health).
+//! `airlock serve`: the HTTP server (OCI distribution API, stacks API, health).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +21,10 @@ pub struct ServeArgs {
     /// Serve deletes of manifests, tags and blobs. Off: 405 UNSUPPORTED.
     #[arg(long, env = "AIRLOCK_ALLOW_DELETE")]
     allow_delete: bool,
+    /// Serve the stacks admin routes (POST /stacks/v1/<name>/promote,
+    /// rollout, rollback, state, default). Off: 403 DENIED.
+    #[arg(long, env = "AIRLOCK_ALLOW_ADMIN")]
+    allow_admin: bool,
     /// Namespace for reads without `ns=` whose repository does not exist
     /// (docker `registry-mirrors`), e.g. `docker.io`.
     #[arg(long, env = "AIRLOCK_MIRROR_NAMESPACE")]
@@ -57,7 +61,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         mirror_namespace: args.mirror_namespace,
         upload_expiry: Duration::from_secs(args.upload_expiry_secs),
     };
-    let app = Arc::new(airlock::server::App::with_config(state, config));
+    let stacks = airlock::stacks::api::StacksConfig {
+        allow_admin: args.allow_admin,
+        ..Default::default()
+    };
+    let app = Arc::new(airlock::server::App::with_config(state, config).with_stacks(stacks));
     let limits = airlock::server::Limits {
         header_timeout: Duration::from_secs(args.header_timeout_secs),
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),

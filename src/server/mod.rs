@@ -5,7 +5,7 @@
 //! Owns: building shared handles once and handing them to every router as one
 //! `Arc<App>`; cross-cutting concerns applied once to every route (request
 //! logs). Never implements an API itself: `/v2` lives in `registry`,
-//! liveness and readiness in [`health`].
+//! `/stacks/v1` in `stacks::api`, liveness and readiness in [`health`].
 
 mod conn;
 pub mod health;
@@ -23,6 +23,10 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::registry::{self, RegistryConfig, uploads::Uploads};
+use crate::stacks::{
+    self,
+    api::{StacksConfig, StacksServer},
+};
 use crate::state::StateStore;
 
 /// The composition root: every shared handle, built once at start-up.
@@ -34,6 +38,8 @@ pub struct App {
     pub registry: RegistryConfig,
     /// Blob upload sessions (scratch objects under `uploads/`).
     pub uploads: Uploads,
+    /// The stacks API's switches and rootfs downloads in flight.
+    pub stacks: StacksServer,
 }
 
 impl App {
@@ -49,7 +55,24 @@ impl App {
             state,
             registry,
             uploads,
+            stacks: StacksServer::default(),
         }
+    }
+
+    /// The same app with the stacks API's switches set to `config`.
+    pub fn with_stacks(mut self, config: StacksConfig) -> App {
+        self.stacks = StacksServer::new(config);
+        self
+    }
+}
+
+impl stacks::api::Context for App {
+    fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    fn stacks(&self) -> &StacksServer {
+        &self.stacks
     }
 }
 
@@ -87,14 +110,16 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The whole HTTP surface: `/healthz`, `/readyz` and the OCI `/v2` API,
+/// The whole HTTP surface: `/healthz`, `/readyz`, the OCI `/v2` API and
+/// the `/stacks/v1` API,
 /// with a request log (method, path, status, duration) around every route.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .with_state(app.clone())
-        .merge(registry::router(app))
+        .merge(registry::router(app.clone()))
+        .merge(stacks::api::router(app))
         .layer(axum::middleware::from_fn(trace::log_request))
 }
 

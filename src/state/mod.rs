@@ -35,6 +35,10 @@ pub enum StateError {
     /// A change refers to something that does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// A room's rules refused a document change (see [`Op::Document`]);
+    /// the room reports its own typed error.
+    #[error("{0}")]
+    Rejected(String),
     /// Too many lost compare-and-swap races in a row.
     #[error("state root kept changing; gave up after {0} attempts")]
     Contention(usize),
