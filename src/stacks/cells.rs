@@ -263,3 +263,14 @@ pub async fn all_statuses(
     }
     Ok(out)
 }
+
+/// The Prometheus text of every stack's gauges in the current state (what
+/// a `/metrics` route serves; see [`gauges`]).
+pub async fn metrics(
+    state: &crate::state::StateStore,
+    stale_after: std::time::Duration,
+) -> Result<String, StackError> {
+    let table = super::ops::load(state).await?;
+    let statuses = all_statuses(&**state.blobstore(), &table, stale_after).await?;
+    Ok(gauges(&statuses))
+}

@@ -315,6 +315,12 @@ impl Plan {
 
     /// The fate of `path` as written by layer `j` (a directory if `is_dir`).
     fn fate(&self, j: usize, path: &str, is_dir: bool) -> Fate<'_> {
+        // `.wh..wh..opq` at the top level hides every lower entry.
+        if let Some(ops) = self.ops.get("")
+            && ops.iter().any(|(k, op)| *k > j && matches!(op, Op::Opaque))
+        {
+            return Fate::Dead;
+        }
         for a in ancestors(path) {
             if let Some(ops) = self.ops.get(a)
                 && ops
@@ -889,6 +895,102 @@ mod tests {
         assert!(matches!(name_of(b"/usr//bin/").unwrap(), Name::Path(p) if p == "usr/bin"));
         assert!(name_of(b"a/../../etc").is_err());
         assert_eq!(ancestors("a/b/c").collect::<Vec<_>>(), ["a", "a/b"]);
+    }
+
+    /// An uncompressed layer of (path, kind, content or link target), stored in `store`.
+    async fn layer(store: &Arc<dyn Blobstore>, entries: &[(&str, Kind, &str)]) -> Layer {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, kind, text) in entries {
+            let mut h = tar::Header::new_ustar();
+            h.set_entry_type(kind.entry_type());
+            h.set_mode(0o644);
+            let data = if *kind == Kind::Regular {
+                text.as_bytes()
+            } else {
+                b""
+            };
+            h.set_size(data.len() as u64);
+            if matches!(kind, Kind::Hardlink | Kind::Symlink) {
+                h.set_link_name(text).unwrap();
+            }
+            b.append_data(&mut h, path, data).unwrap();
+        }
+        let bytes = b.into_inner().unwrap();
+        let digest = crate::store::put_bytes(&**store, &bytes).await.unwrap();
+        Layer {
+            media_type: "application/vnd.oci.image.layer.v1.tar".into(),
+            size: bytes.len() as u64,
+            diff_id: Some(digest.clone()),
+            digest,
+        }
+    }
+
+    async fn listing(store: &Arc<dyn Blobstore>, layers: Vec<Layer>) -> Vec<String> {
+        let f = flatten(store.clone(), layers).await.unwrap();
+        let bytes = crate::store::get_verified(&**store, &f.digest)
+            .await
+            .unwrap();
+        let mut a = tar::Archive::new(&bytes[..]);
+        a.entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let kind = Kind::of(e.header().entry_type()).unwrap();
+                let mut text = String::new();
+                if let Some(l) = e.link_name().unwrap() {
+                    text = l.display().to_string();
+                }
+                e.read_to_string(&mut text).unwrap();
+                format!("{} {kind:?} {text}", e.path().unwrap().display())
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn top_level_opaque_and_links_across_layers() {
+        use Kind::*;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Blobstore> =
+            Arc::new(crate::store::fs::FsStore::open(dir.path()).unwrap());
+        let l1 = layer(
+            &store,
+            &[
+                ("a", Dir, ""),
+                ("a/f", Regular, "f1"),
+                ("a/l", Hardlink, "a/f"),
+                ("b", Regular, "b1"),
+            ],
+        )
+        .await;
+        let opaque = layer(
+            &store,
+            &[(".wh..wh..opq", Regular, ""), ("c", Regular, "c2")],
+        )
+        .await;
+        assert_eq!(
+            listing(&store, vec![l1.clone(), opaque]).await,
+            ["c Regular c2"]
+        );
+        // a/f replaced above: its other name a/l keeps the old content.
+        let replace = layer(
+            &store,
+            &[
+                ("a/f", Regular, "f2"),
+                ("a/m", Hardlink, "a/l"),
+                ("a/.wh.gone", Regular, ""),
+            ],
+        )
+        .await;
+        assert_eq!(
+            listing(&store, vec![l1, replace]).await,
+            [
+                "a Dir ",
+                "a/l Regular f1",
+                "b Regular b1",
+                "a/f Regular f2",
+                "a/m Hardlink a/l"
+            ]
+        );
     }
 
     #[test]
