@@ -23,15 +23,6 @@ use airlock::state::StateStore;
 use airlock::store::fs::FsStore;
 use common::*;
 
-fn run(cmd: &mut Command) {
-    let o = cmd.output().unwrap();
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 /// The busybox fixture plus `v2` (one more file), `build` and `run`
 /// (kpack labels and environment) and `build-bad` (no CNB_GROUP_ID),
 /// bundled with a `[[stack]]` candidate; built once per test binary.
@@ -40,14 +31,14 @@ fn bundle() -> &'static (PathBuf, PathBuf) {
     B.get_or_init(|| {
         let dir = Box::leak(Box::new(tempfile::tempdir().unwrap())).path().to_path_buf();
         let layout = dir.join("layout");
-        run(Command::new("cp").arg("-a").arg(fixture_layout()).arg(&layout));
+        run_ok(Command::new("cp").arg("-a").arg(fixture_layout()).arg(&layout));
         let l = |tag: &str| format!("{}:{tag}", layout.display());
         let work = dir.join("work");
-        run(Command::new("umoci").args(["unpack", "--image", &l("latest"), work.to_str().unwrap()]));
+        run_ok(Command::new("umoci").args(["unpack", "--image", &l("latest"), work.to_str().unwrap()]));
         std::fs::write(work.join("rootfs/etc/stack-version"), "2\n").unwrap();
-        run(Command::new("umoci").args(["repack", "--image", &l("v2"), work.to_str().unwrap()]));
+        run_ok(Command::new("umoci").args(["repack", "--image", &l("v2"), work.to_str().unwrap()]));
         let config = |from: &str, to: &str, args: &[&str]| {
-            run(Command::new("umoci")
+            run_ok(Command::new("umoci")
                 .args(["config", "--image", &l(from), "--tag", to])
                 .args(args));
         };
@@ -637,63 +628,41 @@ async fn admin_routes_need_the_switch() {
 fn kpack_label_checks_and_cluster_stack() {
     let (_tmp, data) = data();
     let d = data.to_str().unwrap();
-    stack_refused(
-        &data,
-        &[
-            "promote",
-            "bb",
-            "--image",
-            "stacks/bb:latest",
-            "--build-image",
+    let promote = |build: &str, run: &str, extra: &[&'static str]| {
+        let mut args = vec!["promote", "bb", "--image", "stacks/bb:latest"];
+        args.extend(["--build-image", build, "--run-image", run]);
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_string).collect::<Vec<_>>()
+    };
+    for (build, run, extra, cause) in [
+        (
             "stacks/bb:build-bad",
-            "--run-image",
             "stacks/bb:run",
-        ],
-        "lacks the environment variable CNB_GROUP_ID",
-    );
-    stack_refused(
-        &data,
-        &[
-            "promote",
-            "bb",
-            "--image",
-            "stacks/bb:latest",
-            "--build-image",
+            &[][..],
+            "lacks the environment variable CNB_GROUP_ID",
+        ),
+        (
             "stacks/bb:build",
-            "--run-image",
             "stacks/bb:latest",
-        ],
-        "lacks the label io.buildpacks.stack.id",
-    );
-    stack_refused(
-        &data,
-        &[
-            "promote",
-            "bb",
-            "--image",
-            "stacks/bb:latest",
-            "--build-image",
+            &[],
+            "lacks the label io.buildpacks.stack.id",
+        ),
+        (
             "stacks/bb:build",
-            "--run-image",
             "stacks/bb:run",
-            "--stack-id",
-            "io.other",
-        ],
-        "has io.buildpacks.stack.id=\"io.airlock.test\", the stack id is \"io.other\"",
-    );
-    stack_change(
-        &data,
-        &[
-            "promote",
-            "bb",
-            "--image",
-            "stacks/bb:latest",
-            "--build-image",
-            "stacks/bb:build",
-            "--run-image",
-            "stacks/bb:run",
-        ],
-    );
+            &["--stack-id", "io.other"],
+            "has io.buildpacks.stack.id=\"io.airlock.test\", the stack id is \"io.other\"",
+        ),
+    ] {
+        let args = promote(build, run, extra);
+        stack_refused(
+            &data,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            cause,
+        );
+    }
+    let args = promote("stacks/bb:build", "stacks/bb:run", &[]);
+    stack_change(&data, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let yaml = airlock_ok(&[
         "stack",
         "kpack",

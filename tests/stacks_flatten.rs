@@ -22,18 +22,7 @@ fn whiteout_layout(dir: &Path) -> PathBuf {
     require_tool("zstd", "zstd");
     require_tool("python3", "python3");
     let out = dir.join("layout");
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/make-whiteout-image.sh");
-    let o = Command::new("bash")
-        .arg(&script)
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "fixture script failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    fixture_script("make-whiteout-image.sh", &out);
     out
 }
 
@@ -115,15 +104,6 @@ fn tree(root: &Path) -> (BTreeMap<String, String>, Vec<Vec<String>>) {
     (entries, groups)
 }
 
-fn run(cmd: &mut Command) {
-    let o = cmd.output().unwrap();
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 #[test]
 fn rootfs_matches_umoci_unpack_and_the_published_sha256() {
     require_tool("tar", "tar");
@@ -179,7 +159,7 @@ fn rootfs_matches_umoci_unpack_and_the_published_sha256() {
     let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(answer["rootfs_digest"], sums[0].as_str());
     let tarball = tmp.path().join("rootfs.tar");
-    run(Command::new("curl").args([
+    run_ok(Command::new("curl").args([
         "-sSf",
         "-o",
         tarball.to_str().unwrap(),
@@ -200,7 +180,7 @@ fn rootfs_matches_umoci_unpack_and_the_published_sha256() {
 
     // Independent implementation: umoci unpack of the same image.
     let bundle_dir = tmp.path().join("umoci");
-    run(Command::new("umoci").args([
+    run_ok(Command::new("umoci").args([
         "unpack",
         "--image",
         &format!("{}:latest", layout.display()),
@@ -208,7 +188,7 @@ fn rootfs_matches_umoci_unpack_and_the_published_sha256() {
     ]));
     let extracted = tmp.path().join("extracted");
     std::fs::create_dir(&extracted).unwrap();
-    run(Command::new("tar").args([
+    run_ok(Command::new("tar").args([
         "--xattrs",
         "--xattrs-include=*",
         "--numeric-owner",

@@ -40,9 +40,8 @@ use super::cells::{self, CellReport};
 use super::ops::{self, PromoteRequest};
 use super::table::{Promotion, Rootfs, Stack, StackName, StackState};
 use crate::digest::Digest;
+use crate::registry::pull::blob_response;
 use crate::registry::query::QueryParams;
-use crate::registry::range::RangeOutcome;
-use crate::registry::responses::{BlobResponse, RangeNotSatisfiable, etag};
 use crate::state::{StateStore, now_rfc3339};
 use crate::store::blob_key;
 
@@ -485,42 +484,23 @@ async fn rootfs(
         tracing::error!(rootfs = %r.sha256, stack = %name, "promoted rootfs missing from the blobstore");
         StackError::NotFound(format!("rootfs {} is missing from the store", r.sha256))
     })?;
-    let outcome = if head {
-        RangeOutcome::Full
-    } else {
-        RangeOutcome::evaluate(headers, size, &etag(&r.sha256))
+    // A GET takes a download slot, given back when the body is dropped
+    // (sent, or the client went away); HEAD takes none.
+    let slot = match stack.max_in_flight {
+        Some(limit) if !head => Some(
+            ctx.stacks()
+                .acquire(name, limit)
+                .ok_or_else(|| too_many(&ctx.stacks().config, name, limit))?,
+        ),
+        _ => None,
     };
-    let (range, read) = match outcome {
-        RangeOutcome::Unsatisfiable => return Ok(RangeNotSatisfiable { size }.into_response()),
-        RangeOutcome::Full => (None, None),
-        RangeOutcome::Partial { start, end } => (Some((start, end)), Some((start, end + 1))),
-    };
-    let body = if head {
-        None
-    } else {
-        let slot = match stack.max_in_flight {
-            Some(limit) => Some(
-                ctx.stacks()
-                    .acquire(name, limit)
-                    .ok_or_else(|| too_many(&ctx.stacks().config, name, limit))?,
-            ),
-            None => None,
-        };
-        let stream = store.stream(&key, read).await?;
-        // The slot is given back when the body is dropped: sent, or the client went away.
-        let guarded = stream.map(move |chunk| {
+    let mut res = blob_response(&**store, &r.sha256, size, headers, head, move |stream| {
+        Box::pin(stream.map(move |chunk| {
             let _held = &slot;
             chunk
-        });
-        Some(Box::pin(guarded) as crate::store::ByteStream)
-    };
-    let mut res = BlobResponse {
-        digest: r.sha256.clone(),
-        size,
-        range,
-        body,
-    }
-    .into_response();
+        }))
+    })
+    .await?;
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-tar"),
