@@ -2,10 +2,11 @@
 //!
 //! Layers (each module's docs say what it owns): `digest` and `names` are
 //! value types; `store` keeps bytes; `state` keeps the metadata tree over the
-//! store; `bundle` makes, verifies and imports bundles; `registry` serves the
-//! OCI distribution API over `state`; `stacks` keeps system stacks
-//! (promotion, rollout, flattened rootfs) over `state`; `server` runs the
-//! HTTP listener.
+//! store; `registry` serves the OCI distribution API over `state`; `stacks`
+//! keeps system stacks (promotion, rollout, flattened rootfs) over `state`,
+//! sending rootfs tars as `registry` sends blobs; `bundle` makes, verifies
+//! and imports bundles (recording their stack candidates through
+//! `stacks::ops`); `server` runs the HTTP listener.
 //! Lower layers never call higher ones.
 
 pub mod bundle;

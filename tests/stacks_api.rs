@@ -267,11 +267,11 @@ async fn states_warn_and_cells_keep_being_served() {
         ),
         (
             "restricted",
-            "'RESTRICTED' and cannot be used for staging new apps. use bb2",
+            "'RESTRICTED' and will be removed in the future. use bb2",
         ),
         (
             "DISABLED",
-            "'DISABLED' and cannot be used for staging new apps. use bb2",
+            "'DISABLED' and cannot be used for staging. use bb2",
         ),
     ] {
         stack_change(&data, &["set-state", "bb", state, "--reason", "use bb2"]);

@@ -142,7 +142,7 @@ pub struct PromoteArgs {
     #[arg(long, requires = "build_image")]
     run_image: Option<String>,
     /// The io.buildpacks.stack.id the builder images must carry (default: the build image's).
-    #[arg(long)]
+    #[arg(long, requires = "build_image")]
     stack_id: Option<String>,
     /// The stack's description.
     #[arg(long)]

@@ -128,22 +128,23 @@ impl StackState {
         }
     }
 
-    /// The warning cells and clients get for this state, `None` for ACTIVE
-    /// (Cloud Controller's wording).
+    /// The warning cells and clients get for this state, `None` for ACTIVE,
+    /// in Cloud Controller's words: its staging warning for DEPRECATED and
+    /// RESTRICTED (restaging still works), its staging refusal for DISABLED.
     pub fn warning(self, name: &StackName, reason: &str) -> Option<String> {
         let tail = if reason.is_empty() {
             String::new()
         } else {
             format!(" {reason}")
         };
+        let state = self.as_str();
         match self {
             StackState::Active => None,
-            StackState::Deprecated => Some(format!(
-                "The stack '{name}' is 'DEPRECATED' and will be removed in the future.{tail}"
+            StackState::Deprecated | StackState::Restricted => Some(format!(
+                "The stack '{name}' is '{state}' and will be removed in the future.{tail}"
             )),
-            StackState::Restricted | StackState::Disabled => Some(format!(
-                "The stack '{name}' is '{}' and cannot be used for staging new apps.{tail}",
-                self.as_str()
+            StackState::Disabled => Some(format!(
+                "The stack '{name}' is '{state}' and cannot be used for staging.{tail}"
             )),
         }
     }
