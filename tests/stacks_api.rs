@@ -679,3 +679,136 @@ fn kpack_label_checks_and_cluster_stack() {
     );
     assert!(yaml.ends_with(&expected), "{yaml}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rootfs_downloads_by_digest_platform_and_range() {
+    let (_tmp, data) = data();
+    stack_change(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
+    stack_change(
+        &data,
+        &["promote", "bb", "--image", "stacks/bb:v2", "--rollout", "0"],
+    );
+    let (router, _) = app(&data, false);
+    let body = |res: Response<Body>| async { res.into_body().collect().await.unwrap().to_bytes() };
+    // Every promoted digest stays downloadable; the default is the active promotion.
+    let show: serde_json::Value = serde_json::from_str(&airlock_ok(&[
+        "stack",
+        "show",
+        "--data",
+        data.to_str().unwrap(),
+        "bb",
+        "--json",
+    ]))
+    .unwrap();
+    for p in show["promotions"].as_array().unwrap() {
+        let r = &p["rootfs"][0];
+        let uri = format!(
+            "/stacks/v1/bb/rootfs.tar?digest={}",
+            r["manifest"].as_str().unwrap()
+        );
+        let res = request(&router, "GET", &uri, "").await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["content-type"], "application/x-tar");
+        assert_eq!(
+            res.headers()["docker-content-digest"],
+            r["sha256"].as_str().unwrap()
+        );
+        let bytes = body(res).await;
+        use sha2::Digest as _;
+        assert_eq!(
+            format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes))),
+            r["sha256"].as_str().unwrap()
+        );
+        assert_eq!(bytes.len() as u64, r["size"].as_u64().unwrap());
+    }
+    let res = request(&router, "GET", "/stacks/v1/bb/rootfs.tar", "").await;
+    assert_eq!(
+        res.headers()["docker-content-digest"],
+        show["active"]["rootfs"][0]["sha256"].as_str().unwrap()
+    );
+    // One byte range, as for blobs.
+    let req = Request::builder()
+        .uri("/stacks/v1/bb/rootfs.tar")
+        .header("range", "bytes=0-511")
+        .body(Body::empty())
+        .unwrap();
+    let res = router.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), 206);
+    assert_eq!(body(res).await.len(), 512);
+    // What cannot be served says why.
+    let other = format!("/stacks/v1/bb/rootfs.tar?digest={}", tag_digest("build"));
+    for (uri, status, text) in [
+        (other.as_str(), 404, "never promoted"),
+        (
+            "/stacks/v1/bb/rootfs.tar?platform=linux/s390x",
+            404,
+            "no rootfs for platform linux/s390x",
+        ),
+        ("/stacks/v1/bb/rootfs.tar?digest=sha256:nope", 400, "digest"),
+        ("/stacks/v1/nope/rootfs.tar", 404, "stack nope not known"),
+        ("/stacks/v1/bb?cell=bad%20cell", 400, "invalid cell id"),
+    ] {
+        let (got, _, v) = json(&router, uri).await;
+        assert_eq!(got, status, "{uri}: {v}");
+        assert!(v["message"].as_str().unwrap().contains(text), "{uri}: {v}");
+    }
+    assert_eq!(
+        request(&router, "DELETE", "/stacks/v1/bb/rootfs.tar", "")
+            .await
+            .status(),
+        405
+    );
+}
+
+#[test]
+fn bundle_stack_candidates_must_name_bundled_images() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = fixture_layout();
+    let cfg = tmp.path().join("m.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[image]]\nsource = \"oci:{}:latest\"\nrepository = \"stacks/bb\"\ntags = [\"latest\"]\n\n[[stack]]\nname = \"bb\"\nimage = \"stacks/bb:other\"\n",
+            layout.display()
+        ),
+    )
+    .unwrap();
+    let (sec, _) = test_key();
+    let out = tmp.path().join("b.tar");
+    let o = airlock(&[
+        "bundle",
+        "create",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("stack bb: image \"stacks/bb:other\" is not REPOSITORY:TAG of an [[image]] in this config"), "{err}");
+    assert!(!out.exists());
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("name = \"bb\"", "name = \"BB\""),
+    )
+    .unwrap();
+    let o = airlock(&[
+        "bundle",
+        "create",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sign-key",
+        sec.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("invalid stack name \"BB\""),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
