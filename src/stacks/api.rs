@@ -38,7 +38,7 @@ use serde_json::json;
 use super::StackError;
 use super::cells::{self, CellReport};
 use super::ops::{self, PromoteRequest};
-use super::table::{Promotion, Rootfs, Stack, StackName, StackState};
+use super::table::{Promotion, Rootfs, Stack, StackName, StackState, StackTable};
 use crate::digest::Digest;
 use crate::registry::pull::blob_response;
 use crate::registry::query::QueryParams;
@@ -75,6 +75,9 @@ pub struct StacksServer {
     /// The switches.
     pub config: StacksConfig,
     downloads: Mutex<HashMap<String, Arc<AtomicU32>>>,
+    /// The last stack table read, by its document digest (cells ask often;
+    /// the table changes rarely).
+    table: Mutex<Option<(Digest, Arc<StackTable>)>>,
 }
 
 impl StacksServer {
@@ -82,8 +85,32 @@ impl StacksServer {
     pub fn new(config: StacksConfig) -> StacksServer {
         StacksServer {
             config,
-            downloads: Mutex::new(HashMap::new()),
+            ..StacksServer::default()
         }
+    }
+
+    /// The stack table in the current state: one read of the root, the
+    /// document parsed only when its digest changed.
+    async fn table(&self, state: &StateStore) -> std::result::Result<Arc<StackTable>, StackError> {
+        let snap = state.snapshot().await?;
+        let Some(digest) = snap
+            .state
+            .as_ref()
+            .and_then(|s| s.documents.get(super::table::DOC_NAME))
+        else {
+            return Ok(Arc::new(StackTable::default()));
+        };
+        if let Ok(cached) = self.table.lock()
+            && let Some((d, t)) = cached.as_ref()
+            && d == digest
+        {
+            return Ok(t.clone());
+        }
+        let table = Arc::new(ops::load_in(state, &snap).await?);
+        if let Ok(mut cached) = self.table.lock() {
+            *cached = Some((digest.clone(), table.clone()));
+        }
+        Ok(table)
     }
 
     /// Takes one of `limit` download slots of `stack`; `None` when all are taken.
@@ -365,7 +392,7 @@ fn warn(res: &mut Response, name: &StackName, stack: &Stack) {
 }
 
 async fn list(ctx: &dyn Context) -> Result<Response> {
-    let table = ops::load(ctx.state()).await?;
+    let table = ctx.stacks().table(ctx.state()).await?;
     let stacks: Vec<_> = table
         .stacks
         .iter()
@@ -375,7 +402,7 @@ async fn list(ctx: &dyn Context) -> Result<Response> {
 }
 
 async fn show(ctx: &dyn Context, name: &StackName) -> Result<Response> {
-    let table = ops::load(ctx.state()).await?;
+    let table = ctx.stacks().table(ctx.state()).await?;
     let stack = table.get(name)?;
     let mut res =
         axum::Json(stack.view(name, table.default.as_ref() == Some(name))).into_response();
@@ -404,7 +431,7 @@ async fn resolve(
     platform: Option<&str>,
 ) -> Result<Response> {
     cells::check_cell_id(cell)?;
-    let table = ops::load(ctx.state()).await?;
+    let table = ctx.stacks().table(ctx.state()).await?;
     let stack = table.get(name)?;
     let res = stack
         .resolve(name, cell)
@@ -475,7 +502,7 @@ async fn rootfs(
     headers: &HeaderMap,
     head: bool,
 ) -> Result<Response> {
-    let table = ops::load(ctx.state()).await?;
+    let table = ctx.stacks().table(ctx.state()).await?;
     let stack = table.get(name)?;
     let r = find_rootfs(name, stack, query)?;
     let store = ctx.state().blobstore();
@@ -524,7 +551,7 @@ fn too_many(cfg: &StacksConfig, name: &StackName, limit: u32) -> ApiError {
 }
 
 async fn status(ctx: &dyn Context, name: &StackName) -> Result<Response> {
-    let table = ops::load(ctx.state()).await?;
+    let table = ctx.stacks().table(ctx.state()).await?;
     let stack = table.get(name)?;
     let reports = cells::reports(&**ctx.state().blobstore(), name).await?;
     let s = cells::status(
@@ -561,7 +588,7 @@ struct ReportBody {
 
 async fn report(ctx: &dyn Context, name: &StackName, cell: String, body: Body) -> Result<Response> {
     let b: ReportBody = json_body(body).await?;
-    ops::load(ctx.state()).await?.get(name)?;
+    ctx.stacks().table(ctx.state()).await?.get(name)?;
     let r = CellReport {
         cell,
         digest: b.digest,
@@ -646,7 +673,7 @@ async fn admin(
             json!({})
         }
     };
-    let table = ops::load(state).await?;
+    let table = ctx.stacks().table(state).await?;
     let stack = table.get(name)?;
     let mut v = stack.view(name, table.default.as_ref() == Some(name));
     if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
