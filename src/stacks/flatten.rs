@@ -572,6 +572,11 @@ fn pax_record(out: &mut Vec<u8>, key: &str, value: &[u8]) {
 }
 
 const USTAR_ID_MAX: u64 = 0o7777777;
+
+/// `name` as text when it is UTF-8 (else it goes into a PAX record).
+fn ustar_name(name: &[u8]) -> Option<&str> {
+    std::str::from_utf8(name).ok()
+}
 const USTAR_TIME_MAX: u64 = 0o77777777777;
 
 impl<W: Write> Out<W> {
@@ -605,14 +610,11 @@ impl<W: Write> Out<W> {
             pax_record(&mut pax, "mtime", m.mtime.to_string().as_bytes());
         }
         h.set_mtime(m.mtime.min(USTAR_TIME_MAX));
-        if h.set_username(std::str::from_utf8(&m.uname).unwrap_or(""))
-            .is_err()
-        {
+        // A name that does not fit the ustar field (or is not UTF-8) goes into PAX.
+        if !ustar_name(&m.uname).is_some_and(|n| h.set_username(n).is_ok()) {
             pax_record(&mut pax, "uname", &m.uname);
         }
-        if h.set_groupname(std::str::from_utf8(&m.gname).unwrap_or(""))
-            .is_err()
-        {
+        if !ustar_name(&m.gname).is_some_and(|n| h.set_groupname(n).is_ok()) {
             pax_record(&mut pax, "gname", &m.gname);
         }
         if matches!(m.kind, Kind::Char | Kind::Block) {
