@@ -611,10 +611,10 @@ impl<W: Write> Out<W> {
         }
         h.set_mtime(m.mtime.min(USTAR_TIME_MAX));
         // A name that does not fit the ustar field (or is not UTF-8) goes into PAX.
-        if !ustar_name(&m.uname).is_some_and(|n| h.set_username(n).is_ok()) {
+        if ustar_name(&m.uname).is_none_or(|n| h.set_username(n).is_err()) {
             pax_record(&mut pax, "uname", &m.uname);
         }
-        if !ustar_name(&m.gname).is_some_and(|n| h.set_groupname(n).is_ok()) {
+        if ustar_name(&m.gname).is_none_or(|n| h.set_groupname(n).is_err()) {
             pax_record(&mut pax, "gname", &m.gname);
         }
         if matches!(m.kind, Kind::Char | Kind::Block) {
