@@ -8,7 +8,10 @@
 #   5. creates the signed bundle from mirror-config/bookworm.toml (build/bookworm.tar),
 #   6. verifies it and imports it into ./airlock-data,
 #   7. serves it on 127.0.0.1:${PORT:-5000}, pulls it back with skopeo and checks
-#      the manifest digest is unchanged, then prints the skopeo command.
+#      the manifest digest is unchanged,
+#   8. promotes it as the system stack `bookworm` (flattened rootfs), asks the
+#      stacks API what a cell should run, downloads the rootfs.tar and checks
+#      it against the published sha256, then prints the skopeo command.
 #
 # On a terminal it keeps serving until Ctrl-C; otherwise it stops the server at
 # the end. Re-running reuses the key, the image and the bundle in build/.
@@ -23,14 +26,14 @@ AIRLOCK=target/release/airlock
 step() { printf '\n==> %s\n' "$*"; }
 die() { echo "quickstart: error: $*" >&2; exit 1; }
 
-step "installing tools (skopeo umoci debootstrap gnupg jq busybox-static)"
+step "installing tools (skopeo umoci debootstrap gnupg jq curl busybox-static)"
 missing=()
-for t in skopeo umoci debootstrap gpg jq; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+for t in skopeo umoci debootstrap gpg jq curl; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
 if [ ${#missing[@]} -gt 0 ]; then
-    [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}; run as root or apt-get install skopeo umoci debootstrap gnupg jq"
+    [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}; run as root or apt-get install skopeo umoci debootstrap gnupg jq curl"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        skopeo umoci debootstrap gnupg jq busybox-static ca-certificates >/dev/null
+        skopeo umoci debootstrap gnupg jq curl busybox-static ca-certificates >/dev/null
 fi
 
 step "building airlock (cargo build --release)"
@@ -76,6 +79,17 @@ skopeo copy --src-tls-verify=false "docker://127.0.0.1:$PORT/stacks/bookworm:lat
 got=$(jq -r '.manifests[0].digest' build/pulled/index.json)
 [ "$got" = "$want" ] || die "digest changed: source $want, pulled $got"
 echo "manifest digest unchanged: $got"
+
+step "promoting the system stack bookworm; a cell asks what to run and downloads it"
+if ! "$AIRLOCK" stack show --data "$DATA" bookworm --json | jq -e '.active.image' >/dev/null; then
+    "$AIRLOCK" stack promote --data "$DATA" bookworm --image stacks/bookworm:latest --reason quickstart
+fi
+answer=$(curl -sSf "http://127.0.0.1:$PORT/stacks/v1/bookworm?cell=quickstart-cell")
+echo "$answer" | jq .
+curl -sSf -o build/rootfs.tar "http://127.0.0.1:$PORT$(echo "$answer" | jq -r .rootfs_url)"
+sum=$(sha256sum build/rootfs.tar | cut -d' ' -f1)
+[ "$sum" = "$(echo "$answer" | jq -r .rootfs_sha256)" ] || die "rootfs.tar sha256 $sum differs from the published one"
+echo "rootfs.tar sha256 matches the published one: $sum"
 
 pull="skopeo copy --src-tls-verify=false docker://127.0.0.1:$PORT/stacks/bookworm:latest oci:build/bookworm-copy:latest"
 if [ -t 1 ]; then

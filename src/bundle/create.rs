@@ -17,7 +17,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::format::{
     BlobEntry, BundleDoc, FORMAT_V1, INDEX_JSON, ImageEntry, Inventory, LayoutDigests, OCI_LAYOUT,
-    SIGNED_DOC, blob_path,
+    SIGNED_DOC, StackEntry, blob_path,
 };
 use super::sign::SigningKey;
 use super::source::{self, RegistryConfig};
@@ -25,15 +25,22 @@ use super::volume::VolumeWriter;
 use crate::digest::{Digest, HashingReader};
 use crate::names::{RepositoryName, Tag};
 use crate::oci::{self, Descriptor, Manifest};
+use crate::stacks::{ImageRef, StackName};
 use crate::state::{now_rfc3339, user_at_host};
 
-/// The mirror config (TOML): `[[image]]` tables.
+/// The mirror config (TOML): `[[image]]` tables, and `[[stack]]` tables
+/// naming system stack candidates among those images.
 ///
 /// ```toml
 /// [[image]]
 /// source = "oci:./build/stack:latest"   # skopeo transport syntax; oci:PATH[:REF]
 /// repository = "stacks/bookworm"
 /// tags = ["latest", "2026.11"]
+///
+/// [[stack]]
+/// name = "bookworm"
+/// description = "Debian bookworm"
+/// image = "stacks/bookworm:latest"      # REPOSITORY:TAG of an [[image]] above
 /// ```
 /// A relative `PATH` is resolved against the config file's directory.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -51,6 +58,67 @@ pub struct MirrorConfig {
     /// Vendor-signed torcx contents to carry (see [`crate::torcx::bundle::VendorSource`]).
     #[serde(default)]
     pub torcx_contents: Vec<crate::torcx::bundle::VendorSource>,
+    /// System stack candidates.
+    #[serde(default)]
+    pub stack: Vec<StackSource>,
+}
+
+/// One `[[stack]]` of the mirror config: a candidate for an admin to promote.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackSource {
+    /// The stack name.
+    pub name: StackName,
+    /// Its description.
+    #[serde(default)]
+    pub description: String,
+    /// The rootfs image: `REPOSITORY:TAG` of an `[[image]]` in this config.
+    pub image: String,
+    /// Builders' build image (`REPOSITORY:TAG` of an `[[image]]`), with `run_image`.
+    #[serde(default)]
+    pub build_image: Option<String>,
+    /// Builders' run image, with `build_image`.
+    #[serde(default)]
+    pub run_image: Option<String>,
+}
+
+/// Pins `REPOSITORY:TAG` to the digest of an image of this bundle.
+fn pin_in(images: &[ImageEntry], reference: &str, stack: &StackName) -> Result<ImageRef> {
+    let found = images.iter().find(|i| {
+        i.tags
+            .iter()
+            .any(|t| format!("{}:{}", i.repository, t) == reference)
+    });
+    match found {
+        Some(i) => Ok(ImageRef {
+            repository: i.repository.clone(),
+            digest: i.digest.clone(),
+        }),
+        None => bail!(
+            "stack {stack}: image {reference:?} is not REPOSITORY:TAG of an [[image]] in this config"
+        ),
+    }
+}
+
+/// The stack candidates of `cfg`, pinned to the bundle's images.
+fn stack_entries(cfg: &MirrorConfig, images: &[ImageEntry]) -> Result<Vec<StackEntry>> {
+    cfg.stack
+        .iter()
+        .map(|s| {
+            if s.build_image.is_some() != s.run_image.is_some() {
+                bail!("stack {}: build_image and run_image go together", s.name);
+            }
+            let opt =
+                |r: &Option<String>| r.as_deref().map(|r| pin_in(images, r, &s.name)).transpose();
+            Ok(StackEntry {
+                name: s.name.clone(),
+                description: s.description.clone(),
+                image: pin_in(images, &s.image, &s.name)?,
+                build_image: opt(&s.build_image)?,
+                run_image: opt(&s.run_image)?,
+            })
+        })
+        .collect()
 }
 
 /// One `[[image]]` of the mirror config.
@@ -418,6 +486,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
             carried.push((blob, path));
         }
     }
+    let stacks = stack_entries(&cfg, &images)?;
     let oci_layout = br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec();
     let index_json = layout_index(&images)?;
     let doc = BundleDoc {
@@ -442,6 +511,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
             .collect(),
         addons: torcx.addons,
         torcx_contents: torcx.vendor,
+        stacks,
     };
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');

@@ -5,11 +5,15 @@
 //! 2. `oci-layout` and `index.json`: an OCI image layout (image-spec "Image Layout"),
 //! 3. `blobs/<alg>/<hex>`: each carried blob once.
 //!
+//! The document may name system stack candidates ([`StackEntry`]): images
+//! of the same bundle, recorded by import for an admin to promote.
+//!
 //! Nothing else may appear: any other path, any entry type but a regular file,
 //! any duplicate, and any blob not listed in the signed document is refused.
 
 use crate::digest::Digest;
 use crate::names::{RepositoryName, Tag};
+use crate::stacks::{ImageRef, StackName};
 
 /// Name of the first tar entry.
 pub const SIGNED_DOC: &str = "airlock-bundle.json.asc";
@@ -51,6 +55,29 @@ pub struct BundleDoc {
     /// Vendor-signed torcx contents carried byte for byte (`[[torcx_contents]]`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub torcx_contents: Vec<crate::torcx::bundle::VendorEntry>,
+    /// System stack candidates (`[[stack]]` in the mirror config): import
+    /// records them; only an admin promotes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<StackEntry>,
+}
+
+/// A system stack candidate: images of this bundle, pinned by digest.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackEntry {
+    /// The stack name (e.g. `cflinuxfs4`).
+    pub name: StackName,
+    /// Its description.
+    #[serde(default)]
+    pub description: String,
+    /// The rootfs image.
+    pub image: ImageRef,
+    /// Builders' build image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_image: Option<ImageRef>,
+    /// Builders' run image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_image: Option<ImageRef>,
 }
 
 /// One image: a repository, its tags, and the root manifest (or index).

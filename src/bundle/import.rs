@@ -10,7 +10,8 @@
 //! 3. when the tar ends, every listed blob must have been seen and every
 //!    required (delta) blob must already be in the store;
 //! 4. the images' manifests are walked from the store and linked into their
-//!    repositories with one root swap.
+//!    repositories, and the bundle's stack candidates recorded in the stack
+//!    table, with one root swap.
 //!
 //! Any failure leaves the state root as it was. Blobs written before a
 //! failure are unreferenced and left to garbage collection.
@@ -585,6 +586,40 @@ async fn image_ops(store: &dyn Blobstore, img: &ImageEntry) -> Result<Vec<Op>> {
     Ok(ops)
 }
 
+/// The op recording the bundle's stack candidates (in the import's own
+/// commit). Errors: a candidate names an image the bundle does not carry.
+fn stack_candidates(doc: &BundleDoc, who: &str) -> Result<Op> {
+    let carried = |r: &crate::stacks::ImageRef| {
+        doc.images
+            .iter()
+            .any(|i| i.repository == r.repository && i.digest == r.digest)
+    };
+    let now = crate::state::now_rfc3339();
+    let mut entries = Vec::new();
+    for s in &doc.stacks {
+        for r in [Some(&s.image), s.build_image.as_ref(), s.run_image.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            if !carried(r) {
+                bail!(
+                    "stack candidate {}: image {r} is not one of the bundle's images",
+                    s.name
+                );
+            }
+        }
+        let candidate = crate::stacks::table::Candidate {
+            image: s.image.clone(),
+            build_image: s.build_image.clone(),
+            run_image: s.run_image.clone(),
+            bundle: doc.id.clone(),
+            time: now.clone(),
+        };
+        entries.push((s.name.clone(), s.description.clone(), candidate));
+    }
+    Ok(crate::stacks::ops::candidates_op(entries, who.to_string()))
+}
+
 /// Imports one bundle stream into `state`, committing with one root swap.
 /// Errors: one-line causes; the root is unchanged on any error.
 pub async fn import(
@@ -602,6 +637,9 @@ pub async fn import(
         ops.extend(image_ops(&*store, img).await?);
     }
     ops.extend(crate::torcx::bundle::import_op(&store, &doc).await?);
+    if !doc.stacks.is_empty() {
+        ops.push(stack_candidates(&doc, who)?);
+    }
     let commit = state
         .commit(&format!("import bundle {}", doc.id), who, &ops)
         .await?;

@@ -3,13 +3,14 @@
 //! one-line result, and turns any error into a one-line cause and exit code 1.
 //!
 //! One file per command group: [`keys`], [`bundle`], [`data`] (import,
-//! inventory, history) and [`serve`]; shared argument types and helpers live
+//! inventory, history), [`stack`] and [`serve`]; shared argument types and helpers live
 //! here.
 
 mod bundle;
 mod data;
 mod keys;
 mod serve;
+mod stack;
 mod torcx;
 
 use std::io::IsTerminal;
@@ -78,6 +79,9 @@ enum Command {
     Inventory(data::InventoryArgs),
     /// List the state generations, newest first (number, time, who, reason).
     History(data::HistoryArgs),
+    /// System stacks: promote, roll out, roll back, states, cells' status.
+    #[command(subcommand)]
+    Stack(stack::StackCmd),
     /// Serve the OCI distribution API.
     Serve(serve::ServeArgs),
     /// The torcx remote: host remote.json, profile checks, listing, deprecation.
@@ -143,6 +147,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Import(args) => data::import(args).await,
         Command::Inventory(args) => data::inventory(args).await,
         Command::History(args) => data::history(args).await,
+        Command::Stack(cmd) => stack::run(cmd).await,
         Command::Serve(args) => serve::run(args).await,
         Command::Torcx(cmd) => torcx::run(cmd).await,
     }

@@ -1,4 +1,4 @@
-//! `airlock serve`: the HTTP server (OCI distribution API, health).
+//! `airlock serve`: the HTTP server (OCI distribution API, stacks API, health).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +21,10 @@ pub struct ServeArgs {
     /// Serve deletes of manifests, tags and blobs. Off: 405 UNSUPPORTED.
     #[arg(long, env = "AIRLOCK_ALLOW_DELETE")]
     allow_delete: bool,
+    /// Serve the stacks admin routes (POST /stacks/v1/<name>/promote,
+    /// rollout, rollback, state, default). Off: 403 DENIED.
+    #[arg(long, env = "AIRLOCK_ALLOW_ADMIN")]
+    allow_admin: bool,
     /// Namespace for reads without `ns=` whose repository does not exist
     /// (docker `registry-mirrors`), e.g. `docker.io`.
     #[arg(long, env = "AIRLOCK_MIRROR_NAMESPACE")]
@@ -89,7 +93,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             anyhow::bail!("--torcx-key: remote {remote} given twice");
         }
     }
-    let mut app = airlock::server::App::with_config(state, config);
+    let stacks = airlock::stacks::api::StacksConfig {
+        allow_admin: args.allow_admin,
+        ..Default::default()
+    };
+    let mut app = airlock::server::App::with_config(state, config).with_stacks(stacks);
     app.torcx = airlock::torcx::api::TorcxConfig::new(torcx_keys);
     let app = Arc::new(app);
     let limits = airlock::server::Limits {

@@ -133,6 +133,23 @@ pub async fn blob(
         tracing::warn!(%digest, %name, "blob linked in state is missing from the blobstore");
         return Err(unknown());
     };
+    Ok(blob_response(&**store, digest, size, headers, head, |s| s).await?)
+}
+
+/// The GET/HEAD response for the blob `digest` of `size` bytes held in
+/// `store`: 200 with all of it, 206 for one byte range, 416 for a range
+/// beyond its end (HEAD ignores `Range`). `wrap` sees the body stream
+/// before it is sent (the stacks API holds a download slot in it).
+///
+/// Errors: the store cannot stream the blob.
+pub async fn blob_response(
+    store: &dyn store::Blobstore,
+    digest: &Digest,
+    size: u64,
+    headers: &HeaderMap,
+    head: bool,
+    wrap: impl FnOnce(store::ByteStream) -> store::ByteStream,
+) -> store::Result<Response> {
     let outcome = if head {
         RangeOutcome::Full
     } else {
@@ -146,7 +163,7 @@ pub async fn blob(
     let body = if head {
         None
     } else {
-        Some(store.stream(&key, read).await?)
+        Some(wrap(store.stream(&blob_key(digest), read).await?))
     };
     Ok(BlobResponse {
         digest: digest.clone(),

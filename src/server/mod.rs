@@ -5,7 +5,7 @@
 //! Owns: building shared handles once and handing them to every router as one
 //! `Arc<App>`; cross-cutting concerns applied once to every route (request
 //! logs). Never implements an API itself: `/v2` lives in `registry`,
-//! `/torcx` in `torcx`, liveness and readiness in [`health`].
+//! `/torcx` in `torcx`, `/stacks/v1` in `stacks::api`, liveness and readiness in [`health`].
 
 mod conn;
 pub mod health;
@@ -23,6 +23,10 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::registry::{self, RegistryConfig, uploads::Uploads};
+use crate::stacks::{
+    self,
+    api::{StacksConfig, StacksServer},
+};
 use crate::state::StateStore;
 
 /// The composition root: every shared handle, built once at start-up.
@@ -36,6 +40,8 @@ pub struct App {
     pub uploads: Uploads,
     /// torcx remote signing keys and signed-document cache (`/torcx`).
     pub torcx: crate::torcx::api::TorcxConfig,
+    /// The stacks API's switches and rootfs downloads in flight.
+    pub stacks: StacksServer,
 }
 
 impl App {
@@ -56,7 +62,24 @@ impl App {
             registry,
             uploads,
             torcx: Default::default(),
+            stacks: StacksServer::default(),
         }
+    }
+
+    /// The same app with the stacks API's switches set to `config`.
+    pub fn with_stacks(mut self, config: StacksConfig) -> App {
+        self.stacks = StacksServer::new(config);
+        self
+    }
+}
+
+impl stacks::api::Context for App {
+    fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    fn stacks(&self) -> &StacksServer {
+        &self.stacks
     }
 }
 
@@ -104,7 +127,8 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The whole HTTP surface: `/healthz`, `/readyz`, the OCI `/v2` API and the torcx remote `/torcx`,
+/// The whole HTTP surface: `/healthz`, `/readyz`, the OCI `/v2` API, the
+/// torcx remote `/torcx` and the `/stacks/v1` API,
 /// with a request log (method, path, status, duration) around every route.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
@@ -112,6 +136,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/readyz", get(health::readyz))
         .with_state(app.clone())
         .merge(crate::torcx::api::router(app.clone()))
+        .merge(stacks::api::router(app.clone()))
         .merge(registry::router(app))
         .layer(axum::middleware::from_fn(trace::log_request))
 }

@@ -37,6 +37,10 @@ pub enum StateError {
     /// A change refers to something that does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// A room's rules refused a document change (see [`Op::Document`]);
+    /// the room reports its own typed error.
+    #[error("{0}")]
+    Rejected(String),
     /// The root kept changing under this process (other processes
     /// committing) for longer than the retry deadline.
     #[error("state root kept changing; gave up after {0} attempts")]

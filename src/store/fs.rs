@@ -215,6 +215,27 @@ impl super::Blobstore for FsStore {
         }
     }
 
+    async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let (src, dst) = (self.path(from)?, self.path(to)?);
+        let key = from.to_string();
+        let parent = dst.parent().map(Path::to_path_buf).unwrap_or_default();
+        let p = parent.clone();
+        blocking(move || {
+            std::fs::create_dir_all(&p)?;
+            std::fs::rename(&src, &dst)
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Io(io) => not_found(&key, io),
+            other => other,
+        })?;
+        if let Some(grand) = parent.parent() {
+            self.mark_dirty(grand.to_path_buf());
+        }
+        self.mark_dirty(parent);
+        Ok(())
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
         let base = self.path(prefix.trim_end_matches('/'))?;
         let root = self.root.clone();

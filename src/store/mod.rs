@@ -109,6 +109,27 @@ pub trait Blobstore: Send + Sync + 'static {
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>>;
     /// Removes the object; absent is not an error.
     async fn delete(&self, key: &str) -> Result<()>;
+    /// Moves the object at `from` to `to` (replacing any object there);
+    /// `from` is gone afterwards. For content whose key is known only once
+    /// it is written (a flattened rootfs is named by its own digest). The
+    /// default copies through [`Blobstore::read`] and [`Blobstore::writer`],
+    /// then deletes `from`; a backend may move in place (filesystem: rename).
+    /// Errors: `NotFound` when `from` is absent.
+    async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        use tokio::io::AsyncReadExt;
+        let mut r = self.read(from, None).await?;
+        let mut w = self.writer(to).await?;
+        let mut buf = vec![0; STREAM_CHUNK];
+        loop {
+            let n = r.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            w.write(Bytes::copy_from_slice(&buf[..n])).await?;
+        }
+        w.commit().await?;
+        self.delete(from).await
+    }
     /// Keys below `prefix` (a directory-like prefix ending in `/`), sorted.
     async fn list(&self, prefix: &str) -> Result<Vec<String>>;
     /// Makes every committed object durable (filesystem: fsync of touched directories).

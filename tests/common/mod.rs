@@ -44,21 +44,37 @@ pub fn fixture_layout() -> PathBuf {
                 "apt-get install busybox-static"
             );
             let out = shared_dir().join("busybox-layout");
-            let script =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/make-busybox-image.sh");
-            let o = Command::new("bash")
-                .arg(&script)
-                .arg(&out)
-                .output()
-                .expect("run fixture script");
-            assert!(
-                o.status.success(),
-                "fixture script failed: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            fixture_script("make-busybox-image.sh", &out);
             out
         })
         .clone()
+}
+
+/// Runs `tests/fixtures/SCRIPT OUT`, asserting success.
+pub fn fixture_script(script: &str, out: &Path) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(script);
+    let o = Command::new("bash")
+        .arg(&path)
+        .arg(out)
+        .output()
+        .expect("run fixture script");
+    assert!(
+        o.status.success(),
+        "fixture script {script} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Runs `cmd`, asserting success (the command and its stderr otherwise).
+pub fn run_ok(cmd: &mut Command) {
+    let o = cmd.output().expect("run command");
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// A signing key pair made by `airlock keys generate`, once per test binary: (secret, public).

@@ -1,0 +1,487 @@
+//! `airlock stack ...`: system stacks on a data directory (each change one
+//! root swap, like `import`).
+
+use anyhow::Result;
+
+use airlock::stacks::cells;
+use airlock::stacks::cf::{self, CcForm};
+use airlock::stacks::kpack;
+use airlock::stacks::ops::{self, PromoteRequest};
+use airlock::stacks::{StackName, StackState, StackTable};
+use airlock::state::user_at_host;
+
+use super::DataArg;
+
+#[derive(clap::Subcommand)]
+pub enum StackCmd {
+    /// List the stacks: state, active promotion, rollout.
+    List {
+        #[command(flatten)]
+        data: DataArg,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one stack: state, rollout, promotions, candidates, history.
+    Show {
+        #[command(flatten)]
+        data: DataArg,
+        /// The stack.
+        name: StackName,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Promote an image held by the registry as the stack's rootfs (flattens it once).
+    Promote(PromoteArgs),
+    /// Widen the rollout of the active promotion to PERCENT of cells (it only widens).
+    Rollout {
+        #[command(flatten)]
+        data: DataArg,
+        /// The stack.
+        name: StackName,
+        /// Percentage of cells, 0 to 100 (`50` or `50%`).
+        #[arg(value_parser = parse_percent)]
+        percent: u8,
+    },
+    /// Return every cell to the promotion the active one replaced.
+    Rollback {
+        #[command(flatten)]
+        data: DataArg,
+        /// The stack.
+        name: StackName,
+        /// Why.
+        #[arg(long, default_value = "rollback")]
+        reason: String,
+    },
+    /// Set the Cloud Controller state: ACTIVE, DEPRECATED, RESTRICTED or DISABLED.
+    SetState {
+        #[command(flatten)]
+        data: DataArg,
+        /// The stack.
+        name: StackName,
+        /// The state.
+        state: StackState,
+        /// Why (Cloud Controller's `state_reason`, shown with warnings).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Make a stack the default stack.
+    SetDefault {
+        #[command(flatten)]
+        data: DataArg,
+        /// The stack.
+        name: StackName,
+    },
+    /// Which digests cells report, who lags behind, who was not seen for a while.
+    Status {
+        #[command(flatten)]
+        data: DataArg,
+        /// The stack (default: every stack).
+        name: Option<StackName>,
+        /// Reports older than this many seconds count as stale.
+        #[arg(long, default_value_t = 3600)]
+        stale_after_secs: u64,
+        /// JSON output.
+        #[arg(long, conflicts_with = "prometheus")]
+        json: bool,
+        /// Prometheus text-format gauges.
+        #[arg(long)]
+        prometheus: bool,
+    },
+    /// Print the Cloud Controller stacks config (capi-release properties).
+    CcConfig {
+        #[command(flatten)]
+        data: DataArg,
+        /// Print Cloud Controller's stacks_file form (`default`, `stacks`) instead.
+        #[arg(long)]
+        stacks_file: bool,
+    },
+    /// Print the diego-cell garden and rep properties naming each stack's rootfs.
+    CellProperties {
+        #[command(flatten)]
+        data: DataArg,
+        /// Where the cells keep `<stack>/rootfs.tar`.
+        #[arg(long, default_value = "/var/vcap/packages")]
+        rootfs_dir: String,
+        /// Print a BOSH ops file instead of job property blocks.
+        #[arg(long)]
+        ops_file: bool,
+    },
+    /// Print the kpack ClusterStack for a stack's build and run images, by digest.
+    Kpack {
+        #[command(flatten)]
+        data: DataArg,
+        /// The stack.
+        name: StackName,
+        /// The registry builders pull from (airlock's address as they see it), `HOST[:PORT]`.
+        #[arg(long)]
+        registry: String,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct PromoteArgs {
+    #[command(flatten)]
+    data: DataArg,
+    /// The stack (created on its first promotion).
+    name: StackName,
+    /// The rootfs image: REPO:TAG or REPO@DIGEST, held by the registry.
+    #[arg(long)]
+    image: String,
+    /// Percentage of cells that get it (the rest keep the previous one).
+    #[arg(long, value_parser = parse_percent, default_value = "100")]
+    rollout: u8,
+    /// At most this many concurrent rootfs downloads of this stack (0: no limit).
+    #[arg(long)]
+    max_in_flight: Option<u32>,
+    /// Builders' build image (REPO:TAG or REPO@DIGEST), with --run-image.
+    #[arg(long, requires = "run_image")]
+    build_image: Option<String>,
+    /// Builders' run image, with --build-image.
+    #[arg(long, requires = "build_image")]
+    run_image: Option<String>,
+    /// The io.buildpacks.stack.id the builder images must carry (default: the build image's).
+    #[arg(long, requires = "build_image")]
+    stack_id: Option<String>,
+    /// The stack's description.
+    #[arg(long)]
+    description: Option<String>,
+    /// Why (kept in the promotion and history).
+    #[arg(long)]
+    reason: Option<String>,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_percent(s: &str) -> Result<u8, String> {
+    let n: u8 = s
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (0 to 100)"))?;
+    if n > 100 {
+        return Err(format!("{n} is over 100"));
+    }
+    Ok(n)
+}
+
+fn print_json(v: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn mb(n: u64) -> String {
+    format!("{:.1} MB", n as f64 / 1e6)
+}
+
+fn list(table: &StackTable) {
+    if table.stacks.is_empty() {
+        println!("no stacks");
+        return;
+    }
+    println!(
+        "{:<20} {:<11} {:>9} {:>7}  {:<8} image",
+        "name", "state", "promotion", "rollout", "default"
+    );
+    for (name, s) in &table.stacks {
+        let active = s.active();
+        println!(
+            "{:<20} {:<11} {:>9} {:>7}  {:<8} {}",
+            name.as_str(),
+            s.state.as_str(),
+            active.map_or("-".into(), |p| p.id.to_string()),
+            s.rollout.map_or("-".into(), |r| format!("{} %", r.percent)),
+            if table.default.as_ref() == Some(name) {
+                "yes"
+            } else {
+                ""
+            },
+            active.map_or_else(
+                || format!("({} candidates)", s.candidates.len()),
+                |p| p.image.to_string()
+            ),
+        );
+    }
+}
+
+fn show(table: &StackTable, name: &StackName) -> Result<()> {
+    let s = table.get(name)?;
+    println!(
+        "stack        {name}{}",
+        if table.default.as_ref() == Some(name) {
+            " (default)"
+        } else {
+            ""
+        }
+    );
+    println!("description  {}", s.description);
+    println!(
+        "state        {} ({}){}",
+        s.state.as_str(),
+        s.state.meaning(),
+        if s.state_reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", s.state_reason)
+        }
+    );
+    if let Some(id) = &s.stack_id {
+        println!("stack id     {id}");
+    }
+    println!(
+        "max in flight {}",
+        s.max_in_flight.map_or("no limit".into(), |n| n.to_string())
+    );
+    match s.rollout {
+        Some(r) => println!(
+            "rollout      promotion {} to {} % of cells{}",
+            r.promotion,
+            r.percent,
+            r.previous.map_or(String::new(), |p| format!(
+                ", the others keep promotion {p}"
+            ))
+        ),
+        None => println!("rollout      none (never promoted)"),
+    }
+    println!("promotions:");
+    for p in &s.promotions {
+        println!(
+            "  {:>3}  {}  {}  {}{}{}",
+            p.id,
+            p.time,
+            p.who,
+            p.image,
+            p.import
+                .as_ref()
+                .map_or(String::new(), |b| format!("  from bundle {b}")),
+            p.rolled_back
+                .as_ref()
+                .map_or(String::new(), |t| format!("  rolled back {t}"))
+        );
+        println!("       why: {}", p.reason);
+        for r in &p.rootfs {
+            println!(
+                "       rootfs {} {} sha256 {} ({})",
+                r.platform,
+                r.manifest,
+                r.sha256.hex(),
+                mb(r.size)
+            );
+        }
+        if let (Some(b), Some(rn)) = (&p.build_image, &p.run_image) {
+            println!("       build {b}");
+            println!("       run   {rn}");
+        }
+    }
+    if !s.candidates.is_empty() {
+        println!("candidates:");
+        for c in &s.candidates {
+            println!("       {}  {}  from bundle {}", c.time, c.image, c.bundle);
+        }
+    }
+    println!("history:");
+    for e in &s.history {
+        println!(
+            "       {}  {:<20} {:<9} {}",
+            e.time, e.who, e.action, e.detail
+        );
+    }
+    Ok(())
+}
+
+pub async fn run(cmd: StackCmd) -> Result<()> {
+    let who = user_at_host();
+    match cmd {
+        StackCmd::List { data, json } => {
+            let table = ops::load(&data.existing_state()?).await?;
+            if json {
+                let stacks: Vec<_> = table
+                    .stacks
+                    .iter()
+                    .map(|(n, s)| s.view(n, table.default.as_ref() == Some(n)))
+                    .collect();
+                print_json(&serde_json::json!({ "default": table.default, "stacks": stacks }))?;
+            } else {
+                list(&table);
+            }
+        }
+        StackCmd::Show { data, name, json } => {
+            let table = ops::load(&data.existing_state()?).await?;
+            if json {
+                let s = table.get(&name)?;
+                print_json(&s.view(&name, table.default.as_ref() == Some(&name)))?;
+            } else {
+                show(&table, &name)?;
+            }
+        }
+        StackCmd::Promote(a) => {
+            let state = a.data.existing_state()?;
+            let req = PromoteRequest {
+                image: a.image,
+                rollout: Some(a.rollout),
+                max_in_flight: a.max_in_flight,
+                build_image: a.build_image,
+                run_image: a.run_image,
+                stack_id: a.stack_id,
+                description: a.description,
+                reason: a.reason,
+            };
+            let p = ops::promote(&state, &a.name, &req, &who).await?;
+            if a.json {
+                print_json(&p)?;
+            } else {
+                let rootfs: Vec<String> = p
+                    .rootfs
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} rootfs sha256 {} ({})",
+                            r.platform,
+                            r.sha256.hex(),
+                            mb(r.size)
+                        )
+                    })
+                    .collect();
+                println!(
+                    "promoted {}: promotion {}, {} to {} % of cells; {}; generation {}",
+                    a.name,
+                    p.promotion,
+                    p.image,
+                    p.percent,
+                    rootfs.join(", "),
+                    p.generation
+                );
+            }
+        }
+        StackCmd::Rollout {
+            data,
+            name,
+            percent,
+        } => {
+            let c = ops::rollout(&data.existing_state()?, &name, percent, &who).await?;
+            println!(
+                "stack {name}: rollout at {percent} % of cells, generation {}",
+                c.generation
+            );
+        }
+        StackCmd::Rollback { data, name, reason } => {
+            let (to, c) = ops::rollback(&data.existing_state()?, &name, &reason, &who).await?;
+            println!(
+                "stack {name}: rolled back; every cell runs promotion {to}, generation {}",
+                c.generation
+            );
+        }
+        StackCmd::SetState {
+            data,
+            name,
+            state,
+            reason,
+        } => {
+            let c = ops::set_state(&data.existing_state()?, &name, state, &reason, &who).await?;
+            println!(
+                "stack {name}: {} ({}), generation {}",
+                state.as_str(),
+                state.meaning(),
+                c.generation
+            );
+        }
+        StackCmd::SetDefault { data, name } => {
+            let c = ops::set_default(&data.existing_state()?, &name, &who).await?;
+            println!(
+                "stack {name} is the default stack, generation {}",
+                c.generation
+            );
+        }
+        StackCmd::Status {
+            data,
+            name,
+            stale_after_secs,
+            json,
+            prometheus,
+        } => {
+            let state = data.existing_state()?;
+            let table = ops::load(&state).await?;
+            let stale = std::time::Duration::from_secs(stale_after_secs);
+            let statuses = match &name {
+                Some(n) => {
+                    let stack = table.get(n)?;
+                    let reports = cells::reports(&**state.blobstore(), n).await?;
+                    vec![cells::status(
+                        n,
+                        stack,
+                        &reports,
+                        time::OffsetDateTime::now_utc(),
+                        stale,
+                    )]
+                }
+                None => cells::all_statuses(&**state.blobstore(), &table, stale).await?,
+            };
+            if prometheus {
+                print!("{}", cells::gauges(&statuses));
+            } else if json {
+                match name {
+                    Some(_) => print_json(&statuses[0])?,
+                    None => print_json(&statuses)?,
+                }
+            } else {
+                for s in &statuses {
+                    print_status(s);
+                }
+            }
+        }
+        StackCmd::CcConfig { data, stacks_file } => {
+            let table = ops::load(&data.existing_state()?).await?;
+            let form = if stacks_file {
+                CcForm::StacksFile
+            } else {
+                CcForm::Properties
+            };
+            print!("{}", cf::cc_config(&table, form));
+        }
+        StackCmd::CellProperties {
+            data,
+            rootfs_dir,
+            ops_file,
+        } => {
+            let table = ops::load(&data.existing_state()?).await?;
+            print!("{}", cf::cell_properties(&table, &rootfs_dir, ops_file));
+        }
+        StackCmd::Kpack {
+            data,
+            name,
+            registry,
+        } => {
+            let table = ops::load(&data.existing_state()?).await?;
+            print!("{}", kpack::cluster_stack(&table, &name, &registry)?);
+        }
+    }
+    Ok(())
+}
+
+fn print_status(s: &cells::StackStatus) {
+    println!(
+        "stack {} ({}): promotion {} at {} %, {} cells reported, {} on it, {} lagging, {} stale",
+        s.stack,
+        s.state,
+        s.promotion.map_or("-".into(), |p| p.to_string()),
+        s.percent.map_or("-".into(), |p| p.to_string()),
+        s.cells,
+        s.on_latest,
+        s.lagging.len(),
+        s.stale.len()
+    );
+    for (d, n) in &s.digests {
+        println!("  {n:>6}  {d}");
+    }
+    if !s.lagging.is_empty() {
+        println!(
+            "  lagging (need a restart on their digest): {}",
+            s.lagging.join(" ")
+        );
+    }
+    if !s.stale.is_empty() {
+        println!("  not seen for a while: {}", s.stale.join(" "));
+    }
+}

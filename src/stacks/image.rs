@@ -1,0 +1,211 @@
+//! Reading stack images from the store: references, platforms, configs
+//! (labels, environment) and layers.
+//!
+//! Owns: turning `REPO:TAG` / `REPO@DIGEST` into a pinned [`ImageRef`] held
+//! by the registry, and walking an image (or index) to its platform
+//! manifests. Never changes state.
+
+use crate::digest::Digest;
+use crate::names::{RepositoryName, Tag};
+use crate::oci::{self, Manifest};
+use crate::state::{Snapshot, StateStore};
+use crate::store::{self, Blobstore};
+
+use super::StackError;
+use super::flatten::Layer;
+use super::table::ImageRef;
+
+/// The server's own platform as an OCI `os/architecture`: the default when
+/// an image has several and the request names none.
+pub fn native_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    format!("linux/{arch}")
+}
+
+/// Pins `reference` (`REPO@DIGEST`, `REPO:TAG`, or `REPO` for `REPO:latest`)
+/// to a manifest the registry holds in `snap`.
+///
+/// Errors: [`StackError::Invalid`] for a malformed reference,
+/// [`StackError::NotFound`] when the repository, tag or manifest is unknown.
+pub async fn pin(
+    state: &StateStore,
+    snap: &Snapshot,
+    reference: &str,
+) -> Result<ImageRef, StackError> {
+    let bad = |why: &str| StackError::Invalid(format!("image {reference:?}: {why}"));
+    let (repo, by) = match reference.split_once('@') {
+        Some((r, d)) => (r, Err(d)),
+        None => {
+            let slash = reference.rfind('/').map_or(0, |i| i + 1);
+            match reference[slash..].rfind(':') {
+                Some(i) => (&reference[..slash + i], Ok(&reference[slash + i + 1..])),
+                None => (reference, Ok("latest")),
+            }
+        }
+    };
+    let repository: RepositoryName = repo.parse().map_err(|_| bad("not a repository name"))?;
+    let found = state
+        .repository(snap, &repository)
+        .await?
+        .ok_or_else(|| StackError::NotFound(format!("repository {repository} not known")))?;
+    let digest = match by {
+        Err(d) => {
+            let d: Digest = d.parse().map_err(|e| bad(&format!("{e}")))?;
+            if !found.manifests.contains_key(&d) {
+                return Err(StackError::NotFound(format!(
+                    "manifest {d} not known in {repository}"
+                )));
+            }
+            d
+        }
+        Ok(t) => {
+            let tag: Tag = t.parse().map_err(|_| bad("not a tag"))?;
+            found.tags.get(&tag).cloned().ok_or_else(|| {
+                StackError::NotFound(format!("tag {tag} not known in {repository}"))
+            })?
+        }
+    };
+    Ok(ImageRef { repository, digest })
+}
+
+async fn read_manifest(store: &dyn Blobstore, digest: &Digest) -> Result<Manifest, StackError> {
+    let bytes = store::get_verified(store, digest).await?;
+    Manifest::parse(&bytes).map_err(|e| StackError::Image(format!("manifest {digest}: {e}")))
+}
+
+/// One platform image of a stack image.
+#[derive(Debug, Clone)]
+pub struct PlatformImage {
+    /// `os/architecture[/variant]`.
+    pub platform: String,
+    /// The image manifest digest.
+    pub manifest: Digest,
+    /// Its layers, bottom first, with diff_ids.
+    pub layers: Vec<Layer>,
+    /// The image config (`config.Labels`, `config.Env`, ...).
+    pub config: serde_json::Value,
+}
+
+fn platform_string(os: &str, arch: &str, variant: Option<&str>) -> String {
+    match variant {
+        Some(v) if !v.is_empty() => format!("{os}/{arch}/{v}"),
+        _ => format!("{os}/{arch}"),
+    }
+}
+
+/// Reads one image manifest: config and layers.
+async fn platform_image(
+    store: &dyn Blobstore,
+    digest: &Digest,
+) -> Result<PlatformImage, StackError> {
+    let m = read_manifest(store, digest).await?;
+    let config_desc = m
+        .config
+        .as_ref()
+        .ok_or_else(|| StackError::Image(format!("manifest {digest} has no config")))?;
+    let config_bytes = store::get_verified(store, &config_desc.digest).await?;
+    let config: serde_json::Value = serde_json::from_slice(&config_bytes)
+        .map_err(|e| StackError::Image(format!("config {}: {e}", config_desc.digest)))?;
+    let diff_ids: Vec<Option<Digest>> = config["rootfs"]["diff_ids"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| d.as_str().and_then(|s| s.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let layers = m
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Layer {
+            media_type: l.media_type.clone(),
+            digest: l.digest.clone(),
+            size: l.size,
+            diff_id: diff_ids.get(i).cloned().flatten(),
+        })
+        .collect();
+    let platform = platform_string(
+        config["os"].as_str().unwrap_or("linux"),
+        config["architecture"].as_str().unwrap_or("unknown"),
+        config["variant"].as_str(),
+    );
+    Ok(PlatformImage {
+        platform,
+        manifest: digest.clone(),
+        layers,
+        config,
+    })
+}
+
+/// Every platform image of `image`: the image itself, or each image
+/// manifest of an index that names a platform (attestation manifests,
+/// `unknown/unknown`, are left out).
+///
+/// Errors: a manifest or config missing from the store or not parsing.
+pub async fn platforms(
+    store: &dyn Blobstore,
+    image: &ImageRef,
+) -> Result<Vec<PlatformImage>, StackError> {
+    let root = read_manifest(store, &image.digest).await?;
+    let is_index = root.effective_media_type().is_some_and(oci::is_index_type);
+    if !is_index {
+        return Ok(vec![platform_image(store, &image.digest).await?]);
+    }
+    let mut out = Vec::new();
+    for child in &root.manifests {
+        if !oci::is_manifest_type(&child.media_type) || oci::is_index_type(&child.media_type) {
+            continue;
+        }
+        let p = &child.platform;
+        let os = p
+            .as_ref()
+            .and_then(|p| p["os"].as_str())
+            .unwrap_or("unknown");
+        if os == "unknown" {
+            continue;
+        }
+        let mut img = platform_image(store, &child.digest).await?;
+        if let Some(p) = p {
+            img.platform = platform_string(
+                os,
+                p["architecture"].as_str().unwrap_or("unknown"),
+                p["variant"].as_str(),
+            );
+        }
+        out.push(img);
+    }
+    if out.is_empty() {
+        return Err(StackError::Image(format!(
+            "index {} names no platform image",
+            image.digest
+        )));
+    }
+    Ok(out)
+}
+
+/// The image config's labels.
+pub fn labels(config: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    config["config"]["Labels"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The value of `NAME` in the image config's `Env`.
+pub fn env<'a>(config: &'a serde_json::Value, name: &str) -> Option<&'a str> {
+    config["config"]["Env"].as_array()?.iter().find_map(|e| {
+        let (k, v) = e.as_str()?.split_once('=')?;
+        (k == name).then_some(v)
+    })
+}

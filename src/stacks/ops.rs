@@ -1,0 +1,365 @@
+//! Stack operations, each one root swap: promote, rollout, rollback,
+//! set-state, set-default; and recording import candidates in an import's
+//! own commit. The CLI and the admin API both call these.
+//!
+//! Owns: the work done before a change is committed (pinning references,
+//! checking builder images, flattening rootfs tars) and handing the change
+//! to `state` as a [`DocumentChange`] over the [`StackTable`]. Never speaks
+//! HTTP.
+
+use std::sync::{Arc, Mutex};
+
+use super::StackError;
+use super::flatten;
+use super::image::{self, PlatformImage};
+use super::kpack;
+use super::table::{
+    Candidate, ImageRef, PromotionInput, Rootfs, StackName, StackState, StackTable,
+};
+use crate::state::{Commit, DocumentChange, Op, StateError, StateStore, now_rfc3339};
+
+/// The stack table in the current state (empty when there is none yet).
+pub async fn load(state: &StateStore) -> Result<StackTable, StackError> {
+    let snap = state.snapshot().await?;
+    load_in(state, &snap).await
+}
+
+/// The stack table in `snap`.
+pub async fn load_in(
+    state: &StateStore,
+    snap: &crate::state::Snapshot,
+) -> Result<StackTable, StackError> {
+    Ok(state
+        .document::<StackTable>(snap, super::table::DOC_NAME)
+        .await?
+        .unwrap_or_default())
+}
+
+/// The op that applies `f` to the stack table; `f`'s typed error or value
+/// is left in `slot` (the op may run more than once; the last run counts).
+fn table_op<T, F>(f: F, slot: Arc<Mutex<Option<Result<T, StackError>>>>) -> Op
+where
+    T: Send + 'static,
+    F: Fn(&mut StackTable) -> Result<T, StackError> + Send + Sync + 'static,
+{
+    Op::Document {
+        name: super::table::DOC_NAME.into(),
+        change: DocumentChange::json(move |current: Option<StackTable>| {
+            let mut table = current.unwrap_or_default();
+            let result = f(&mut table);
+            let out = match &result {
+                Ok(_) => Ok(Some(table)),
+                Err(e) => Err(StateError::Rejected(e.to_string())),
+            };
+            if let Ok(mut s) = slot.lock() {
+                *s = Some(result);
+            }
+            out
+        }),
+    }
+}
+
+/// Applies `f` to the stack table and commits it with one root swap.
+/// Returns `f`'s value and the commit.
+pub async fn change<T, F>(
+    state: &StateStore,
+    reason: &str,
+    who: &str,
+    f: F,
+) -> Result<(T, Commit), StackError>
+where
+    T: Send + 'static,
+    F: Fn(&mut StackTable) -> Result<T, StackError> + Send + Sync + 'static,
+{
+    let slot = Arc::new(Mutex::new(None));
+    let op = table_op(f, slot.clone());
+    let committed = state.commit(reason, who, &[op]).await;
+    let result = slot.lock().ok().and_then(|mut s| s.take());
+    match (committed, result) {
+        (Ok(commit), Some(Ok(value))) => Ok((value, commit)),
+        (Err(StateError::Rejected(_)), Some(Err(e))) => Err(e),
+        (Err(e), _) => Err(e.into()),
+        (Ok(_), _) => Err(StackError::Other(anyhow::anyhow!(
+            "stack change did not run"
+        ))),
+    }
+}
+
+/// The stack-candidate op an import adds to its own commit (so candidates
+/// appear with the images, in the same root swap).
+pub fn candidates_op(entries: Vec<(StackName, String, Candidate)>, who: String) -> Op {
+    Op::Document {
+        name: super::table::DOC_NAME.into(),
+        change: DocumentChange::json(move |current: Option<StackTable>| {
+            let mut table = current.unwrap_or_default();
+            for (name, description, candidate) in &entries {
+                table.add_candidate(name, description, candidate.clone(), &who);
+            }
+            Ok(Some(table))
+        }),
+    }
+}
+
+/// What an admin asks to promote (CLI flags or the admin API's JSON body).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromoteRequest {
+    /// The rootfs image: `REPO:TAG`, `REPO@DIGEST` (or `REPO` for `:latest`).
+    pub image: String,
+    /// Rollout percentage (default 100).
+    #[serde(default)]
+    pub rollout: Option<u8>,
+    /// At most this many concurrent rootfs downloads (0: no limit).
+    #[serde(default)]
+    pub max_in_flight: Option<u32>,
+    /// Builders' build image (with `run_image`).
+    #[serde(default)]
+    pub build_image: Option<String>,
+    /// Builders' run image (with `build_image`).
+    #[serde(default)]
+    pub run_image: Option<String>,
+    /// Expected `io.buildpacks.stack.id` (default: the build image's label).
+    #[serde(default)]
+    pub stack_id: Option<String>,
+    /// The stack's description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Why.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The result of a promotion.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Promoted {
+    /// The new promotion id.
+    pub promotion: u64,
+    /// The pinned image.
+    pub image: ImageRef,
+    /// Its rootfs per platform.
+    pub rootfs: Vec<Rootfs>,
+    /// Rollout percentage.
+    pub percent: u8,
+    /// The generation now current.
+    pub generation: u64,
+}
+
+/// The rootfs of each platform of `image`: reused when any stack already
+/// flattened that manifest, else flattened now.
+async fn rootfs_of(
+    state: &StateStore,
+    table: &StackTable,
+    platforms: &[PlatformImage],
+) -> Result<Vec<Rootfs>, StackError> {
+    let known = |m: &crate::digest::Digest| {
+        table
+            .stacks
+            .values()
+            .flat_map(|s| &s.promotions)
+            .flat_map(|p| &p.rootfs)
+            .find(|r| &r.manifest == m)
+            .cloned()
+    };
+    let mut out = Vec::new();
+    for p in platforms {
+        if let Some(mut r) = known(&p.manifest)
+            && state
+                .blobstore()
+                .stat(&crate::store::blob_key(&r.sha256))
+                .await?
+                == Some(r.size)
+        {
+            r.platform = p.platform.clone();
+            out.push(r);
+            continue;
+        }
+        let f = flatten::flatten(state.blobstore().clone(), p.layers.clone())
+            .await
+            .map_err(|e| {
+                StackError::Image(format!("flattening {} ({}): {e:#}", p.manifest, p.platform))
+            })?;
+        tracing::info!(manifest = %p.manifest, platform = %p.platform, rootfs = %f.digest, size = f.size, "rootfs flattened");
+        out.push(Rootfs {
+            platform: p.platform.clone(),
+            manifest: p.manifest.clone(),
+            sha256: f.digest,
+            size: f.size,
+        });
+    }
+    Ok(out)
+}
+
+/// Promotes an image for stack `name` (created if new): pins the
+/// references, checks builder images as kpack would, flattens the rootfs
+/// of every platform (once per manifest), then commits the promotion.
+///
+/// Errors: [`StackError::Invalid`] (bad reference, percentage, only one of
+/// build/run image), [`StackError::NotFound`] (image not held),
+/// [`StackError::Refused`] (builder images kpack would reject, with the
+/// reason), [`StackError::Conflict`] (incomplete rollout), [`StackError::Image`].
+pub async fn promote(
+    state: &StateStore,
+    name: &StackName,
+    req: &PromoteRequest,
+    who: &str,
+) -> Result<Promoted, StackError> {
+    let percent = req.rollout.unwrap_or(100);
+    if percent > 100 {
+        return Err(StackError::Invalid(format!(
+            "rollout percentage {percent} is over 100"
+        )));
+    }
+    let snap = state.snapshot().await?;
+    let table = load_in(state, &snap).await?;
+    let image = image::pin(state, &snap, &req.image).await?;
+    let candidate = table.stacks.get(name).and_then(|s| {
+        s.candidates
+            .iter()
+            .rev()
+            .find(|c| c.image.digest == image.digest)
+            .cloned()
+    });
+    let (build, run) = match (&req.build_image, &req.run_image) {
+        (Some(b), Some(r)) => (
+            Some(image::pin(state, &snap, b).await?),
+            Some(image::pin(state, &snap, r).await?),
+        ),
+        (None, None) => match &candidate {
+            Some(c) => (c.build_image.clone(), c.run_image.clone()),
+            None => (None, None),
+        },
+        _ => {
+            return Err(StackError::Invalid(
+                "a builder stack needs both --build-image and --run-image".into(),
+            ));
+        }
+    };
+    let store = state.blobstore();
+    let stack_id = match (&build, &run) {
+        (Some(b), Some(r)) => {
+            let bp = image::platforms(&**store, b).await?;
+            let rp = image::platforms(&**store, r).await?;
+            let expected = req
+                .stack_id
+                .clone()
+                .or_else(|| table.stacks.get(name).and_then(|s| s.stack_id.clone()));
+            Some(kpack::check(expected.as_deref(), &bp, &rp).map_err(StackError::Refused)?)
+        }
+        _ => None,
+    };
+    let platforms = image::platforms(&**store, &image).await?;
+    let rootfs = rootfs_of(state, &table, &platforms).await?;
+    let reason = req
+        .reason
+        .clone()
+        .unwrap_or_else(|| format!("promote {image}"));
+    let input = PromotionInput {
+        image: image.clone(),
+        rootfs: rootfs.clone(),
+        build_image: build,
+        run_image: run,
+        stack_id,
+        percent,
+        max_in_flight: req.max_in_flight,
+        description: req.description.clone(),
+        reason: reason.clone(),
+    };
+    let n = name.clone();
+    let w = who.to_string();
+    let now = now_rfc3339();
+    let ((id, percent), commit) = change(
+        state,
+        &format!("stack {name}: promote {image}: {reason}"),
+        who,
+        move |t| {
+            let id = t.promote(&n, &input, &now, &w)?;
+            Ok((id, t.get(&n)?.rollout.map_or(100, |r| r.percent)))
+        },
+    )
+    .await?;
+    Ok(Promoted {
+        promotion: id,
+        image,
+        rootfs,
+        percent,
+        generation: commit.generation,
+    })
+}
+
+/// Widens the rollout of `name` to `percent` (one root swap).
+pub async fn rollout(
+    state: &StateStore,
+    name: &StackName,
+    percent: u8,
+    who: &str,
+) -> Result<Commit, StackError> {
+    let (n, w, now) = (name.clone(), who.to_string(), now_rfc3339());
+    let ((), c) = change(
+        state,
+        &format!("stack {name}: rollout to {percent} %"),
+        who,
+        move |t| t.widen(&n, percent, &now, &w),
+    )
+    .await?;
+    Ok(c)
+}
+
+/// Returns every cell of `name` to the previous promotion; returns its id.
+pub async fn rollback(
+    state: &StateStore,
+    name: &StackName,
+    reason: &str,
+    who: &str,
+) -> Result<(u64, Commit), StackError> {
+    let (n, w, r, now) = (
+        name.clone(),
+        who.to_string(),
+        reason.to_string(),
+        now_rfc3339(),
+    );
+    change(
+        state,
+        &format!("stack {name}: rollback: {reason}"),
+        who,
+        move |t| t.rollback(&n, &r, &now, &w),
+    )
+    .await
+}
+
+/// Sets the state of `name`.
+pub async fn set_state(
+    state: &StateStore,
+    name: &StackName,
+    st: StackState,
+    reason: &str,
+    who: &str,
+) -> Result<Commit, StackError> {
+    let (n, w, r, now) = (
+        name.clone(),
+        who.to_string(),
+        reason.to_string(),
+        now_rfc3339(),
+    );
+    let ((), c) = change(
+        state,
+        &format!("stack {name}: state {}: {reason}", st.as_str()),
+        who,
+        move |t| t.set_state(&n, st, &r, &now, &w),
+    )
+    .await?;
+    Ok(c)
+}
+
+/// Makes `name` the default stack.
+pub async fn set_default(
+    state: &StateStore,
+    name: &StackName,
+    who: &str,
+) -> Result<Commit, StackError> {
+    let (n, w, now) = (name.clone(), who.to_string(), now_rfc3339());
+    let ((), c) = change(state, &format!("stack {name}: default"), who, move |t| {
+        t.set_default(&n, &now, &w)
+    })
+    .await?;
+    Ok(c)
+}
