@@ -231,6 +231,12 @@ impl SigningKey {
     ///
     /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
     pub fn clearsign(&self, text: &str) -> Result<String, SignError> {
+        // RFC 9580 §6.1: the CRC24 footer SHOULD NOT be emitted.
+        self.clearsign_armored(text, false)
+    }
+
+    /// The cleartext signature of `text`, with or without the armor's CRC24 line.
+    fn clearsign_armored(&self, text: &str, include_checksum: bool) -> Result<String, SignError> {
         let text = canonical_text(text);
         let mut rng = rand::thread_rng();
         let msg = match self.signer {
@@ -247,8 +253,7 @@ impl SigningKey {
         let armored = msg
             .to_armored_string(ArmorOptions {
                 headers: None,
-                // RFC 9580 §6.1: the CRC24 footer SHOULD NOT be emitted.
-                include_checksum: false,
+                include_checksum,
             })
             .map_err(|e| SignError::Sign(one_line(&e)))?;
         let armored = armored.trim_end();
@@ -900,31 +905,7 @@ impl SigningKey {
     ///
     /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
     pub fn clearsign_with_checksum(&self, text: &str) -> Result<String, SignError> {
-        let text = canonical_text(text);
-        let mut rng = rand::thread_rng();
-        let msg = match self.signer {
-            None => sign_text(&mut rng, &text, &self.key.primary_key)?,
-            Some(i) => {
-                let sub = self
-                    .key
-                    .secret_subkeys
-                    .get(i)
-                    .ok_or_else(|| SignError::Sign("signing subkey vanished".into()))?;
-                sign_text(&mut rng, &text, &sub.key)?
-            }
-        };
-        let armored = msg
-            .to_armored_string(ArmorOptions {
-                headers: None,
-                include_checksum: true,
-            })
-            .map_err(|e| SignError::Sign(one_line(&e)))?;
-        let armored = armored.trim_end();
-        if armored.ends_with(SIGNATURE_END) {
-            Ok(format!("{armored}\n"))
-        } else {
-            Err(SignError::Sign("armor writer produced no end line".into()))
-        }
+        self.clearsign_armored(text, true)
     }
 
     /// An armored detached signature (RFC 9580 §10.4, `-----BEGIN PGP SIGNATURE-----`,
