@@ -79,13 +79,19 @@ pub enum SignError {
 ///
 /// Errors: [`SignError::Key`] for an empty or multi-line `uid`, or a generation failure.
 pub fn generate_key(uid: &str) -> Result<(String, String), SignError> {
+    generate(uid, KeyType::Ed25519Legacy)
+}
+
+/// A fresh certify-and-sign primary key of `key_type` for `uid`, armored
+/// `(secret, public)`.
+fn generate(uid: &str, key_type: KeyType) -> Result<(String, String), SignError> {
     if uid.trim().is_empty() || uid.contains(['\n', '\r']) {
         return Err(SignError::Key(format!(
             "user id must be one non-empty line, got {uid:?}"
         )));
     }
     let params = SecretKeyParamsBuilder::default()
-        .key_type(KeyType::Ed25519Legacy)
+        .key_type(key_type)
         .can_certify(true)
         .can_sign(true)
         .primary_user_id(uid.to_string())
@@ -865,35 +871,12 @@ fn read(path: &Path) -> Result<String, SignError> {
 /// Errors: [`SignError::Key`] for an empty or multi-line `uid`, a size outside
 /// 2048..=4096, or a generation failure.
 pub fn generate_rsa_key(uid: &str, bits: u32) -> Result<(String, String), SignError> {
-    if uid.trim().is_empty() || uid.contains(['\n', '\r']) {
-        return Err(SignError::Key(format!(
-            "user id must be one non-empty line, got {uid:?}"
-        )));
-    }
     if !(2048..=4096).contains(&bits) {
         return Err(SignError::Key(format!(
             "RSA key size {bits} outside 2048..=4096"
         )));
     }
-    let params = SecretKeyParamsBuilder::default()
-        .key_type(KeyType::Rsa(bits))
-        .can_certify(true)
-        .can_sign(true)
-        .primary_user_id(uid.to_string())
-        .preferred_hash_algorithms((&[HashAlgorithm::Sha256, HashAlgorithm::Sha512][..]).into())
-        .build()
-        .map_err(|e| SignError::Key(format!("key parameters: {}", one_line(&e))))?;
-    let secret = params
-        .generate(rand::thread_rng())
-        .map_err(|e| SignError::Key(format!("key generation: {}", one_line(&e))))?;
-    let secret_armored = secret
-        .to_armored_string(ArmorOptions::default())
-        .map_err(|e| SignError::Key(format!("armoring secret key: {}", one_line(&e))))?;
-    let public_armored = secret
-        .to_public_key()
-        .to_armored_string(ArmorOptions::default())
-        .map_err(|e| SignError::Key(format!("armoring public key: {}", one_line(&e))))?;
-    Ok((secret_armored, public_armored))
+    generate(uid, KeyType::Rsa(bits))
 }
 
 impl SigningKey {
