@@ -452,23 +452,13 @@ fn truncated_bundle_is_refused() {
 #[test]
 fn bad_config_and_missing_files_give_one_line_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let (sec, _) = test_key();
     let cfg = dir.path().join("bad.toml");
     std::fs::write(
         &cfg,
         "[[image]]\nsource = \"docker://x\"\nrepository = \"Bad Name\"\ntags = [\"x\"]\n",
     )
     .unwrap();
-    let o = airlock(&[
-        "bundle",
-        "create",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        "/dev/null/x",
-    ]);
+    let o = create_bundle_output(&cfg, Path::new("/dev/null/x"));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("invalid repository name"), "{err}");
@@ -615,16 +605,7 @@ fn a_tag_claimed_by_two_images_is_refused() {
     .unwrap();
     let (secret, _) = test_key();
     let out = w.dir.path().join("conflict.tar");
-    let o = airlock(&[
-        "bundle",
-        "create",
-        "--config",
-        config.to_str().unwrap(),
-        "--sign-key",
-        secret.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = create_bundle_output(&config, &out);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(

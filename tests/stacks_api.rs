@@ -773,18 +773,8 @@ fn bundle_stack_candidates_must_name_bundled_images() {
         ),
     )
     .unwrap();
-    let (sec, _) = test_key();
     let out = tmp.path().join("b.tar");
-    let o = airlock(&[
-        "bundle",
-        "create",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = create_bundle_output(&cfg, &out);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("stack bb: image \"stacks/bb:other\" is not REPOSITORY:TAG of an [[image]] in this config"), "{err}");
@@ -796,16 +786,7 @@ fn bundle_stack_candidates_must_name_bundled_images() {
             .replace("name = \"bb\"", "name = \"BB\""),
     )
     .unwrap();
-    let o = airlock(&[
-        "bundle",
-        "create",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = create_bundle_output(&cfg, &out);
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("invalid stack name \"BB\""),
         "{}",

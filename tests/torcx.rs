@@ -19,7 +19,7 @@ use airlock::torcx::api::TorcxConfig;
 use axum::Router;
 
 use common::router::{get, send};
-use common::{airlock, airlock_ok, require_tool, test_key};
+use common::{airlock, airlock_ok, create_bundle_output, require_tool, test_key};
 
 const REMOTE: &str = "com.example.mirror";
 
@@ -382,18 +382,8 @@ fn hostile_archives_are_refused_by_bundle_create() {
         std::fs::write(&file, &bytes).unwrap();
         let config = dir.path().join(format!("{name}.toml"));
         std::fs::write(&config, addon_toml("x", "1", format, &file, &["1"], &[])).unwrap();
-        let (sec, _) = test_key();
         let out = dir.path().join(format!("{name}.tar"));
-        let o = airlock(&[
-            "bundle",
-            "create",
-            "--config",
-            config.to_str().unwrap(),
-            "--sign-key",
-            sec.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ]);
+        let o = create_bundle_output(&config, &out);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{name}: created");
         assert!(err.contains(cause), "{name}: {err}");
@@ -1330,17 +1320,7 @@ async fn vendor_contents_are_served_byte_for_byte() {
         toml.replace(asc.to_str().unwrap(), bad.to_str().unwrap()),
     )
     .unwrap();
-    let (sec, _) = test_key();
-    let o = airlock(&[
-        "bundle",
-        "create",
-        "--config",
-        config.to_str().unwrap(),
-        "--sign-key",
-        sec.to_str().unwrap(),
-        "-o",
-        dir.path().join("bad.tar").to_str().unwrap(),
-    ]);
+    let o = create_bundle_output(&config, &dir.path().join("bad.tar"));
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("after"), "{err}");

@@ -169,10 +169,11 @@ pub fn root_of(data: &Path) -> String {
     std::fs::read_to_string(data.join("refs/root")).unwrap_or_default()
 }
 
-/// `airlock bundle create` of `config` into `out`, signed with [`test_key`], plus `extra` args; returns stdout.
-pub fn create_bundle(config: &Path, out: &Path, extra: &[&str]) -> String {
+/// The arguments of `airlock bundle create` of `config` into `out`, signed
+/// with [`test_key`].
+fn create_args(config: &Path, out: &Path) -> Vec<String> {
     let (sec, _) = test_key();
-    let mut args = vec![
+    [
         "bundle",
         "create",
         "--config",
@@ -181,9 +182,27 @@ pub fn create_bundle(config: &Path, out: &Path, extra: &[&str]) -> String {
         sec.to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    airlock_ok(&args)
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// `airlock bundle create` of `config` into `out`, signed with [`test_key`], plus `extra` args; returns stdout.
+pub fn create_bundle(config: &Path, out: &Path, extra: &[&str]) -> String {
+    let mut args = create_args(config, out);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    airlock_ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// `airlock bundle create` of `config` into `out`, signed with [`test_key`],
+/// whatever its outcome (for tests of refused configs).
+pub fn create_bundle_output(config: &Path, out: &Path) -> Output {
+    airlock(
+        &create_args(config, out)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// `airlock import` of `bundle` into `data` trusting `keyring`; returns stdout.
