@@ -7,12 +7,14 @@
 //! `registry` serves the OCI distribution API over `state`; `stacks` keeps
 //! system stacks (promotion, rollout, flattened rootfs) over `state`,
 //! sending rootfs tars as `registry` sends blobs; `torcx` is the torcx
-//! remote room (its own state document, `/torcx` routes); `server` runs the
-//! HTTP listener.
+//! remote room (its own state document, `/torcx` routes); `events` queues
+//! what changed (promotions, imports) in the store and delivers it to
+//! webhooks; `server` runs the HTTP listener.
 //! Lower layers never call higher ones.
 
 pub mod bundle;
 pub mod digest;
+pub mod events;
 pub mod names;
 pub mod oci;
 pub mod registry;

@@ -643,6 +643,21 @@ pub async fn import(
     let commit = state
         .commit(&format!("import bundle {}", doc.id), who, &ops)
         .await?;
+    crate::events::emit_logged(
+        &*store,
+        "import.completed",
+        commit.generation,
+        who,
+        serde_json::json!({
+            "bundle": doc.id,
+            "images": doc.images.iter().map(|i| &i.repository).collect::<Vec<_>>(),
+            "stacks": doc.stacks.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            "blobs_new": w.new,
+            "bytes_new": w.bytes_new,
+            "changed": commit.changed,
+        }),
+    )
+    .await;
     Ok(ImportReport {
         id: doc.id,
         images: doc.images.len(),

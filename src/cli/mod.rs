@@ -8,6 +8,7 @@
 
 mod bundle;
 mod data;
+mod events;
 mod keys;
 mod serve;
 mod stack;
@@ -79,6 +80,8 @@ enum Command {
     Inventory(data::InventoryArgs),
     /// List the state generations, newest first (number, time, who, reason).
     History(data::HistoryArgs),
+    /// Events queued for webhooks and their delivery results (oldest first).
+    Events(events::EventsArgs),
     /// System stacks: promote, roll out, roll back, states, cells' status.
     #[command(subcommand)]
     Stack(stack::StackCmd),
@@ -147,6 +150,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Import(args) => data::import(args).await,
         Command::Inventory(args) => data::inventory(args).await,
         Command::History(args) => data::history(args).await,
+        Command::Events(args) => events::run(args).await,
         Command::Stack(cmd) => stack::run(cmd).await,
         Command::Serve(args) => serve::run(args).await,
         Command::Torcx(cmd) => torcx::run(cmd).await,

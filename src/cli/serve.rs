@@ -59,6 +59,14 @@ pub struct ServeArgs {
     /// closes.
     #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections: u64,
+    /// Who may register custom stacks: off, admin-only or on (RFC-0040).
+    #[arg(long, env = "AIRLOCK_CUSTOM_STACKS", default_value = "off")]
+    custom_stacks: airlock::stacks::custom::CustomPolicy,
+    /// `[[webhook]]` entries (`url`, `events`, `secret`, `ca_file`) in a
+    /// TOML file: POST signed events (stack.promoted, stack.rolled_back,
+    /// stack.state_changed, import.completed) to them.
+    #[arg(long, env = "AIRLOCK_WEBHOOKS", value_name = "FILE")]
+    webhooks: Option<std::path::PathBuf>,
     /// Sign the torcx contents of REMOTE with this RSA key:
     /// `REMOTE=KEY.sec.asc` (repeatable; one per remote).
     #[arg(long = "torcx-key", value_name = "REMOTE=KEY.sec.asc")]
@@ -73,6 +81,16 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         })?;
     }
     let state = args.data.state()?;
+    if let Some(path) = &args.webhooks {
+        let hooks = airlock::events::webhook::load(path).map_err(anyhow::Error::msg)?;
+        let deliverer = airlock::events::deliver::Deliverer::new(
+            state.blobstore().clone(),
+            hooks,
+            airlock::events::deliver::DeliverySettings::default(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        tokio::spawn(deliverer.run());
+    }
     let config = airlock::registry::RegistryConfig {
         allow_push: args.allow_push,
         allow_delete: args.allow_delete,
@@ -95,6 +113,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     }
     let stacks = airlock::stacks::api::StacksConfig {
         allow_admin: args.allow_admin,
+        custom_stacks: args.custom_stacks,
         ..Default::default()
     };
     let mut app = airlock::server::App::with_config(state, config).with_stacks(stacks);

@@ -3,9 +3,12 @@
 
 use anyhow::Result;
 
+use airlock::digest::Digest;
 use airlock::stacks::cells;
 use airlock::stacks::cf::{self, CcForm};
+use airlock::stacks::custom::{Actor, CustomPolicy};
 use airlock::stacks::kpack;
+use airlock::stacks::lifecycle::lifecycle;
 use airlock::stacks::ops::{self, PromoteRequest};
 use airlock::stacks::{StackName, StackState, StackTable};
 use airlock::state::user_at_host;
@@ -108,6 +111,38 @@ pub enum StackCmd {
         #[arg(long)]
         ops_file: bool,
     },
+    /// Register a custom stack: a name for any image the registry holds,
+    /// never the default and never rolled out to cells (RFC-0040).
+    Register {
+        #[command(flatten)]
+        data: DataArg,
+        /// The custom stack's name.
+        name: StackName,
+        /// The image: REPO:TAG or REPO@DIGEST, held by the registry.
+        #[arg(long)]
+        image: String,
+        /// Required: says that this is a custom stack, not a system stack.
+        #[arg(long, required = true)]
+        custom: bool,
+        /// Free text.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// The custom_stacks policy in force: off, admin-only or on (the
+        /// CLI acts as an admin).
+        #[arg(long, env = "AIRLOCK_CUSTOM_STACKS", default_value = "off")]
+        custom_stacks: CustomPolicy,
+    },
+    /// Lifecycle status of an image digest: current, superseded (restage
+    /// required), custom or unknown.
+    Lifecycle {
+        #[command(flatten)]
+        data: DataArg,
+        /// The digest (image, platform manifest, rootfs or builder image).
+        digest: Digest,
+        /// JSON output (as GET /stacks/v1/lifecycle/<digest>).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the kpack ClusterStack for a stack's build and run images, by digest.
     Kpack {
         #[command(flatten)]
@@ -177,7 +212,7 @@ fn mb(n: u64) -> String {
 }
 
 fn list(table: &StackTable) {
-    if table.stacks.is_empty() {
+    if table.stacks.is_empty() && table.custom.is_empty() {
         println!("no stacks");
         return;
     }
@@ -202,6 +237,17 @@ fn list(table: &StackTable) {
                 || format!("({} candidates)", s.candidates.len()),
                 |p| p.image.to_string()
             ),
+        );
+    }
+    for (name, c) in &table.custom {
+        println!(
+            "{:<20} {:<11} {:>9} {:>7}  {:<8} {}",
+            name.as_str(),
+            "CUSTOM",
+            "-",
+            "-",
+            "",
+            c.image
         );
     }
 }
@@ -447,6 +493,51 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
         } => {
             let table = ops::load(&data.existing_state()?).await?;
             print!("{}", cf::cell_properties(&table, &rootfs_dir, ops_file));
+        }
+        StackCmd::Register {
+            data,
+            name,
+            image,
+            custom: _,
+            description,
+            custom_stacks,
+        } => {
+            let actor = Actor {
+                name: who.clone(),
+                admin: true,
+                reader: true,
+            };
+            let state = data.existing_state()?;
+            let (image, c) =
+                ops::register_custom(&state, &name, &image, &description, &actor, custom_stacks)
+                    .await?;
+            println!(
+                "registered custom stack {name}: {image} (generation {})",
+                c.generation
+            );
+        }
+        StackCmd::Lifecycle { data, digest, json } => {
+            let l = lifecycle(&ops::load(&data.existing_state()?).await?, &digest);
+            if json {
+                print_json(&l)?;
+            } else {
+                println!(
+                    "{} {}{}{}{}",
+                    l.digest,
+                    l.status,
+                    l.stack
+                        .as_ref()
+                        .map_or(String::new(), |s| format!(" stack {s}")),
+                    l.superseded_by
+                        .as_ref()
+                        .map_or(String::new(), |d| format!(" superseded by {d}")),
+                    if l.restage_required {
+                        " (restage required)"
+                    } else {
+                        ""
+                    }
+                );
+            }
         }
         StackCmd::Kpack {
             data,

@@ -9,6 +9,8 @@
 //! | `PUT /stacks/v1/<name>/cells/<id>` `{"digest", "platform"?}` | 204: the cell's report ([`super::cells`]) |
 //! | `GET /stacks/v1/<name>/status` | `stack status --json` |
 //! | `POST /stacks/v1/<name>/{promote,rollout,rollback,state,default}` | admin: as the CLI; 403 `DENIED` unless `serve --allow-admin` |
+//! | `POST /stacks/v1/<name>/register` `{"image", "description"?}` | a custom stack ([`super::custom`]), if the `custom_stacks` policy allows the caller |
+//! | `GET /stacks/v1/lifecycle/<digest>` | [`super::lifecycle::Lifecycle`]: `current`, `superseded`, `custom` or `unknown`, `restage_required` |
 //!
 //! Cells are served in every state; DEPRECATED, RESTRICTED and DISABLED
 //! add `Warning: 299 - "<Cloud Controller's warning>"`. A stack with
@@ -37,6 +39,8 @@ use serde_json::json;
 
 use super::StackError;
 use super::cells::{self, CellReport};
+use super::custom::{Actor, CustomPolicy};
+use super::lifecycle;
 use super::ops::{self, PromoteRequest};
 use super::table::{Promotion, Rootfs, Stack, StackName, StackState, StackTable};
 use crate::digest::Digest;
@@ -55,6 +59,8 @@ pub struct StacksConfig {
     pub retry_after: Duration,
     /// Cell reports older than this count as stale in `status`.
     pub stale_after: Duration,
+    /// Who may register custom stacks (`custom_stacks`, default off).
+    pub custom_stacks: CustomPolicy,
 }
 
 impl Default for StacksConfig {
@@ -64,6 +70,7 @@ impl Default for StacksConfig {
             allow_admin: false,
             retry_after: Duration::from_secs(10),
             stale_after: Duration::from_secs(3600),
+            custom_stacks: CustomPolicy::Off,
         }
     }
 }
@@ -194,6 +201,7 @@ impl From<StackError> for ApiError {
             StackError::Invalid(_) => (StatusCode::BAD_REQUEST, "INVALID"),
             StackError::NotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             StackError::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
+            StackError::Denied(_) => (StatusCode::FORBIDDEN, "DENIED"),
             StackError::Refused(_) => (StatusCode::UNPROCESSABLE_ENTITY, "REFUSED"),
             StackError::Image(_) => (StatusCode::UNPROCESSABLE_ENTITY, "IMAGE_INVALID"),
             StackError::State(_) | StackError::Other(_) => {
@@ -247,6 +255,8 @@ enum Route {
     Status(StackName),
     Cell(StackName, String),
     Admin(StackName, Action),
+    Register(StackName),
+    Lifecycle(Digest),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,6 +306,11 @@ impl Route {
             Some((n, t)) => (n, Some(t)),
             None => (rest, None),
         };
+        if name == "lifecycle"
+            && let Some(Ok(d)) = tail.map(str::parse::<Digest>)
+        {
+            return Ok(Route::Lifecycle(d));
+        }
         let name: StackName = name.parse()?;
         Ok(match tail {
             None | Some("") => Route::Stack(name),
@@ -306,6 +321,7 @@ impl Route {
             Some("rollback") => Route::Admin(name, Action::Rollback),
             Some("state") => Route::Admin(name, Action::State),
             Some("default") => Route::Admin(name, Action::Default),
+            Some("register") => Route::Register(name),
             Some(t) => match t.strip_prefix("cells/") {
                 Some(id) => {
                     let id = decode(id)
@@ -361,12 +377,17 @@ async fn dispatch(
             rootfs(ctx, &name, &query, headers, *method == Method::HEAD).await
         }
         Route::Status(name) if read => status(ctx, &name).await,
+        Route::Lifecycle(digest) if read => {
+            let table = ctx.stacks().table(ctx.state()).await?;
+            Ok(axum::Json(lifecycle::lifecycle(&table, &digest)).into_response())
+        }
+        Route::Register(name) if *method == Method::POST => register(ctx, &name, body).await,
         Route::Cell(name, id) if *method == Method::PUT => report(ctx, &name, id, body).await,
         Route::Admin(name, action) if *method == Method::POST => {
             admin(ctx, &name, action, body).await
         }
         Route::Cell(..) => Err(method_not_allowed("PUT")),
-        Route::Admin(..) => Err(method_not_allowed("POST")),
+        Route::Admin(..) | Route::Register(..) => Err(method_not_allowed("POST")),
         _ => Err(method_not_allowed("GET, HEAD")),
     }
 }
@@ -684,6 +705,47 @@ async fn admin(
     Ok(res)
 }
 
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegisterBody {
+    image: String,
+    #[serde(default)]
+    description: String,
+}
+
+/// `POST /stacks/v1/<name>/register`: the caller is an admin when the
+/// admin routes are on (`--allow-admin`); otherwise anonymous, which no
+/// policy lets register.
+async fn register(ctx: &dyn Context, name: &StackName, body: Body) -> Result<Response> {
+    let b: RegisterBody = json_body(body).await?;
+    let cfg = &ctx.stacks().config;
+    let actor = Actor {
+        name: if cfg.allow_admin {
+            HTTP_ADMIN.into()
+        } else {
+            "anonymous".into()
+        },
+        admin: cfg.allow_admin,
+        reader: cfg.allow_admin,
+    };
+    let (image, c) = ops::register_custom(
+        ctx.state(),
+        name,
+        &b.image,
+        &b.description,
+        &actor,
+        cfg.custom_stacks,
+    )
+    .await?;
+    Ok(axum::Json(json!({
+        "name": name,
+        "image": image,
+        "custom": true,
+        "generation": c.generation,
+    }))
+    .into_response())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -707,6 +769,15 @@ mod tests {
         assert_eq!(
             Route::parse("/stacks/v1/fs4/cells/diego-cell/0a").ok(),
             Some(Route::Cell(n("fs4"), "diego-cell/0a".into()))
+        );
+        let d = Digest::sha256_of(b"x");
+        assert_eq!(
+            Route::parse(&format!("/stacks/v1/lifecycle/{d}")).ok(),
+            Some(Route::Lifecycle(d))
+        );
+        assert_eq!(
+            Route::parse("/stacks/v1/lifecycle/status").ok(),
+            Some(Route::Status(n("lifecycle")))
         );
         assert!(Route::parse("/stacks/v1/FS4").is_err());
         assert!(Route::parse("/stacks/v1/fs4/nope").is_err());

@@ -24,9 +24,11 @@
 pub mod api;
 pub mod cells;
 pub mod cf;
+pub mod custom;
 pub mod flatten;
 pub mod image;
 pub mod kpack;
+pub mod lifecycle;
 pub mod ops;
 pub mod rollout;
 pub mod table;
@@ -42,6 +44,9 @@ pub enum StackError {
     /// A stack, image or promotion that does not exist: 404.
     #[error("{0}")]
     NotFound(String),
+    /// The caller may not do this (a policy or role refused): 403.
+    #[error("{0}")]
+    Denied(String),
     /// The change contradicts the stack's current rollout: 409.
     #[error("{0}")]
     Conflict(String),

@@ -10,12 +10,14 @@
 use std::sync::{Arc, Mutex};
 
 use super::StackError;
+use super::custom::{self, Actor, CustomPolicy, CustomStack};
 use super::flatten;
 use super::image::{self, PlatformImage};
 use super::kpack;
 use super::table::{
     Candidate, ImageRef, PromotionInput, Rootfs, StackName, StackState, StackTable,
 };
+use crate::events;
 use crate::state::{Commit, DocumentChange, Op, StateError, StateStore, now_rfc3339};
 
 /// The stack table in the current state (empty when there is none yet).
@@ -277,6 +279,21 @@ pub async fn promote(
         },
     )
     .await?;
+    events::emit_logged(
+        &**store,
+        "stack.promoted",
+        commit.generation,
+        who,
+        serde_json::json!({
+            "stack": name,
+            "promotion": id,
+            "image": image,
+            "percent": percent,
+            "rootfs": rootfs,
+            "reason": reason,
+        }),
+    )
+    .await;
     Ok(Promoted {
         promotion: id,
         image,
@@ -317,13 +334,24 @@ pub async fn rollback(
         reason.to_string(),
         now_rfc3339(),
     );
-    change(
+    let (to, c) = change(
         state,
         &format!("stack {name}: rollback: {reason}"),
         who,
         move |t| t.rollback(&n, &r, &now, &w),
     )
-    .await
+    .await?;
+    let table = load(state).await?;
+    let image = table.get(name)?.promotion(to).map(|p| p.image.clone());
+    events::emit_logged(
+        &**state.blobstore(),
+        "stack.rolled_back",
+        c.generation,
+        who,
+        serde_json::json!({ "stack": name, "promotion": to, "image": image, "reason": reason }),
+    )
+    .await;
+    Ok((to, c))
 }
 
 /// Sets the state of `name`.
@@ -347,7 +375,52 @@ pub async fn set_state(
         move |t| t.set_state(&n, st, &r, &now, &w),
     )
     .await?;
+    if c.changed {
+        events::emit_logged(
+            &**state.blobstore(),
+            "stack.state_changed",
+            c.generation,
+            who,
+            serde_json::json!({ "stack": name, "state": st.as_str(), "reason": reason }),
+        )
+        .await;
+    }
     Ok(c)
+}
+
+/// Registers the custom stack `name` for `image` (`REPO:TAG` or
+/// `REPO@DIGEST`, held by the registry) on behalf of `actor`, if `policy`
+/// allows it (one root swap). Returns the pinned image.
+///
+/// Errors: [`StackError::Denied`] (the policy, naming it, or another
+/// owner), [`StackError::Conflict`] (a system stack of that name),
+/// [`StackError::NotFound`] (image not held), [`StackError::Invalid`].
+pub async fn register_custom(
+    state: &StateStore,
+    name: &StackName,
+    image: &str,
+    description: &str,
+    actor: &Actor,
+    policy: CustomPolicy,
+) -> Result<(ImageRef, Commit), StackError> {
+    custom::authorize(policy, actor, name)?;
+    let snap = state.snapshot().await?;
+    let pinned = image::pin(state, &snap, image).await?;
+    let entry = CustomStack {
+        image: pinned.clone(),
+        description: description.into(),
+        owner: actor.name.clone(),
+        time: now_rfc3339(),
+    };
+    let (n, admin) = (name.clone(), actor.admin);
+    let ((), c) = change(
+        state,
+        &format!("stack {name}: register custom {pinned}"),
+        &actor.name,
+        move |t| t.register_custom(&n, entry.clone(), admin),
+    )
+    .await?;
+    Ok((pinned, c))
 }
 
 /// Makes `name` the default stack.

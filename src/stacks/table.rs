@@ -440,6 +440,10 @@ pub struct StackTable {
     /// Every stack by name.
     #[serde(default)]
     pub stacks: BTreeMap<StackName, Stack>,
+    /// Custom stacks by name ([`super::custom`]): never the default, never
+    /// rolled out to cells.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub custom: BTreeMap<StackName, super::custom::CustomStack>,
 }
 
 impl Default for StackTable {
@@ -448,6 +452,7 @@ impl Default for StackTable {
             kind: KIND.into(),
             default: None,
             stacks: BTreeMap::new(),
+            custom: BTreeMap::new(),
         }
     }
 }
@@ -503,6 +508,11 @@ impl StackTable {
             return Err(StackError::Invalid(format!(
                 "rollout percentage {} is over 100",
                 input.percent
+            )));
+        }
+        if self.custom.contains_key(name) {
+            return Err(StackError::Conflict(format!(
+                "{name} is a custom stack; custom stacks are never promoted"
             )));
         }
         let stack = self.stacks.entry(name.clone()).or_default();

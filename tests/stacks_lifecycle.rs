@@ -1,0 +1,325 @@
+//! RFC-0040 around system stacks: lifecycle status of a digest (CLI and
+//! `GET /stacks/v1/lifecycle/<digest>`), the custom-stacks policy, and
+//! signed promotion events delivered to a webhook receiver (Python's
+//! `http.server`, verifying the HMAC with Python's `hmac`), with a retry
+//! after a 500 and a queue that survives a restart of airlock.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The busybox fixture as three images of `stacks/bb` (tags `v1`, `v2`,
+/// `custom`: the same layers, configs with different labels), bundled with
+/// `v1` as a stack candidate. Returns (data dir with the bundle imported,
+/// digests of v1, v2, custom).
+fn data(tmp: &Path) -> (PathBuf, [String; 3]) {
+    require_tool("curl", "curl");
+    require_tool("python3", "python3");
+    let layout = tmp.join("layout");
+    run_ok(
+        Command::new("cp")
+            .arg("-a")
+            .arg(fixture_layout())
+            .arg(&layout),
+    );
+    let l = |tag: &str| format!("{}:{tag}", layout.display());
+    for (tag, label) in [("v2", "airlock.test=2"), ("custom", "airlock.test=3")] {
+        run_ok(Command::new("umoci").args([
+            "config",
+            "--image",
+            &l("latest"),
+            "--tag",
+            tag,
+            &format!("--config.label={label}"),
+        ]));
+    }
+    let cfg = write_config(
+        tmp,
+        &layout,
+        &[
+            ("latest", "stacks/bb", &["v1"]),
+            ("v2", "stacks/bb", &["v2"]),
+            ("custom", "stacks/bb", &["custom"]),
+        ],
+    );
+    let bundle = tmp.join("b.tar");
+    create_bundle(&cfg, &bundle, &[]);
+    let data = tmp.join("data");
+    import_bundle(&data, &test_key().1, &bundle);
+    let d = ["latest", "v2", "custom"].map(|t| layout_ref_digest(&layout, t));
+    (data, d)
+}
+
+fn lifecycle(addr: &str, digest: &str) -> serde_json::Value {
+    let (status, _, body) =
+        http(addr, "GET", &format!("/stacks/v1/lifecycle/{digest}"), &[]).unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
+fn stack(data: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["stack", args[0], "--data", data.to_str().unwrap()];
+    all.extend(&args[1..]);
+    airlock(&all)
+}
+
+fn stack_ok(data: &Path, args: &[&str]) -> String {
+    let o = stack(data, args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn lifecycle_follows_promotion_rollback_and_custom_stacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, [v1, v2, custom]) = data(tmp.path());
+    let server = serve(&data, &["--allow-admin", "--custom-stacks", "admin-only"]);
+    let addr = &server.addr;
+    let unknown = format!("sha256:{}", "0".repeat(64));
+    assert_eq!(lifecycle(addr, &unknown)["status"], "unknown");
+    assert_eq!(
+        lifecycle(addr, &v1)["status"],
+        "unknown",
+        "not promoted yet"
+    );
+
+    stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v1"]);
+    let l1 = lifecycle(addr, &v1);
+    assert_eq!(
+        (l1["status"].as_str(), l1["stack"].as_str()),
+        (Some("current"), Some("bb"))
+    );
+    assert_eq!(l1["restage_required"], false);
+
+    stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
+    let l1 = lifecycle(addr, &v1);
+    assert_eq!(l1["status"], "superseded");
+    assert_eq!(l1["superseded_by"], v2.as_str());
+    assert_eq!(l1["restage_required"], true);
+    assert!(l1["since"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(lifecycle(addr, &v2)["status"], "current");
+    let cli = stack_ok(&data, &["lifecycle", &v1, "--json"]);
+    let cli: serde_json::Value = serde_json::from_str(&cli).unwrap();
+    assert_eq!(cli, l1, "CLI and API agree");
+
+    stack_ok(&data, &["rollback", "bb", "--reason", "v2 broke"]);
+    assert_eq!(lifecycle(addr, &v1)["status"], "current");
+    let l2 = lifecycle(addr, &v2);
+    assert_eq!(
+        (l2["status"].as_str(), l2["superseded_by"].as_str()),
+        (Some("superseded"), Some(v1.as_str()))
+    );
+
+    // Custom stacks: the policy refuses the CLI when off, and names itself.
+    let o = stack(
+        &data,
+        &[
+            "register",
+            "ops-x",
+            "--image",
+            "stacks/bb:custom",
+            "--custom",
+            "--custom-stacks",
+            "off",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("custom_stacks = \"off\""), "{err}");
+    // A system stack's name is refused; a custom one is registered over HTTP by an admin.
+    let post = |name: &str, body: &str| {
+        let o = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/stderr",
+                "-w",
+                "%{http_code}",
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "--data",
+                body,
+            ])
+            .arg(format!("http://{addr}/stacks/v1/{name}/register"))
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, body) = post("bb", r#"{"image":"stacks/bb:custom"}"#);
+    assert_eq!(code, "409", "{body}");
+    let (code, body) = post("ops-x", &format!(r#"{{"image":"stacks/bb@{custom}"}}"#));
+    assert_eq!(code, "200", "{body}");
+    let lc = lifecycle(addr, &custom);
+    assert_eq!(
+        (lc["status"].as_str(), lc["stack"].as_str()),
+        (Some("custom"), Some("ops-x"))
+    );
+    assert!(stack_ok(&data, &["list"]).contains("CUSTOM"));
+    // A custom stack is never promoted.
+    let o = stack(&data, &["promote", "ops-x", "--image", "stacks/bb:v2"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("custom stack"),
+        "{o:?}"
+    );
+
+    // Without the admin role (no --allow-admin) the policy refuses HTTP callers.
+    drop(server);
+    let server = serve(&data, &["--custom-stacks", "admin-only"]);
+    let o = Command::new("curl")
+        .args([
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            "POST",
+            "--data",
+            r#"{"image":"stacks/bb:custom"}"#,
+        ])
+        .arg(format!("http://{}/stacks/v1/anon-x/register", server.addr))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.ends_with("403") && out.contains("admin-only"), "{out}");
+}
+
+/// A webhook receiver: answers 500 to the first POST and 200 after,
+/// appending `ok|bad <event type> <id>` per POST to `log` (ok when
+/// `X-Airlock-Signature` matches the HMAC-SHA256 of the body under `secret`).
+fn receiver(port: u16, log: &Path, secret: &str) -> Child {
+    let script = r#"
+import hmac, hashlib, json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port, log, secret = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
+seen = [0]
+class H(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers['Content-Length']))
+        want = 'sha256=' + hmac.new(secret, body, hashlib.sha256).hexdigest()
+        ok = hmac.compare_digest(want, self.headers.get('X-Airlock-Signature', ''))
+        ev = json.loads(body)
+        seen[0] += 1
+        status = 500 if seen[0] == 1 else 200
+        with open(log, 'a') as f:
+            f.write('%s %s %s %d\n' % ('ok' if ok else 'bad', ev['type'], ev['id'], status))
+        self.send_response(status)
+        self.send_header('Content-Length', '0')
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+HTTPServer(('127.0.0.1', port), H).serve_forever()
+"#;
+    Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &port.to_string(),
+            log.to_str().unwrap(),
+            secret,
+        ])
+        .spawn()
+        .unwrap()
+}
+
+/// Lines of the receiver's log answered 200, once `pred` holds (20 s at most).
+fn delivered(log: &Path, pred: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lines: Vec<String> = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.ends_with(" 200"))
+            .map(String::from)
+            .collect();
+        if pred(&lines) || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn promotion_events_reach_a_webhook_signed_retried_and_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, _) = data(tmp.path());
+    let port = free_port();
+    let hooks = tmp.path().join("hooks.toml");
+    std::fs::write(
+        &hooks,
+        format!("[[webhook]]\nurl = \"http://127.0.0.1:{port}/hook\"\nsecret = \"s3cret\"\n"),
+    )
+    .unwrap();
+    let log = tmp.path().join("received.log");
+    let mut rx = receiver(port, &log, "s3cret");
+    std::thread::sleep(Duration::from_millis(300));
+    let server = serve(&data, &["--webhooks", hooks.to_str().unwrap()]);
+    stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v1"]);
+    stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
+    stack_ok(&data, &["rollback", "bb"]);
+    let kinds = |l: &[String]| {
+        l.iter()
+            .map(|x| x.split(' ').nth(1).unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let lines = delivered(&log, |l| l.len() >= 4);
+    assert!(
+        lines.iter().all(|l| l.starts_with("ok ")),
+        "signature checked by Python's hmac: {lines:?}"
+    );
+    let mut got = kinds(&lines);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "import.completed",
+            "stack.promoted",
+            "stack.promoted",
+            "stack.rolled_back"
+        ],
+        "{lines:?}"
+    );
+    let all = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        all.lines().next().unwrap().ends_with(" 500"),
+        "the first POST got a 500 and was retried: {all}"
+    );
+    let first_id = all.lines().next().unwrap().split(' ').nth(2).unwrap();
+    assert!(
+        lines.iter().any(|l| l.contains(first_id)),
+        "the event answered 500 was delivered later"
+    );
+
+    // Restart: an event queued while no airlock runs is delivered after.
+    drop(server);
+    stack_ok(
+        &data,
+        &["set-state", "bb", "DEPRECATED", "--reason", "use bb2"],
+    );
+    let ev = airlock_ok(&["events", "--data", data.to_str().unwrap(), "--json"]);
+    let ev: serde_json::Value = serde_json::from_str(&ev).unwrap();
+    assert_eq!(ev["queued"][0]["event"]["type"], "stack.state_changed");
+    assert_eq!(ev["log"].as_array().unwrap().len(), 4);
+    let _server = serve(&data, &["--webhooks", hooks.to_str().unwrap()]);
+    let lines = delivered(&log, |l| l.len() >= 5);
+    assert_eq!(
+        kinds(&lines).last().map(String::as_str),
+        Some("stack.state_changed"),
+        "{lines:?}"
+    );
+    let text = airlock_ok(&["events", "--data", data.to_str().unwrap()]);
+    assert_eq!(text.matches("delivered").count(), 5, "{text}");
+    let _ = rx.kill();
+    let _ = rx.wait();
+}
