@@ -111,33 +111,17 @@ pub fn lifecycle(table: &StackTable, digest: &Digest) -> Lifecycle {
 mod tests {
     use super::*;
     use crate::stacks::custom::CustomStack;
-    use crate::stacks::table::PromotionInput;
-
-    fn input(n: u8) -> PromotionInput {
-        PromotionInput {
-            image: format!("stacks/x@{}", Digest::sha256_of(&[n]))
-                .parse()
-                .unwrap(),
-            rootfs: Vec::new(),
-            build_image: None,
-            run_image: None,
-            stack_id: None,
-            percent: 100,
-            max_in_flight: None,
-            description: None,
-            reason: "test".into(),
-        }
-    }
+    use crate::stacks::table::tests::input as promotion;
 
     #[test]
     fn promote_supersede_rollback_custom_unknown() {
         let name: StackName = "cflinuxfs4".parse().unwrap();
         let (v1, v2) = (Digest::sha256_of(&[1]), Digest::sha256_of(&[2]));
         let mut t = StackTable::default();
-        t.promote(&name, &input(1), "2026-01-01T00:00:00Z", "me")
+        t.promote(&name, &promotion(1, 100), "2026-01-01T00:00:00Z", "me")
             .unwrap();
         assert_eq!(lifecycle(&t, &v1).status, "current");
-        t.promote(&name, &input(2), "2026-02-01T00:00:00Z", "me")
+        t.promote(&name, &promotion(2, 100), "2026-02-01T00:00:00Z", "me")
             .unwrap();
         let l1 = lifecycle(&t, &v1);
         assert_eq!(l1.status, "superseded");

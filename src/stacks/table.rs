@@ -732,10 +732,11 @@ impl StackTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn input(n: u8, percent: u8) -> PromotionInput {
+    /// A promotion of `stacks/x@sha256(n)` to `percent` % of cells.
+    pub(crate) fn input(n: u8, percent: u8) -> PromotionInput {
         PromotionInput {
             image: format!("stacks/x@{}", Digest::sha256_of(&[n]))
                 .parse()
