@@ -8,11 +8,15 @@
 //! system stacks (promotion, rollout, flattened rootfs) over `state`,
 //! sending rootfs tars as `registry` sends blobs; `torcx` is the torcx
 //! remote room (its own state document, `/torcx` routes); `server` runs the
-//! HTTP listener.
+//! HTTP listener; `http_client` is the outgoing HTTP(S) client that
+//! `bundle` (registry sources) and `cell` (the cell-side stack installer,
+//! a client of `/stacks/v1`) share.
 //! Lower layers never call higher ones.
 
 pub mod bundle;
+pub mod cell;
 pub mod digest;
+pub mod http_client;
 pub mod names;
 pub mod oci;
 pub mod registry;
