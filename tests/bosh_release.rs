@@ -134,7 +134,9 @@ fn key_paths(prefix: &str, t: &toml::Table, out: &mut BTreeSet<String>) {
         };
         match v {
             toml::Value::Table(inner) if path != "torcx.keys" => key_paths(&path, inner, out),
-            toml::Value::Array(items) if items.iter().all(|i| i.is_table()) && !items.is_empty() => {
+            toml::Value::Array(items)
+                if items.iter().all(|i| i.is_table()) && !items.is_empty() =>
+            {
                 for i in items {
                     key_paths(&path, i.as_table().unwrap(), out);
                 }
@@ -159,7 +161,10 @@ fn check_serve_config(path: &Path) -> toml::Table {
         .iter()
         .filter(|k| !CONTRACT_KEYS.contains(&k.as_str()))
         .collect();
-    assert!(unknown.is_empty(), "keys outside the contract: {unknown:?}\n{text}");
+    assert!(
+        unknown.is_empty(),
+        "keys outside the contract: {unknown:?}\n{text}"
+    );
     // MERGE (lead): when helper "auth" lands `airlock serve --check-config`,
     // this is the one call to add here:
     //     airlock_ok(&["serve", "--config", path.to_str().unwrap(), "--check-config"]);
@@ -176,7 +181,10 @@ fn render_airlock(props: &Value, root: &Path) -> (toml::Table, Value) {
         let text = render("airlock", src, props, &json!({}));
         let out = job_dir.join(dst.as_str().unwrap());
         std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-        let text = text.replace("/var/vcap/jobs/airlock/", &format!("{}/", job_dir.display()));
+        let text = text.replace(
+            "/var/vcap/jobs/airlock/",
+            &format!("{}/", job_dir.display()),
+        );
         std::fs::write(&out, text).unwrap();
         if dst.as_str().unwrap().starts_with("bin/") {
             run_ok(Command::new("bash").arg("-n").arg(&out));
@@ -203,33 +211,60 @@ fn specs_parse_and_name_files_that_exist() {
         let templates = spec["templates"].as_object().unwrap();
         let mut named = BTreeSet::new();
         for (src, dst) in templates {
-            assert!(dir.join("templates").join(src).is_file(), "{job}: template {src} is missing");
-            assert!(!dst.as_str().unwrap().starts_with('/'), "{job}: {dst} must be relative");
+            assert!(
+                dir.join("templates").join(src).is_file(),
+                "{job}: template {src} is missing"
+            );
+            assert!(
+                !dst.as_str().unwrap().starts_with('/'),
+                "{job}: {dst} must be relative"
+            );
             named.insert(src.clone());
         }
         let present: BTreeSet<String> = dir_names(&dir.join("templates")).into_iter().collect();
         assert_eq!(present, named, "{job}: templates/ and the spec disagree");
         for p in spec["packages"].as_array().unwrap() {
-            assert!(packages.contains(&p.as_str().unwrap().to_string()), "{job}: package {p}");
+            assert!(
+                packages.contains(&p.as_str().unwrap().to_string()),
+                "{job}: package {p}"
+            );
         }
         for (name, decl) in spec["properties"].as_object().unwrap() {
             let d = decl["description"].as_str().unwrap_or("");
-            assert!(!d.trim().is_empty(), "{job}: property {name} has no description");
+            assert!(
+                !d.trim().is_empty(),
+                "{job}: property {name} has no description"
+            );
         }
         let monit = std::fs::read_to_string(dir.join("monit")).unwrap();
-        assert!(monit.contains(&format!("check process {job}\n")), "{job}: monit");
-        assert!(monit.contains(&format!("/var/vcap/sys/run/bpm/{job}/{job}.pid")), "{job}: monit");
-        assert!(monit.contains(&format!("bpm start {job}\"")), "{job}: monit");
+        assert!(
+            monit.contains(&format!("check process {job}\n")),
+            "{job}: monit"
+        );
+        assert!(
+            monit.contains(&format!("/var/vcap/sys/run/bpm/{job}/{job}.pid")),
+            "{job}: monit"
+        );
+        assert!(
+            monit.contains(&format!("bpm start {job}\"")),
+            "{job}: monit"
+        );
     }
     let airlock = job_spec("airlock");
     assert_eq!(airlock["provides"][0]["name"], "airlock");
     assert!(airlock["templates"]["drain.erb"] == "bin/drain");
     let rootfs = job_spec("airlock-rootfs");
-    assert_eq!(rootfs["consumes"][0]["type"], airlock["provides"][0]["type"]);
+    assert_eq!(
+        rootfs["consumes"][0]["type"],
+        airlock["provides"][0]["type"]
+    );
     assert!(rootfs["templates"]["pre-start.erb"] == "bin/pre-start");
     // Every property the link hands over is declared.
     for p in airlock["provides"][0]["properties"].as_array().unwrap() {
-        assert!(airlock["properties"].get(p.as_str().unwrap()).is_some(), "link property {p}");
+        assert!(
+            airlock["properties"].get(p.as_str().unwrap()).is_some(),
+            "link property {p}"
+        );
     }
 
     // The package: rust-1-linux is vendored from bosh-package-rust-release
@@ -238,8 +273,19 @@ fn specs_parse_and_name_files_that_exist() {
     let pkg = yaml_file(&rel.join("packages/airlock/spec"));
     assert_eq!(pkg["name"], "airlock");
     assert_eq!(pkg["dependencies"], json!(["rust-1-linux"]));
-    let files: Vec<&str> = pkg["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-    for f in ["airlock/Cargo.toml", "airlock/Cargo.lock", "airlock/src/**/*", "airlock/vendor/**/*", "airlock/.cargo/config.toml"] {
+    let files: Vec<&str> = pkg["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for f in [
+        "airlock/Cargo.toml",
+        "airlock/Cargo.lock",
+        "airlock/src/**/*",
+        "airlock/vendor/**/*",
+        "airlock/.cargo/config.toml",
+    ] {
         assert!(files.contains(&f), "package files lack {f}");
     }
     let packaging = std::fs::read_to_string(rel.join("packages/airlock/packaging")).unwrap();
@@ -258,14 +304,24 @@ fn airlock_job_renders_with_defaults() {
     let tmp = tempfile::tempdir().unwrap();
     let (config, bpm) = render_airlock(&json!({}), tmp.path());
     assert_eq!(config["listen"].as_str(), Some("0.0.0.0:443"));
-    assert_eq!(config["store"]["path"].as_str(), Some("/var/vcap/store/airlock"));
+    assert_eq!(
+        config["store"]["path"].as_str(),
+        Some("/var/vcap/store/airlock")
+    );
     assert!(config.get("tls").is_none() && config.get("user").is_none());
     assert_eq!(config["limits"]["max_blob_size"].as_str(), Some("64G"));
     assert_eq!(config["limits"]["max_connections"].as_integer(), Some(4096));
     let p = &bpm["processes"][0];
     assert_eq!(p["name"], "airlock");
     assert_eq!(p["executable"], "/var/vcap/packages/airlock/bin/airlock");
-    assert_eq!(p["args"], json!(["serve", "--config", "/var/vcap/jobs/airlock/config/airlock.toml"]));
+    assert_eq!(
+        p["args"],
+        json!([
+            "serve",
+            "--config",
+            "/var/vcap/jobs/airlock/config/airlock.toml"
+        ])
+    );
     assert_eq!(p["persistent_disk"], true);
     assert_eq!(p["limits"]["memory"], "2G");
     assert_eq!(p["limits"]["open_files"], 65536);
@@ -277,9 +333,26 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
     require_tool("openssl", "openssl");
     let tmp = tempfile::tempdir().unwrap();
     let (crt, key) = (tmp.path().join("s.crt"), tmp.path().join("s.key"));
-    run_ok(Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj", "/CN=airlock"])
-        .arg("-keyout").arg(&key).arg("-out").arg(&crt));
+    run_ok(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=airlock",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&crt),
+    );
     let cert = std::fs::read_to_string(&crt).unwrap();
     let props = json!({"airlock": {
         "port": 8443,
@@ -298,18 +371,40 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
     let job = tmp.path().join("jobs/airlock");
     assert_eq!(config["listen"].as_str(), Some("0.0.0.0:8443"));
     assert_eq!(config["store"]["url"].as_str(), Some("s3://blobs/airlock"));
-    assert_eq!(config["store"]["s3_endpoint"].as_str(), Some("https://minio.internal:9000"));
+    assert_eq!(
+        config["store"]["s3_endpoint"].as_str(),
+        Some("https://minio.internal:9000")
+    );
     assert!(config["store"].get("path").is_none());
     let tls_cert = config["tls"]["cert"].as_str().unwrap();
-    assert_eq!(std::fs::read_to_string(tls_cert).unwrap().trim(), cert.trim());
-    assert_eq!(Path::new(config["tls"]["client_ca"].as_str().unwrap()), job.join("config/tls/client_ca.crt"));
+    assert_eq!(
+        std::fs::read_to_string(tls_cert).unwrap().trim(),
+        cert.trim()
+    );
+    assert_eq!(
+        Path::new(config["tls"]["client_ca"].as_str().unwrap()),
+        job.join("config/tls/client_ca.crt")
+    );
     let users = config["user"].as_array().unwrap();
     assert_eq!(users.len(), 2);
-    assert_eq!(users[0]["password_hash"].as_str(), Some("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"));
-    assert_eq!(users[1]["repositories"].as_array().unwrap()[0].as_str(), Some("stacks/"));
+    assert_eq!(
+        users[0]["password_hash"].as_str(),
+        Some("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA")
+    );
+    assert_eq!(
+        users[1]["repositories"].as_array().unwrap()[0].as_str(),
+        Some("stacks/")
+    );
     assert_eq!(config["registry"]["allow_push"].as_bool(), Some(true));
-    assert!(std::fs::read_to_string(config["import"]["keyring"].as_str().unwrap()).unwrap().contains("PGP PUBLIC KEY"));
-    assert_eq!(config["torcx"]["keys"]["stable"].as_str(), Some("/var/vcap/data/airlock/torcx/stable.sec.asc"));
+    assert!(
+        std::fs::read_to_string(config["import"]["keyring"].as_str().unwrap())
+            .unwrap()
+            .contains("PGP PUBLIC KEY")
+    );
+    assert_eq!(
+        config["torcx"]["keys"]["stable"].as_str(),
+        Some("/var/vcap/data/airlock/torcx/stable.sec.asc")
+    );
     assert_eq!(config["gc"]["keep_generations"].as_integer(), Some(10));
     let p = &bpm["processes"][0];
     assert_eq!(p["env"]["AWS_ACCESS_KEY_ID"], "AKID");
@@ -318,11 +413,17 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
     assert!(p.get("capabilities").is_none());
     // pre-start writes both torcx keys where the config names them.
     let pre = std::fs::read_to_string(job.join("bin/pre-start")).unwrap();
-    assert!(pre.contains("\"$torcx_dir/beta.sec.asc\"") && pre.contains("\"$torcx_dir/stable.sec.asc\""));
+    assert!(
+        pre.contains("\"$torcx_dir/beta.sec.asc\"")
+            && pre.contains("\"$torcx_dir/stable.sec.asc\"")
+    );
     // A cert without its key is refused at render time.
     let half = json!({"airlock": {"tls": {"cert": cert}}});
     let err = try_render("airlock", "airlock.toml.erb", &half, &json!({})).unwrap_err();
-    assert!(err.contains("airlock.tls.cert and airlock.tls.key go together"), "{err}");
+    assert!(
+        err.contains("airlock.tls.cert and airlock.tls.key go together"),
+        "{err}"
+    );
 }
 
 /// The arguments a rendered bin/sync passes to airlock, as bash splits them.
@@ -331,11 +432,16 @@ fn sync_words(sync: &str) -> Vec<String> {
     let exec = exec.replacen("exec /var/vcap/packages/airlock/bin/airlock", "words", 1);
     let o = Command::new("bash")
         .arg("-c")
-        .arg(format!("set -- ; words() {{ printf '%s\\n' \"$@\"; }}; {exec}"))
+        .arg(format!(
+            "set -- ; words() {{ printf '%s\\n' \"$@\"; }}; {exec}"
+        ))
         .output()
         .unwrap();
     assert!(o.status.success());
-    String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect()
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
 }
 
 fn link() -> Value {
@@ -361,25 +467,57 @@ fn airlock_rootfs_job_renders() {
     let sync = std::fs::read_to_string(tmp.path().join("bin/sync")).unwrap();
     let words = sync_words(&sync);
     let want: Vec<String> = [
-        "cell", "sync", "--url", "https://q-s0.airlock.default.airlock.bosh:443",
-        "--install-dir", "/var/vcap/data/airlock-rootfs",
-        "--cell-id", "5f3c2a0e-9d1b-4c8e-a7f6-0b1d2e3f4a5b", "--interval", "60",
-        "--stack", "cflinuxfs4", "--stack", "bookworm",
-        "--trusted-certs", "/var/vcap/jobs/airlock-rootfs/config/certs/trusted_certs.crt",
-        "--ca-file", "/var/vcap/jobs/airlock-rootfs/config/certs/airlock_ca.crt",
-        "--user", "cell", "--password-file", "/var/vcap/jobs/airlock-rootfs/config/password",
-        "--cert", "/var/vcap/jobs/airlock-rootfs/config/certs/client.crt",
-        "--key", "/var/vcap/jobs/airlock-rootfs/config/certs/client.key",
-    ].map(String::from).to_vec();
+        "cell",
+        "sync",
+        "--url",
+        "https://q-s0.airlock.default.airlock.bosh:443",
+        "--install-dir",
+        "/var/vcap/data/airlock-rootfs",
+        "--cell-id",
+        "5f3c2a0e-9d1b-4c8e-a7f6-0b1d2e3f4a5b",
+        "--interval",
+        "60",
+        "--stack",
+        "cflinuxfs4",
+        "--stack",
+        "bookworm",
+        "--trusted-certs",
+        "/var/vcap/jobs/airlock-rootfs/config/certs/trusted_certs.crt",
+        "--ca-file",
+        "/var/vcap/jobs/airlock-rootfs/config/certs/airlock_ca.crt",
+        "--user",
+        "cell",
+        "--password-file",
+        "/var/vcap/jobs/airlock-rootfs/config/password",
+        "--cert",
+        "/var/vcap/jobs/airlock-rootfs/config/certs/client.crt",
+        "--key",
+        "/var/vcap/jobs/airlock-rootfs/config/certs/client.key",
+    ]
+    .map(String::from)
+    .to_vec();
     assert_eq!(words, want);
     let certs = std::fs::read_to_string(tmp.path().join("config/certs/trusted_certs.crt")).unwrap();
     assert_eq!(certs.trim_end(), "CA ONE\nCA TWO");
-    assert_eq!(std::fs::read_to_string(tmp.path().join("config/certs/airlock_ca.crt")).unwrap().trim(), "LINKED CA");
-    assert_eq!(std::fs::read_to_string(tmp.path().join("config/password")).unwrap().trim_end(), "pw d");
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("config/certs/airlock_ca.crt"))
+            .unwrap()
+            .trim(),
+        "LINKED CA"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("config/password"))
+            .unwrap()
+            .trim_end(),
+        "pw d"
+    );
     let pre = std::fs::read_to_string(tmp.path().join("bin/pre-start")).unwrap();
     assert!(pre.contains("/var/vcap/jobs/airlock-rootfs/bin/sync --once"));
     let bpm = yaml_file(&tmp.path().join("config/bpm.yml"));
-    assert_eq!(bpm["processes"][0]["executable"], "/var/vcap/jobs/airlock-rootfs/bin/sync");
+    assert_eq!(
+        bpm["processes"][0]["executable"],
+        "/var/vcap/jobs/airlock-rootfs/bin/sync"
+    );
     assert_eq!(bpm["processes"][0]["ephemeral_disk"], true);
 
     // Without a link: the url property, an install dir elsewhere under /var/vcap.
@@ -387,13 +525,38 @@ fn airlock_rootfs_job_renders() {
         "install_dir": "/var/vcap/store/rootfs", "cell_id": "diego-cell/7"}});
     let sync = render("airlock-rootfs", "sync.erb", &props, &json!({}));
     let words = sync_words(&sync);
-    assert_eq!(words[2..8], ["--url", "http://10.0.0.5:5000", "--install-dir", "/var/vcap/store/rootfs", "--cell-id", "diego-cell/7"]);
+    assert_eq!(
+        words[2..8],
+        [
+            "--url",
+            "http://10.0.0.5:5000",
+            "--install-dir",
+            "/var/vcap/store/rootfs",
+            "--cell-id",
+            "diego-cell/7"
+        ]
+    );
     assert!(!sync.contains("--ca-file") && !sync.contains("--user"));
-    let bpm = yaml_text(&render("airlock-rootfs", "bpm.yml.erb", &props, &json!({})), tmp.path());
-    assert_eq!(bpm["processes"][0]["additional_volumes"], json!([{"path": "/var/vcap/store/rootfs", "writable": true}]));
+    let bpm = yaml_text(
+        &render("airlock-rootfs", "bpm.yml.erb", &props, &json!({})),
+        tmp.path(),
+    );
+    assert_eq!(
+        bpm["processes"][0]["additional_volumes"],
+        json!([{"path": "/var/vcap/store/rootfs", "writable": true}])
+    );
     // Neither link nor url, or no stack: a render error that says so.
-    let err = try_render("airlock-rootfs", "sync.erb", &json!({"airlock_rootfs": {"stacks": ["x"]}}), &json!({})).unwrap_err();
-    assert!(err.contains("set airlock_rootfs.url or link an airlock job"), "{err}");
+    let err = try_render(
+        "airlock-rootfs",
+        "sync.erb",
+        &json!({"airlock_rootfs": {"stacks": ["x"]}}),
+        &json!({}),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("set airlock_rootfs.url or link an airlock job"),
+        "{err}"
+    );
     let err = try_render("airlock-rootfs", "sync.erb", &json!({}), &link()).unwrap_err();
     assert!(err.contains("airlock_rootfs.stacks is empty"), "{err}");
 }
@@ -407,11 +570,19 @@ fn drain_waits_for_quiet_connections_and_prints_zero() {
     let script = tmp.path().join("drain");
     std::fs::write(&script, render("airlock", "drain.erb", &props, &json!({}))).unwrap();
     let start = Instant::now();
-    let o = Command::new("bash").arg(&script).arg("job_changed").arg("hash_changed").output().unwrap();
+    let o = Command::new("bash")
+        .arg(&script)
+        .arg("job_changed")
+        .arg("hash_changed")
+        .output()
+        .unwrap();
     assert!(o.status.success());
     assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n");
     let took = start.elapsed();
-    assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(10), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
 }
 
 #[test]
@@ -432,20 +603,37 @@ fn example_manifest_and_ops_file() {
 
     let ops = yaml_file(&rel.join("manifests/operations/add-airlock-rootfs.yml"));
     let ops = ops.as_array().unwrap();
-    let default_dir = job_spec("airlock-rootfs")["properties"]["airlock_rootfs.install_dir"]["default"].clone();
-    let rootfs = format!("{}/((airlock_stack))/rootfs.tar", default_dir.as_str().unwrap());
-    let value_at = |path: &str| ops.iter().find(|o| o["path"] == path).map(|o| o["value"].clone());
+    let default_dir =
+        job_spec("airlock-rootfs")["properties"]["airlock_rootfs.install_dir"]["default"].clone();
+    let rootfs = format!(
+        "{}/((airlock_stack))/rootfs.tar",
+        default_dir.as_str().unwrap()
+    );
+    let value_at = |path: &str| {
+        ops.iter()
+            .find(|o| o["path"] == path)
+            .map(|o| o["value"].clone())
+    };
     assert_eq!(
-        value_at("/instance_groups/name=diego-cell/jobs/name=garden/properties/garden/persistent_image_list/-"),
+        value_at(
+            "/instance_groups/name=diego-cell/jobs/name=garden/properties/garden/persistent_image_list/-"
+        ),
         Some(json!(rootfs))
     );
     assert_eq!(
-        value_at("/instance_groups/name=diego-cell/jobs/name=rep/properties/diego/rep/preloaded_rootfses/-"),
+        value_at(
+            "/instance_groups/name=diego-cell/jobs/name=rep/properties/diego/rep/preloaded_rootfses/-"
+        ),
         Some(json!(format!("((airlock_stack)):{rootfs}")))
     );
     let job = value_at("/instance_groups/name=diego-cell/jobs/name=airlock-rootfs?").unwrap();
     assert_eq!(job["release"], "airlock");
     let sync = render("airlock-rootfs", "sync.erb", &job["properties"], &link());
     let words = sync_words(&sync);
-    assert!(words.windows(2).any(|w| w == ["--stack", "((airlock_stack))"]), "{words:?}");
+    assert!(
+        words
+            .windows(2)
+            .any(|w| w == ["--stack", "((airlock_stack))"]),
+        "{words:?}"
+    );
 }

@@ -13,46 +13,70 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::*;
 
-/// A data directory holding `stacks/bb:latest` (busybox) and
-/// `stacks/bb:v2` (plus `etc/stack-version` and a CA bundle).
-fn data(dir: &Path) -> PathBuf {
-    let layout = dir.join("layout");
-    run_ok(
-        Command::new("cp")
-            .arg("-a")
-            .arg(fixture_layout())
-            .arg(&layout),
+/// A bundle of `stacks/bb:latest` (busybox) and `stacks/bb:v2` (plus
+/// `etc/stack-version` and a CA bundle), built once per test binary.
+fn bundle() -> &'static Path {
+    static B: OnceLock<PathBuf> = OnceLock::new();
+    B.get_or_init(|| {
+        let dir = Box::leak(Box::new(tempfile::tempdir().unwrap()))
+            .path()
+            .to_path_buf();
+        let layout = dir.join("layout");
+        run_ok(
+            Command::new("cp")
+                .arg("-a")
+                .arg(fixture_layout())
+                .arg(&layout),
+        );
+        let l = |tag: &str| format!("{}:{tag}", layout.display());
+        let work = dir.join("work");
+        run_ok(Command::new("umoci").args([
+            "unpack",
+            "--image",
+            &l("latest"),
+            work.to_str().unwrap(),
+        ]));
+        let rootfs = work.join("rootfs");
+        std::fs::write(rootfs.join("etc/stack-version"), "2\n").unwrap();
+        std::fs::create_dir_all(rootfs.join("etc/ssl/certs")).unwrap();
+        std::fs::write(
+            rootfs.join("etc/ssl/certs/ca-certificates.crt"),
+            "# the distribution's CAs\n",
+        )
+        .unwrap();
+        run_ok(Command::new("umoci").args(["repack", "--image", &l("v2"), work.to_str().unwrap()]));
+        let cfg = write_config(
+            &dir,
+            &layout,
+            &[
+                ("latest", "stacks/bb", &["latest"]),
+                ("v2", "stacks/bb", &["v2"]),
+            ],
+        );
+        let bundle = dir.join("bundle.tar");
+        create_bundle(&cfg, &bundle, &[]);
+        bundle
+    })
+}
+
+/// A fresh data directory with the bundle imported and `stacks/bb:TAG`
+/// promoted as stack `bb`, served: (temporary directory, data, server, its URL).
+fn setup(tag: &str) -> (tempfile::TempDir, PathBuf, Server, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    import_bundle(&data, &test_key().1, bundle());
+    stack(
+        &data,
+        &["promote", "bb", "--image", &format!("stacks/bb:{tag}")],
     );
-    let l = |tag: &str| format!("{}:{tag}", layout.display());
-    let work = dir.join("work");
-    run_ok(Command::new("umoci").args(["unpack", "--image", &l("latest"), work.to_str().unwrap()]));
-    let rootfs = work.join("rootfs");
-    std::fs::write(rootfs.join("etc/stack-version"), "2\n").unwrap();
-    std::fs::create_dir_all(rootfs.join("etc/ssl/certs")).unwrap();
-    std::fs::write(
-        rootfs.join("etc/ssl/certs/ca-certificates.crt"),
-        "# the distribution's CAs\n",
-    )
-    .unwrap();
-    run_ok(Command::new("umoci").args(["repack", "--image", &l("v2"), work.to_str().unwrap()]));
-    let cfg = write_config(
-        dir,
-        &layout,
-        &[
-            ("latest", "stacks/bb", &["latest"]),
-            ("v2", "stacks/bb", &["v2"]),
-        ],
-    );
-    let bundle = dir.join("bundle.tar");
-    create_bundle(&cfg, &bundle, &[]);
-    let data = dir.join("data");
-    import_bundle(&data, &test_key().1, &bundle);
-    data
+    let server = serve(&data, &[]);
+    let url = format!("http://{}", server.addr);
+    (tmp, data, server, url)
 }
 
 fn stack(data: &Path, args: &[&str]) {
@@ -224,11 +248,7 @@ fn proxy(upstream: String, mode: Mode) -> Proxy {
 #[test]
 fn installs_follows_promotions_and_rolls_back() {
     require_tool("tar", "tar");
-    let tmp = tempfile::tempdir().unwrap();
-    let data = data(tmp.path());
-    stack(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
-    let server = serve(&data, &[]);
-    let url = format!("http://{}", server.addr);
+    let (tmp, data, server, url) = setup("latest");
     let cells = tmp.path().join("cells");
     let rootfs = cells.join("bb/rootfs.tar");
     let previous = cells.join("bb/rootfs.tar.previous");
@@ -280,13 +300,10 @@ fn installs_follows_promotions_and_rolls_back() {
 
 #[test]
 fn refuses_a_rootfs_whose_sha256_does_not_match() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = data(tmp.path());
-    stack(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
-    let server = serve(&data, &[]);
+    let (tmp, data, server, url) = setup("latest");
     let cells = tmp.path().join("cells");
     let (v1, _) = assigned(&server.addr);
-    sync_ok(&format!("http://{}", server.addr), &cells, &[]);
+    sync_ok(&url, &cells, &[]);
     stack(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
 
     let p = proxy(server.addr.clone(), Mode::Corrupt);
@@ -303,10 +320,7 @@ fn refuses_a_rootfs_whose_sha256_does_not_match() {
 
 #[test]
 fn honours_429_retry_after() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = data(tmp.path());
-    stack(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
-    let server = serve(&data, &[]);
+    let (tmp, _data, server, _) = setup("latest");
     let cells = tmp.path().join("cells");
     let p = proxy(server.addr.clone(), Mode::BusyOnce);
     sync_ok(&p.url, &cells, &[]);
@@ -324,11 +338,7 @@ fn honours_429_retry_after() {
 #[test]
 fn adds_trusted_certs_after_the_check() {
     require_tool("openssl", "openssl");
-    let tmp = tempfile::tempdir().unwrap();
-    let data = data(tmp.path());
-    stack(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
-    let server = serve(&data, &[]);
-    let url = format!("http://{}", server.addr);
+    let (tmp, data, server, url) = setup("v2");
     let pem = tmp.path().join("site-ca.pem");
     run_ok(
         Command::new("openssl")

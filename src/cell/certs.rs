@@ -56,6 +56,24 @@ fn new_header(
     Ok(h)
 }
 
+/// Appends a regular file `path` (0644, root) holding `data`.
+fn add_file<W: Write>(
+    out: &mut tar::Builder<W>,
+    path: &str,
+    data: &[u8],
+    mtime: u64,
+) -> Result<()> {
+    let h = new_header(
+        path,
+        tar::EntryType::Regular,
+        0o644,
+        data.len() as u64,
+        mtime,
+    )?;
+    out.append(&h, data)?;
+    Ok(())
+}
+
 /// Copies the rootfs tar `src` to `dst` with `pem` added (see the module
 /// docs). Errors: `src` is not a tar, the CA bundle is not a regular file
 /// (a link cannot be appended to), or I/O.
@@ -139,28 +157,10 @@ pub fn add_trusted_certs(src: &Path, dst: &Path, pem: &[u8]) -> Result<()> {
                 )?;
             }
         }
-        out.append(
-            &new_header(
-                CA_BUNDLE,
-                tar::EntryType::Regular,
-                0o644,
-                pem.len() as u64,
-                newest,
-            )?,
-            pem,
-        )?;
+        add_file(&mut out, CA_BUNDLE, pem, newest)?;
     }
     if local_dir {
-        out.append(
-            &new_header(
-                LOCAL_CA_FILE,
-                tar::EntryType::Regular,
-                0o644,
-                pem.len() as u64,
-                newest,
-            )?,
-            pem,
-        )?;
+        add_file(&mut out, LOCAL_CA_FILE, pem, newest)?;
     }
     let mut w = out.into_inner()?;
     w.flush()?;

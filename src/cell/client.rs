@@ -19,7 +19,9 @@ use hyper::{Method, StatusCode, Uri};
 
 use crate::digest::Digest;
 use crate::http_client::download::Download;
-use crate::http_client::{Counters, HttpClient, RetryPolicy, TlsOptions, read_limited};
+use crate::http_client::{
+    Counters, HttpClient, RetryPolicy, TlsOptions, percent_encode, read_limited,
+};
 
 /// What `GET /stacks/v1/<name>?cell=<id>` answers (the fields a cell uses).
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -58,19 +60,6 @@ pub struct StacksClient {
     base: String,
     http: HttpClient,
     authorization: Option<String>,
-}
-
-/// Percent-encodes a path or query part (RFC 3986 unreserved kept).
-fn encode(v: &str) -> String {
-    let mut out = String::new();
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 impl StacksClient {
@@ -129,7 +118,11 @@ impl StacksClient {
     /// `GET /stacks/v1/<stack>?cell=<cell>`. Errors: a non-200 answer,
     /// with the server's `{"code","message"}`.
     pub async fn resolve(&self, stack: &str, cell: &str) -> Result<Assignment> {
-        let path = format!("/stacks/v1/{}?cell={}", encode(stack), encode(cell));
+        let path = format!(
+            "/stacks/v1/{}?cell={}",
+            percent_encode(stack),
+            percent_encode(cell)
+        );
         let resp = self
             .call(Method::GET, &path, Vec::new(), Bytes::new())
             .await?;
@@ -190,7 +183,11 @@ impl StacksClient {
     /// `PUT /stacks/v1/<stack>/cells/<cell>` `{"digest","platform"}`: this
     /// cell installed `a`.
     pub async fn report(&self, stack: &str, cell: &str, a: &Assignment) -> Result<()> {
-        let path = format!("/stacks/v1/{}/cells/{}", encode(stack), encode(cell));
+        let path = format!(
+            "/stacks/v1/{}/cells/{}",
+            percent_encode(stack),
+            percent_encode(cell)
+        );
         let body = serde_json::json!({ "digest": a.digest, "platform": a.platform });
         let resp = self
             .call(

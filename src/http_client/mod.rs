@@ -356,6 +356,20 @@ pub fn source_chain(e: &dyn std::error::Error) -> String {
     parts.join(": ")
 }
 
+/// Percent-encodes a path part or query value (RFC 3986 §2.3 unreserved
+/// characters kept, every other byte `%XX`).
+pub fn percent_encode(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Resolves a `Location` header against the request URI (absolute, or a path).
 pub fn resolve_location(base: &Uri, loc: &str) -> Result<Uri> {
     if loc.starts_with("http://") || loc.starts_with("https://") {

@@ -24,7 +24,9 @@ use hyper::body::Incoming;
 use hyper::header::{ACCEPT, AUTHORIZATION, LOCATION, RANGE, WWW_AUTHENTICATE};
 use hyper::{Method, Response, StatusCode, Uri};
 
-use crate::http_client::{Counters, HttpClient, RetryPolicy, TlsOptions, resolve_location};
+use crate::http_client::{
+    Counters, HttpClient, RetryPolicy, TlsOptions, percent_encode, resolve_location,
+};
 pub use crate::http_client::{MAX_RETRIES, READ_TIMEOUT, read_limited};
 
 use super::RegistryConfig;
@@ -72,19 +74,6 @@ fn tls_options(cfg: Option<&RegistryConfig>, base_dir: &Path) -> TlsOptions {
         verify: cfg.is_none_or(|c| c.tls_verify),
         identity: None,
     }
-}
-
-/// Percent-encodes a query value (RFC 3986 unreserved characters kept).
-fn encode_query(v: &str) -> String {
-    let mut out = String::new();
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Parses a `WWW-Authenticate` value: the scheme and its `key="value"` parameters.
@@ -310,10 +299,10 @@ impl RegistryClient {
         let mut url = realm.clone();
         let mut sep = if url.contains('?') { '&' } else { '?' };
         if let Some(s) = params.get("service") {
-            url.push_str(&format!("{sep}service={}", encode_query(s)));
+            url.push_str(&format!("{sep}service={}", percent_encode(s)));
             sep = '&';
         }
-        url.push_str(&format!("{sep}scope={}", encode_query(scope)));
+        url.push_str(&format!("{sep}scope={}", percent_encode(scope)));
         let uri: Uri = url
             .parse()
             .with_context(|| format!("{}: invalid token realm {realm:?}", self.host))?;
@@ -362,7 +351,7 @@ mod tests {
         assert_eq!(s, "basic");
         assert_eq!(p["realm"], "Registry Realm");
         assert_eq!(
-            encode_query("repository:a/b:pull"),
+            percent_encode("repository:a/b:pull"),
             "repository%3Aa%2Fb%3Apull"
         );
     }
