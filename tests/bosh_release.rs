@@ -181,10 +181,15 @@ fn render_airlock(props: &Value, root: &Path) -> (toml::Table, Value) {
         let text = render("airlock", src, props, &json!({}));
         let out = job_dir.join(dst.as_str().unwrap());
         std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-        let text = text.replace(
-            "/var/vcap/jobs/airlock/",
-            &format!("{}/", job_dir.display()),
-        );
+        // The config names files the job renders: point it at these copies.
+        let text = if dst == "config/airlock.toml" {
+            text.replace(
+                "/var/vcap/jobs/airlock/",
+                &format!("{}/", job_dir.display()),
+            )
+        } else {
+            text
+        };
         std::fs::write(&out, text).unwrap();
         if dst.as_str().unwrap().starts_with("bin/") {
             run_ok(Command::new("bash").arg("-n").arg(&out));

@@ -263,12 +263,12 @@ fn installs_follows_promotions_and_rolls_back() {
     assert_eq!(sha256sum(&served), v1);
     assert!(!previous.exists());
     // The cell reported what it runs.
-    let (_, body) = {
-        let (s, _, b) = http(&server.addr, "GET", "/stacks/v1/bb/status", &[]).unwrap();
-        (s, b)
-    };
-    let status = String::from_utf8_lossy(&body);
-    assert!(status.contains("diego-cell/0a"), "{status}");
+    let (_, digest) = assigned(&server.addr);
+    let (_, _, body) = http(&server.addr, "GET", "/stacks/v1/bb/status", &[]).unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status["cells"], 1, "{status}");
+    assert_eq!(status["digests"][&digest], 1, "{status}");
+    assert_eq!(status["on_latest"], 1, "{status}");
     // Nothing changed: no download.
     assert!(sync_ok(&url, &cells, &[]).contains("bb: up to date"));
 

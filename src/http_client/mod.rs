@@ -10,7 +10,13 @@
 //! the stacks API calls in `cell`.
 //!
 //! Client: hyper-util's pooled client with hyper-rustls (ring, no native-tls
-//! or OpenSSL), HTTP/1.1.
+//! or OpenSSL), HTTP/1.1. `oci-client` 0.18 was considered for the registry
+//! side: it streams blobs and has the token flow, but has no retries or
+//! resume of its own, takes credentials per call rather than from the auth
+//! files, and brings reqwest 0.13, oci-spec, chrono and a second sha2.
+//! hyper and hyper-util are already in the tree, so this module costs only
+//! rustls, ring, rustls-webpki, tokio-rustls, hyper-rustls and
+//! rustls-native-certs.
 //!
 //! Retries: a connection error, a timeout, 429 or a 5xx is retried up to
 //! [`RetryPolicy::max_retries`] times, waiting 0.5 s, 1 s, 2 s, ... (at most
