@@ -177,6 +177,8 @@ struct Proxy {
     url: String,
     rootfs_requests: Arc<AtomicUsize>,
     times: Arc<Mutex<Vec<Instant>>>,
+    /// Every request's `Authorization` header ("" when absent).
+    authorization: Arc<Mutex<Vec<String>>>,
 }
 
 fn read_head(s: &mut TcpStream) -> Vec<u8> {
@@ -196,7 +198,12 @@ fn proxy(upstream: String, mode: Mode) -> Proxy {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let rootfs_requests = Arc::new(AtomicUsize::new(0));
     let times = Arc::new(Mutex::new(Vec::new()));
-    let (count, t) = (rootfs_requests.clone(), times.clone());
+    let authorization = Arc::new(Mutex::new(Vec::new()));
+    let (count, t, a) = (
+        rootfs_requests.clone(),
+        times.clone(),
+        authorization.clone(),
+    );
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut client) = conn else { return };
@@ -210,6 +217,12 @@ fn proxy(upstream: String, mode: Mode) -> Proxy {
                         .map(|v| v.trim().parse().unwrap_or(0))
                 })
                 .unwrap_or(0);
+            let auth = head
+                .lines()
+                .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+                .map(|l| l["authorization:".len()..].trim().to_string())
+                .unwrap_or_default();
+            a.lock().unwrap().push(auth);
             let mut body = vec![0u8; length];
             client.read_exact(&mut body).unwrap();
             let rootfs = path.contains("/rootfs.tar");
@@ -242,6 +255,7 @@ fn proxy(upstream: String, mode: Mode) -> Proxy {
         url,
         rootfs_requests,
         times,
+        authorization,
     }
 }
 
@@ -323,8 +337,25 @@ fn honours_429_retry_after() {
     let (tmp, _data, server, _) = setup("latest");
     let cells = tmp.path().join("cells");
     let p = proxy(server.addr.clone(), Mode::BusyOnce);
-    sync_ok(&p.url, &cells, &[]);
+    // With credentials: HTTP Basic on every request.
+    let password = tmp.path().join("password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    let args = [
+        "--user",
+        "cell",
+        "--password-file",
+        password.to_str().unwrap(),
+    ];
+    sync_ok(&p.url, &cells, &args);
     assert_eq!(p.rootfs_requests.load(Ordering::SeqCst), 2);
+    let o = Command::new("sh")
+        .args(["-c", "printf cell:s3cret | base64"])
+        .output()
+        .unwrap();
+    let basic = format!("Basic {}", String::from_utf8_lossy(&o.stdout).trim());
+    let seen = p.authorization.lock().unwrap().clone();
+    assert!(seen.len() >= 4, "{seen:?}"); // resolve, 429, download, report
+    assert!(seen.iter().all(|h| *h == basic), "{seen:?} != {basic}");
     let t = p.times.lock().unwrap().clone();
     let waited = t[1] - t[0];
     assert!(waited >= Duration::from_secs(2), "retried after {waited:?}");

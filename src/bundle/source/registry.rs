@@ -587,7 +587,7 @@ impl Puller<'_> {
         };
         download
             .run(move |from| async move {
-                let resp = self.client.get(&path, &self.scope, None, from).await?;
+                let resp = self.client.get(path, &self.scope, None, from).await?;
                 if resp.status() == StatusCode::NOT_FOUND {
                     bail!("not found in {} on {}", self.repo, self.client.host());
                 }
