@@ -335,29 +335,8 @@ fn airlock_job_renders_with_defaults() {
 
 #[test]
 fn airlock_job_renders_s3_tls_users_and_keys() {
-    require_tool("openssl", "openssl");
     let tmp = tempfile::tempdir().unwrap();
-    let (crt, key) = (tmp.path().join("s.crt"), tmp.path().join("s.key"));
-    run_ok(
-        Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=airlock",
-            ])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&crt),
-    );
+    let (crt, key) = self_signed_cert(tmp.path(), "server", "airlock");
     let cert = std::fs::read_to_string(&crt).unwrap();
     let props = json!({"airlock": {
         "port": 8443,

@@ -368,29 +368,8 @@ fn honours_429_retry_after() {
 
 #[test]
 fn adds_trusted_certs_after_the_check() {
-    require_tool("openssl", "openssl");
     let (tmp, data, server, url) = setup("v2");
-    let pem = tmp.path().join("site-ca.pem");
-    run_ok(
-        Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=site CA",
-            ])
-            .arg("-keyout")
-            .arg(tmp.path().join("site-ca.key"))
-            .arg("-out")
-            .arg(&pem),
-    );
+    let (pem, _) = self_signed_cert(tmp.path(), "site-ca", "site CA");
     let pem_bytes = std::fs::read(&pem).unwrap();
     let cells = tmp.path().join("cells");
     let rootfs = cells.join("bb/rootfs.tar");
