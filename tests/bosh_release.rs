@@ -91,8 +91,8 @@ fn dir_names(dir: &Path) -> Vec<String> {
     v
 }
 
-/// Every key path the serve config contract (RULES.md, README "BOSH
-/// release and cell sync") allows; `user.*` are the `[[user]]` entries'.
+/// Every key path the `airlock serve --config` file has (the project's
+/// serve config contract); `user.*` are the `[[user]]` entries'.
 const CONTRACT_KEYS: &[&str] = &[
     "listen",
     "plain_http",
