@@ -7,7 +7,7 @@
 #   scripts/install-test-deps.sh --if-missing  # only when a tool is missing
 set -euo pipefail
 
-APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd)
+APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby iproute2)
 PIP_PACKAGES=(oras==0.2.43)
 prog=$(basename "$0")
 die() {
@@ -16,7 +16,7 @@ die() {
 }
 
 all_present() {
-    for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd; do
+    for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby ss; do
         command -v "$tool" >/dev/null 2>&1 || return 1
     done
     [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras' 2>/dev/null

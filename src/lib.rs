@@ -9,12 +9,16 @@
 //! sending rootfs tars as `registry` sends blobs; `torcx` is the torcx
 //! remote room (its own state document, `/torcx` routes); `events` queues
 //! what changed (promotions, imports) in the store and delivers it to
-//! webhooks; `server` runs the HTTP listener.
+//! webhooks; `server` runs the HTTP listener; `http_client` is the outgoing
+//! HTTP(S) client that `bundle` (registry sources) and `cell` (the
+//! cell-side stack installer, a client of `/stacks/v1`) share.
 //! Lower layers never call higher ones.
 
 pub mod bundle;
+pub mod cell;
 pub mod digest;
 pub mod events;
+pub mod http_client;
 pub mod names;
 pub mod oci;
 pub mod registry;

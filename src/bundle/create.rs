@@ -521,10 +521,10 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         let s = r.stats();
         let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         PullSummary {
-            requests: get(&s.requests),
+            requests: get(&s.http.requests),
             bytes_downloaded: get(&s.bytes),
             cache_hits: get(&s.cache_hits),
-            retries: get(&s.retries),
+            retries: get(&s.http.retries),
         }
     });
     let total: u64 = carried.iter().map(|(b, _)| b.size).sum();

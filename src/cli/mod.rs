@@ -3,10 +3,11 @@
 //! one-line result, and turns any error into a one-line cause and exit code 1.
 //!
 //! One file per command group: [`keys`], [`bundle`], [`data`] (import,
-//! inventory, history), [`stack`] and [`serve`]; shared argument types and helpers live
+//! inventory, history), [`stack`], [`cell`] and [`serve`]; shared argument types and helpers live
 //! here.
 
 mod bundle;
+mod cell;
 mod data;
 mod events;
 mod keys;
@@ -87,6 +88,9 @@ enum Command {
     Stack(stack::StackCmd),
     /// Serve the OCI distribution API.
     Serve(serve::ServeArgs),
+    /// The cell side of system stacks (on Diego cells).
+    #[command(subcommand)]
+    Cell(cell::CellCmd),
     /// The torcx remote: host remote.json, profile checks, listing, deprecation.
     #[command(subcommand)]
     Torcx(torcx::TorcxCmd),
@@ -153,6 +157,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Events(args) => events::run(args).await,
         Command::Stack(cmd) => stack::run(cmd).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Cell(cmd) => cell::run(cmd).await,
         Command::Torcx(cmd) => torcx::run(cmd).await,
     }
 }
@@ -166,7 +171,7 @@ pub fn main() {
     // MSG_NOSIGNAL), so it keeps the default too.
     let network = matches!(
         cli.command,
-        Command::Serve(_) | Command::Bundle(bundle::BundleCmd::Create { .. })
+        Command::Serve(_) | Command::Cell(_) | Command::Bundle(bundle::BundleCmd::Create { .. })
     );
     if !network {
         // A command whose output is piped into `head` ends quietly like any Unix tool

@@ -328,3 +328,30 @@ pub fn blob_file(layout: &Path, digest: &str) -> PathBuf {
         .join("blobs/sha256")
         .join(digest.strip_prefix("sha256:").unwrap())
 }
+
+/// A self-signed P-256 certificate for `cn` made by `openssl req -x509`,
+/// valid one day: (`DIR/NAME.crt`, `DIR/NAME.key`), both PEM.
+pub fn self_signed_cert(dir: &Path, name: &str, cn: &str) -> (PathBuf, PathBuf) {
+    require_tool("openssl", "openssl");
+    let (crt, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    run_ok(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", &format!("/CN={cn}")])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&crt),
+    );
+    (crt, key)
+}

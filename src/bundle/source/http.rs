@@ -8,67 +8,43 @@
 //! scope), retries, and redirects. Never interprets bodies beyond the token
 //! answer: manifests and blobs are the caller's.
 //!
-//! Client: hyper-util's pooled client with hyper-rustls (ring, no native-tls
-//! or OpenSSL). `oci-client` 0.18 was considered: it does stream blobs
-//! (`pull_blob_stream`, `pull_blob_stream_partial` for ranges) and has the
-//! token flow, but it has no retries or resume of its own, takes credentials
-//! as one `RegistryAuth` per call rather than from the auth files, and
-//! brings reqwest 0.13, oci-spec (dropped from this crate for its build
-//! cost), chrono and a second sha2 (0.11). hyper and hyper-util are already
-//! in the tree, so this module costs only rustls, ring, rustls-webpki,
-//! tokio-rustls, hyper-rustls and rustls-native-certs.
-//!
-//! Retries: a connection error, a timeout, 429 or a 5xx is retried up to
-//! [`MAX_RETRIES`] times, waiting 0.5 s, 1 s, 2 s, ... (at most 8 s) or the
-//! server's `Retry-After` seconds (at most 60). Redirects (301, 302, 303,
-//! 307, 308) are followed up to 5 times; credentials are sent only to the
-//! registry's own host.
+//! The connection itself (TLS, retries, redirects' URI resolution, bounded
+//! reads) is [`crate::http_client`]; this module adds the registry's
+//! authentication on top.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use hyper::header::{
-    ACCEPT, AUTHORIZATION, HeaderValue, LOCATION, RANGE, USER_AGENT, WWW_AUTHENTICATE,
+use hyper::header::{ACCEPT, AUTHORIZATION, LOCATION, RANGE, WWW_AUTHENTICATE};
+use hyper::{Method, Response, StatusCode, Uri};
+
+use crate::http_client::{
+    Counters, HttpClient, RetryPolicy, TlsOptions, percent_encode, resolve_location,
 };
-use hyper::{Request, Response, StatusCode, Uri};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+pub use crate::http_client::{MAX_RETRIES, READ_TIMEOUT, read_limited};
 
 use super::RegistryConfig;
 use super::auth::{self, Credentials, Found};
 
-/// Retries after the first attempt for a connection error, timeout, 429 or 5xx.
-pub const MAX_RETRIES: u32 = 5;
-/// Time allowed for the response head, and between two body chunks.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest token-endpoint answer read, in bytes.
 const MAX_TOKEN_BODY: usize = 1 << 20;
 
 /// Requests and bytes, counted over every registry (for the `--json` summary).
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// HTTP requests sent (retries included).
-    pub requests: AtomicU64,
+    /// HTTP requests sent and retries made (of requests and of bodies).
+    pub http: Arc<Counters>,
     /// Body bytes received for blobs and manifests.
     pub bytes: AtomicU64,
     /// Blobs and manifests found in the cache instead of downloaded.
     pub cache_hits: AtomicU64,
-    /// Retries after a failure.
-    pub retries: AtomicU64,
 }
-
-type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
 #[derive(Default)]
 struct AuthState {
@@ -89,112 +65,15 @@ pub struct RegistryClient {
     stats: Arc<Stats>,
 }
 
-/// Accepts any server certificate (`tls_verify = false`, one host only).
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
+/// The TLS settings of `cfg` (a relative `ca_file` against `base_dir`).
+fn tls_options(cfg: Option<&RegistryConfig>, base_dir: &Path) -> TlsOptions {
+    TlsOptions {
+        ca_file: cfg
+            .and_then(|c| c.ca_file.as_ref())
+            .map(|ca| base_dir.join(ca)),
+        verify: cfg.is_none_or(|c| c.tls_verify),
+        identity: None,
     }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The system's CA certificates (loaded once).
-fn system_roots() -> &'static [CertificateDer<'static>] {
-    static ROOTS: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
-    ROOTS.get_or_init(|| rustls_native_certs::load_native_certs().certs)
-}
-
-fn tls_config(cfg: Option<&RegistryConfig>, base_dir: &Path) -> Result<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| anyhow!("TLS setup: {e}"))?;
-    if cfg.is_some_and(|c| !c.tls_verify) {
-        return Ok(builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-            .with_no_client_auth());
-    }
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(system_roots().iter().cloned());
-    if let Some(ca) = cfg.and_then(|c| c.ca_file.as_ref()) {
-        let path = base_dir.join(ca);
-        let mut n = 0;
-        for cert in CertificateDer::pem_file_iter(&path)
-            .map_err(|e| anyhow!("ca_file {}: {e}", path.display()))?
-        {
-            let cert = cert.map_err(|e| anyhow!("ca_file {}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| anyhow!("ca_file {}: {e}", path.display()))?;
-            n += 1;
-        }
-        if n == 0 {
-            bail!("ca_file {}: no PEM certificate in it", path.display());
-        }
-    }
-    Ok(builder.with_root_certificates(roots).with_no_client_auth())
-}
-
-/// Waiting time before retry `attempt` (0-based), or the server's `Retry-After`.
-fn backoff(attempt: u32, retry_after: Option<&HeaderValue>) -> Duration {
-    if let Some(secs) = retry_after
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
-        return Duration::from_secs(secs.min(60));
-    }
-    Duration::from_millis(500u64 << attempt.min(4))
-}
-
-/// Percent-encodes a query value (RFC 3986 unreserved characters kept).
-fn encode_query(v: &str) -> String {
-    let mut out = String::new();
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Parses a `WWW-Authenticate` value: the scheme and its `key="value"` parameters.
@@ -242,13 +121,8 @@ impl RegistryClient {
         base_dir: &Path,
         stats: Arc<Stats>,
     ) -> Result<RegistryClient> {
-        let tls = tls_config(cfg, base_dir)?;
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client = Client::builder(TokioExecutor::new()).build(https);
+        let tls = crate::http_client::tls_config(&tls_options(cfg, base_dir))?;
+        let client = HttpClient::new(tls, RetryPolicy::default(), stats.http.clone());
         let paths = auth::auth_file_paths();
         let (creds, note) = match auth::find(&paths, host, repository)? {
             Found::Credentials(c, p) => (Some(c), format!("credentials from {}", p.display())),
@@ -282,9 +156,12 @@ impl RegistryClient {
         };
         if cfg.is_some_and(|c| !c.tls_verify) {
             let uri: Uri = format!("https://{endpoint}/v2/").parse()?;
-            let ping = Request::get(uri).body(Empty::new())?;
             let tls_ok = matches!(
-                tokio::time::timeout(Duration::from_secs(10), me.client.request(ping)).await,
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    me.client.try_once(Method::GET, &uri)
+                )
+                .await,
                 Ok(Ok(_))
             );
             if !tls_ok {
@@ -318,42 +195,9 @@ impl RegistryClient {
         uri: &Uri,
         headers: &[(hyper::header::HeaderName, String)],
     ) -> Result<Response<Incoming>> {
-        let mut attempt = 0;
-        loop {
-            let mut req = Request::get(uri.clone())
-                .header(USER_AGENT, concat!("airlock/", env!("CARGO_PKG_VERSION")));
-            for (k, v) in headers {
-                req = req.header(k, v);
-            }
-            let req = req.body(Empty::new())?;
-            self.stats.requests.fetch_add(1, Ordering::Relaxed);
-            let failure = match tokio::time::timeout(READ_TIMEOUT, self.client.request(req)).await {
-                Ok(Ok(resp)) => {
-                    let s = resp.status();
-                    if s != StatusCode::TOO_MANY_REQUESTS && !s.is_server_error() {
-                        return Ok(resp);
-                    }
-                    if attempt >= MAX_RETRIES {
-                        bail!("GET {uri}: {s} after {} attempts", attempt + 1);
-                    }
-                    tokio::time::sleep(backoff(attempt, resp.headers().get("retry-after"))).await;
-                    None
-                }
-                Ok(Err(e)) if is_tls_failure(&e) => {
-                    bail!("GET {uri}: {}", source_chain(&e))
-                }
-                Ok(Err(e)) => Some(format!("{e}: {}", source_chain(&e))),
-                Err(_) => Some(format!("no answer within {} s", READ_TIMEOUT.as_secs())),
-            };
-            if let Some(why) = failure {
-                if attempt >= MAX_RETRIES {
-                    bail!("GET {uri}: {why} (after {} attempts)", attempt + 1);
-                }
-                tokio::time::sleep(backoff(attempt, None)).await;
-            }
-            self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            attempt += 1;
-        }
+        self.client
+            .send(&Method::GET, uri, headers, Bytes::new())
+            .await
     }
 
     /// GETs `path` (`/v2/...`) for `scope` (`repository:NAME:pull`), with
@@ -455,10 +299,10 @@ impl RegistryClient {
         let mut url = realm.clone();
         let mut sep = if url.contains('?') { '&' } else { '?' };
         if let Some(s) = params.get("service") {
-            url.push_str(&format!("{sep}service={}", encode_query(s)));
+            url.push_str(&format!("{sep}service={}", percent_encode(s)));
             sep = '&';
         }
-        url.push_str(&format!("{sep}scope={}", encode_query(scope)));
+        url.push_str(&format!("{sep}scope={}", percent_encode(scope)));
         let uri: Uri = url
             .parse()
             .with_context(|| format!("{}: invalid token realm {realm:?}", self.host))?;
@@ -490,71 +334,6 @@ impl RegistryClient {
     }
 }
 
-/// True when a request failed in the TLS handshake (a certificate the
-/// settings do not trust, say): retrying cannot help.
-fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err.is::<rustls::Error>() {
-            return true;
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io.get_ref().is_some_and(|i| i.is::<rustls::Error>())
-        {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = Vec::new();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        parts.push(s.to_string());
-        cur = s.source();
-    }
-    parts.join(": ")
-}
-
-/// Resolves a `Location` header against the request URI (absolute, or a path).
-fn resolve_location(base: &Uri, loc: &str) -> Result<Uri> {
-    if loc.starts_with("http://") || loc.starts_with("https://") {
-        return loc
-            .parse()
-            .with_context(|| format!("invalid Location {loc:?}"));
-    }
-    let scheme = base.scheme_str().unwrap_or("https");
-    let auth = base.authority().map(|a| a.as_str()).unwrap_or("");
-    if loc.starts_with('/') {
-        return format!("{scheme}://{auth}{loc}")
-            .parse()
-            .with_context(|| format!("invalid Location {loc:?}"));
-    }
-    bail!("unsupported relative Location {loc:?}")
-}
-
-/// Reads a whole body of at most `limit` bytes (each chunk within [`READ_TIMEOUT`]).
-pub async fn read_limited(resp: Response<Incoming>, limit: usize) -> Result<Vec<u8>> {
-    let mut body = resp.into_body();
-    let mut out = Vec::new();
-    loop {
-        let frame = tokio::time::timeout(READ_TIMEOUT, body.frame())
-            .await
-            .map_err(|_| anyhow!("body stalled for {} s", READ_TIMEOUT.as_secs()))?;
-        let Some(frame) = frame else { break };
-        let frame = frame.map_err(|e| anyhow!("reading body: {e}"))?;
-        if let Ok(data) = frame.into_data() {
-            if out.len() + data.len() > limit {
-                bail!("body over {limit} bytes");
-            }
-            out.extend_from_slice(&data);
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,17 +351,8 @@ mod tests {
         assert_eq!(s, "basic");
         assert_eq!(p["realm"], "Registry Realm");
         assert_eq!(
-            encode_query("repository:a/b:pull"),
+            percent_encode("repository:a/b:pull"),
             "repository%3Aa%2Fb%3Apull"
         );
-    }
-
-    #[test]
-    fn backoff_grows_and_honours_retry_after() {
-        assert_eq!(backoff(0, None), Duration::from_millis(500));
-        assert_eq!(backoff(2, None), Duration::from_secs(2));
-        assert_eq!(backoff(9, None), Duration::from_secs(8));
-        let h = HeaderValue::from_static("3");
-        assert_eq!(backoff(0, Some(&h)), Duration::from_secs(3));
     }
 }

@@ -21,22 +21,21 @@
 //! Never writes the bundle and never rewrites a manifest.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures_util::{StreamExt, TryStreamExt};
-use http_body_util::BodyExt;
 use hyper::StatusCode;
-use hyper::header::{CONTENT_RANGE, CONTENT_TYPE};
+use hyper::header::CONTENT_TYPE;
 
 use super::cache::Cache;
-use super::http::{MAX_RETRIES, READ_TIMEOUT, RegistryClient, Stats, read_limited};
+use super::http::{MAX_RETRIES, RegistryClient, Stats, read_limited};
 use super::{Reference, RegistryConfig, parse_registry_ref};
 use crate::bundle::format::BlobEntry;
-use crate::digest::{Digest, Hasher};
+use crate::digest::Digest;
+use crate::http_client::download::Download;
 use crate::oci::{self, Descriptor, Manifest};
 
 /// Blob downloads in flight at once per image.
@@ -576,99 +575,25 @@ impl Puller<'_> {
         progress: &indicatif::ProgressBar,
     ) -> Result<()> {
         let path = format!("/v2/{}/blobs/{}", self.repo, desc.digest);
-        let file =
-            std::fs::File::create(tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
-        let mut hasher = Hasher::new(desc.digest.algorithm());
-        let mut have = 0u64;
-        let mut failures = 0;
-        loop {
-            let resp = self
-                .client
-                .get(&path, &self.scope, None, (have > 0).then_some(have))
-                .await?;
-            match resp.status() {
-                StatusCode::OK => {
-                    if have > 0 {
-                        // The server ignored Range: start over.
-                        file.flush()?;
-                        file.get_mut().set_len(0)?;
-                        file.get_mut().seek(SeekFrom::Start(0))?;
-                        hasher = Hasher::new(desc.digest.algorithm());
-                        progress.dec(have);
-                        have = 0;
-                    }
+        let path = path.as_str();
+        let download = Download {
+            expected: &desc.digest,
+            size: desc.size,
+            file: tmp,
+            progress,
+            counters: &self.stats().http,
+            bytes: Some(&self.stats().bytes),
+            max_retries: MAX_RETRIES,
+        };
+        download
+            .run(move |from| async move {
+                let resp = self.client.get(path, &self.scope, None, from).await?;
+                if resp.status() == StatusCode::NOT_FOUND {
+                    bail!("not found in {} on {}", self.repo, self.client.host());
                 }
-                StatusCode::PARTIAL_CONTENT if have > 0 => {
-                    let start = resp
-                        .headers()
-                        .get(CONTENT_RANGE)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.strip_prefix("bytes "))
-                        .and_then(|v| v.split('-').next())
-                        .and_then(|v| v.parse::<u64>().ok());
-                    if start != Some(have) {
-                        bail!(
-                            "asked for bytes {have}- and got Content-Range starting at {start:?}"
-                        );
-                    }
-                }
-                StatusCode::NOT_FOUND => {
-                    bail!("not found in {} on {}", self.repo, self.client.host())
-                }
-                s => bail!("GET {path} on {}: {s}", self.client.host()),
-            }
-            let mut body = resp.into_body();
-            let why = loop {
-                match tokio::time::timeout(READ_TIMEOUT, body.frame()).await {
-                    Err(_) => break format!("stalled for {} s", READ_TIMEOUT.as_secs()),
-                    Ok(None) => break String::new(),
-                    Ok(Some(Err(e))) => break e.to_string(),
-                    Ok(Some(Ok(frame))) => {
-                        if let Ok(data) = frame.into_data() {
-                            let n = data.len() as u64;
-                            if have + n > desc.size {
-                                bail!(
-                                    "server sent more than the {} bytes the descriptor says",
-                                    desc.size
-                                );
-                            }
-                            hasher.update(&data);
-                            file.write_all(&data)
-                                .with_context(|| format!("writing {}", tmp.display()))?;
-                            have += n;
-                            progress.inc(n);
-                            self.stats().bytes.fetch_add(n, Ordering::Relaxed);
-                        }
-                    }
-                }
-            };
-            if have == desc.size {
-                break;
-            }
-            failures += 1;
-            self.stats().retries.fetch_add(1, Ordering::Relaxed);
-            if failures > MAX_RETRIES {
-                let why = if why.is_empty() {
-                    "connection closed early".into()
-                } else {
-                    why
-                };
-                bail!(
-                    "download stopped at byte {have} of {}: {why} (after {failures} attempts)",
-                    desc.size
-                );
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(250 << failures.min(5))).await;
-        }
-        let f = file
-            .into_inner()
-            .map_err(|e| anyhow!("writing {}: {}", tmp.display(), e.error()))?;
-        f.sync_all()?;
-        let got = hasher.finish();
-        if got != desc.digest {
-            bail!("content hashes to {got}");
-        }
+                Ok(resp)
+            })
+            .await?;
         self.cache.commit(tmp, &desc.digest)?;
         Ok(())
     }

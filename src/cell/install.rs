@@ -1,0 +1,242 @@
+//! The install directory of one stack on a cell, and its atomic changes.
+//!
+//! ```text
+//! <install-dir>/<stack>/rootfs.tar            what garden's persistent_image_list and
+//!                                             rep's preloaded_rootfses name (stable path)
+//! <install-dir>/<stack>/rootfs.tar.previous   the one it replaced (for rollback)
+//! <install-dir>/<stack>/installed.json        what both are: {"current", "previous"}
+//! <install-dir>/<stack>/.rootfs.tar.download  a download in progress (removed on failure)
+//! <install-dir>/<stack>/.rootfs.tar.new       the download with trusted certs added
+//! ```
+//!
+//! `rootfs.tar` always exists once installed: a new one is renamed over it
+//! (after the old one was hard-linked to `rootfs.tar.previous`), a rollback
+//! to the previous one swaps the two with `renameat2(RENAME_EXCHANGE)`.
+//! Both are fsynced, and so is the directory. `installed.json` is cleared
+//! before a change and written after it, so a crash in between costs one
+//! download, never a wrong record. Each change sets the new `rootfs.tar`'s
+//! modification time to now: garden sees a changed file and builds new
+//! containers from it (running containers keep theirs until restarted).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::digest::Digest;
+
+/// What one installed rootfs file is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Installed {
+    /// The platform image manifest it was flattened from.
+    pub digest: Digest,
+    /// sha256 of the rootfs as published (before trusted certs).
+    pub rootfs_digest: Digest,
+    /// sha256 of the trusted certs file added, if any.
+    pub trusted_certs: Option<Digest>,
+    /// The promotion id it came with.
+    pub promotion: u64,
+    /// `repository@digest` promoted.
+    pub image: String,
+    /// RFC 3339 time of the install.
+    pub installed_at: String,
+}
+
+impl Installed {
+    /// True when this is the rootfs of `digest`/`rootfs_digest` with `certs`.
+    pub fn is(&self, digest: &Digest, rootfs_digest: &Digest, certs: Option<&Digest>) -> bool {
+        self.digest == *digest
+            && self.rootfs_digest == *rootfs_digest
+            && self.trusted_certs.as_ref() == certs
+    }
+}
+
+/// `installed.json`.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    /// What `rootfs.tar` is.
+    pub current: Option<Installed>,
+    /// What `rootfs.tar.previous` is.
+    pub previous: Option<Installed>,
+}
+
+/// One stack's directory under the install directory.
+pub struct StackDir {
+    dir: PathBuf,
+}
+
+impl StackDir {
+    /// `<install_dir>/<stack>`, created when missing.
+    pub fn open(install_dir: &Path, stack: &str) -> Result<StackDir> {
+        let dir = install_dir.join(stack);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(StackDir { dir })
+    }
+
+    /// `<dir>/rootfs.tar`, the stable path.
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs.tar")
+    }
+
+    /// `<dir>/rootfs.tar.previous`.
+    pub fn previous(&self) -> PathBuf {
+        self.dir.join("rootfs.tar.previous")
+    }
+
+    /// Where a download is written.
+    pub fn download_path(&self) -> PathBuf {
+        self.dir.join(".rootfs.tar.download")
+    }
+
+    /// Where the download with trusted certs added is written.
+    pub fn new_path(&self) -> PathBuf {
+        self.dir.join(".rootfs.tar.new")
+    }
+
+    fn record_path(&self) -> PathBuf {
+        self.dir.join("installed.json")
+    }
+
+    /// The record, with entries whose file is missing dropped; empty when
+    /// there is none or it does not parse.
+    pub fn record(&self) -> Record {
+        let mut r: Record = std::fs::read(self.record_path())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        if !self.rootfs().is_file() {
+            r.current = None;
+        }
+        if !self.previous().is_file() {
+            r.previous = None;
+        }
+        r
+    }
+
+    /// Writes the record (temporary file, fsync, rename, fsync of the directory).
+    pub fn write_record(&self, r: &Record) -> Result<()> {
+        let tmp = self.dir.join(".installed.json.tmp");
+        let bytes = serde_json::to_vec_pretty(r)?;
+        {
+            let mut f = std::fs::File::create(&tmp)
+                .with_context(|| format!("creating {}", tmp.display()))?;
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, self.record_path())?;
+        self.sync_dir()
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("syncing {}", self.dir.display()))
+    }
+
+    /// Makes the complete, fsynced file `new` (in this directory) the
+    /// rootfs described by `what`; the current one becomes the previous.
+    pub fn install(&self, new: &Path, what: Installed) -> Result<()> {
+        let old = self.record();
+        self.write_record(&Record::default())?;
+        let rootfs = self.rootfs();
+        if rootfs.is_file() {
+            let link = self.dir.join(".rootfs.tar.previous.tmp");
+            let _ = std::fs::remove_file(&link);
+            std::fs::hard_link(&rootfs, &link)
+                .with_context(|| format!("linking {}", rootfs.display()))?;
+            std::fs::rename(&link, self.previous())?;
+        }
+        touch(new)?;
+        std::fs::rename(new, &rootfs)
+            .with_context(|| format!("renaming {} to {}", new.display(), rootfs.display()))?;
+        self.sync_dir()?;
+        self.write_record(&Record {
+            current: Some(what),
+            previous: old.current,
+        })
+    }
+
+    /// Swaps `rootfs.tar` and `rootfs.tar.previous` (a rollback, or a
+    /// roll forward again) in one `renameat2(RENAME_EXCHANGE)`.
+    pub fn swap(&self) -> Result<()> {
+        let old = self.record();
+        if old.current.is_none() || old.previous.is_none() {
+            bail!("nothing to swap in {}", self.dir.display());
+        }
+        self.write_record(&Record::default())?;
+        exchange(&self.rootfs(), &self.previous())?;
+        touch(&self.rootfs())?;
+        self.sync_dir()?;
+        self.write_record(&Record {
+            current: old.previous,
+            previous: old.current,
+        })
+    }
+}
+
+/// Sets `path`'s modification time to now.
+fn touch(path: &Path) -> Result<()> {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+        .with_context(|| format!("touching {}", path.display()))
+}
+
+/// Atomically exchanges two paths (Linux `renameat2` with `RENAME_EXCHANGE`).
+fn exchange(a: &Path, b: &Path) -> Result<()> {
+    let ca = CString::new(a.as_os_str().as_bytes())?;
+    let cb = CString::new(b.as_os_str().as_bytes())?;
+    // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them
+    // relative to the working directory as rename(2) would.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("exchanging {} and {}: {e}", a.display(), b.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(n: u8) -> Installed {
+        let d: Digest = format!("sha256:{}", hex::encode([n; 32])).parse().unwrap();
+        Installed {
+            digest: d.clone(),
+            rootfs_digest: d,
+            trusted_certs: None,
+            promotion: n as u64,
+            image: format!("stacks/x@{n}"),
+            installed_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn install_keeps_previous_and_swap_exchanges() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = StackDir::open(tmp.path(), "s").unwrap();
+        for (n, text) in [(1u8, "one"), (2, "two")] {
+            std::fs::write(d.new_path(), text).unwrap();
+            d.install(&d.new_path(), meta(n)).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(d.rootfs()).unwrap(), "two");
+        assert_eq!(std::fs::read_to_string(d.previous()).unwrap(), "one");
+        assert_eq!(d.record().current, Some(meta(2)));
+        d.swap().unwrap();
+        assert_eq!(std::fs::read_to_string(d.rootfs()).unwrap(), "one");
+        assert_eq!(std::fs::read_to_string(d.previous()).unwrap(), "two");
+        let r = d.record();
+        assert_eq!((r.current, r.previous), (Some(meta(1)), Some(meta(2))));
+    }
+}

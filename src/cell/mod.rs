@@ -1,0 +1,246 @@
+//! The cell-side stack installer (`airlock cell sync`): keeps each
+//! configured stack's rootfs on a Diego cell equal to what the stacks API
+//! tells this cell to run.
+//!
+//! One pass, per stack: `GET /stacks/v1/<name>?cell=<id>` ([`client`]);
+//! when the installed `rootfs.tar` is that rootfs (same manifest digest,
+//! same published sha256, same trusted certs) nothing is downloaded; when
+//! `rootfs.tar.previous` is, the two are swapped (a rollback costs no
+//! download); otherwise the rootfs is downloaded (streamed to a file,
+//! resumed with `Range`, 429 `Retry-After` honoured), its size and sha256
+//! checked against what the API published, the operator's trusted CA
+//! certificates added ([`certs`], after the check), and the result
+//! installed atomically at `<install-dir>/<name>/rootfs.tar` ([`install`]).
+//! Then the cell reports what it runs (`PUT /stacks/v1/<name>/cells/<id>`)
+//! after every change and at least every [`REPORT_EVERY`].
+//!
+//! Errors never touch the installed rootfs: a failed download or a sha256
+//! mismatch removes only its temporary file.
+
+pub mod certs;
+pub mod client;
+pub mod install;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::digest::Digest;
+use client::{Assignment, StacksClient};
+use install::{Installed, StackDir};
+
+/// Longest time between two reports of an unchanged cell (well under the
+/// server's default stale threshold of one hour).
+pub const REPORT_EVERY: Duration = Duration::from_secs(600);
+
+/// What `airlock cell sync` works on.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// Stack names (`[a-z0-9._-]`, 1 to 128 characters).
+    pub stacks: Vec<String>,
+    /// Where `<stack>/rootfs.tar` is kept.
+    pub install_dir: PathBuf,
+    /// This cell's id (`[A-Za-z0-9._:@/-]`, 1 to 253 characters).
+    pub cell_id: String,
+    /// PEM file of CA certificates to add to every rootfs.
+    pub trusted_certs: Option<PathBuf>,
+}
+
+/// What one pass did for one stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// `rootfs.tar` already is the assigned rootfs.
+    UpToDate,
+    /// A new rootfs was downloaded and installed.
+    Installed,
+    /// `rootfs.tar.previous` was the assigned one: the two were swapped.
+    Swapped,
+}
+
+/// The trusted certs to add: the PEM bytes and their sha256.
+struct TrustedCerts {
+    pem: Vec<u8>,
+    digest: Digest,
+}
+
+/// One cell's installer: options, client, and when each stack was last reported.
+pub struct CellSync {
+    opts: SyncOptions,
+    client: StacksClient,
+    certs: Option<TrustedCerts>,
+    reported: HashMap<String, Instant>,
+}
+
+impl CellSync {
+    /// Checks the options (stack names, cell id, a trusted certs file with
+    /// at least one PEM certificate) and keeps `client`.
+    pub fn new(opts: SyncOptions, client: StacksClient) -> Result<CellSync> {
+        if opts.stacks.is_empty() {
+            bail!("no stack to sync: give --stack NAME");
+        }
+        for s in &opts.stacks {
+            s.parse::<crate::stacks::table::StackName>()?;
+        }
+        crate::stacks::cells::check_cell_id(&opts.cell_id)?;
+        let certs = match &opts.trusted_certs {
+            None => None,
+            Some(path) => {
+                crate::http_client::pem_certificates(path, "trusted certs")?;
+                let mut pem = std::fs::read(path)
+                    .with_context(|| format!("reading trusted certs {}", path.display()))?;
+                if !pem.ends_with(b"\n") {
+                    pem.push(b'\n');
+                }
+                let digest = Digest::sha256_of(&pem);
+                Some(TrustedCerts { pem, digest })
+            }
+        };
+        Ok(CellSync {
+            opts,
+            client,
+            certs,
+            reported: HashMap::new(),
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SyncOptions {
+        &self.opts
+    }
+
+    /// One pass over every stack: (stack, outcome or error), in order.
+    pub async fn pass(
+        &mut self,
+        progress: &indicatif::ProgressBar,
+    ) -> Vec<(String, Result<Outcome>)> {
+        let mut out = Vec::new();
+        for stack in self.opts.stacks.clone() {
+            let r = self.sync_stack(&stack, progress).await;
+            out.push((stack, r));
+        }
+        out
+    }
+
+    /// Syncs one stack (see the module docs).
+    pub async fn sync_stack(
+        &mut self,
+        stack: &str,
+        progress: &indicatif::ProgressBar,
+    ) -> Result<Outcome> {
+        let a = self.client.resolve(stack, &self.opts.cell_id).await?;
+        let dir = StackDir::open(&self.opts.install_dir, stack)?;
+        let record = dir.record();
+        let certs = self.certs.as_ref().map(|c| &c.digest);
+        let matches = |i: &Option<Installed>| {
+            i.as_ref()
+                .is_some_and(|i| i.is(&a.digest, &a.rootfs_digest, certs))
+        };
+        let outcome = if matches(&record.current) {
+            Outcome::UpToDate
+        } else if matches(&record.previous) {
+            dir.swap()?;
+            Outcome::Swapped
+        } else {
+            self.download_and_install(stack, &dir, &a, progress).await?;
+            Outcome::Installed
+        };
+        let due = self
+            .reported
+            .get(stack)
+            .is_none_or(|t| t.elapsed() >= REPORT_EVERY);
+        if outcome != Outcome::UpToDate || due {
+            match self.client.report(stack, &self.opts.cell_id, &a).await {
+                Ok(()) => {
+                    self.reported.insert(stack.to_string(), Instant::now());
+                }
+                Err(e) => tracing::warn!(stack, error = %e, "report failed"),
+            }
+        }
+        tracing::info!(
+            stack,
+            outcome = ?outcome,
+            digest = %a.digest,
+            promotion = a.promotion,
+            rootfs = %dir.rootfs().display(),
+            "stack synced"
+        );
+        Ok(outcome)
+    }
+
+    async fn download_and_install(
+        &self,
+        stack: &str,
+        dir: &StackDir,
+        a: &Assignment,
+        progress: &indicatif::ProgressBar,
+    ) -> Result<()> {
+        let download = dir.download_path();
+        let fetched = self.client.download(a, &download, progress).await;
+        if let Err(e) = fetched {
+            let _ = std::fs::remove_file(&download);
+            return Err(e.context(format!("stack {stack}: rootfs {}", a.rootfs_digest)));
+        }
+        let new = match &self.certs {
+            None => download.clone(),
+            Some(c) => {
+                let new = dir.new_path();
+                let (src, dst, pem) = (download.clone(), new.clone(), c.pem.clone());
+                let added =
+                    tokio::task::spawn_blocking(move || certs::add_trusted_certs(&src, &dst, &pem))
+                        .await?;
+                let _ = std::fs::remove_file(&download);
+                if let Err(e) = added {
+                    let _ = std::fs::remove_file(&new);
+                    return Err(e.context(format!("stack {stack}: adding trusted certs")));
+                }
+                new
+            }
+        };
+        let what = Installed {
+            digest: a.digest.clone(),
+            rootfs_digest: a.rootfs_digest.clone(),
+            trusted_certs: self.certs.as_ref().map(|c| c.digest.clone()),
+            promotion: a.promotion,
+            image: a.image.clone(),
+            installed_at: crate::state::now_rfc3339(),
+        };
+        let r = dir.install(&new, what);
+        if r.is_err() {
+            let _ = std::fs::remove_file(&new);
+        }
+        r
+    }
+
+    /// Passes forever, `interval` apart; errors are logged and retried at
+    /// the next pass.
+    pub async fn run(&mut self, interval: Duration, progress: &indicatif::ProgressBar) -> ! {
+        loop {
+            for (stack, r) in self.pass(progress).await {
+                if let Err(e) = r {
+                    tracing::warn!(
+                        stack,
+                        error = format!("{e:#}"),
+                        "sync failed; next try in {} s",
+                        interval.as_secs()
+                    );
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+}
+
+/// This cell's id: the BOSH instance id in `instance_id_file` (normally
+/// `/var/vcap/instance/id`) when it exists and is not empty, else the host name.
+pub fn default_cell_id(instance_id_file: &Path) -> Result<String> {
+    if let Ok(id) = std::fs::read_to_string(instance_id_file)
+        && !id.trim().is_empty()
+    {
+        return Ok(id.trim().to_string());
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .context("no --cell-id, no BOSH instance id and no host name")?;
+    Ok(host.trim().to_string())
+}

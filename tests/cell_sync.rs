@@ -1,0 +1,419 @@
+//! `airlock cell sync` against a running `airlock serve`: installs the
+//! promoted rootfs, follows a promotion, rolls back by swapping in the
+//! previous file, adds trusted certs after the sha256 check, refuses a
+//! rootfs whose sha256 does not match (a proxy corrupts one byte) and
+//! honours 429 `Retry-After` (a proxy refuses the first download).
+//! Every sha256 is computed by coreutils' `sha256sum`, every tar read by
+//! GNU tar.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A bundle of `stacks/bb:latest` (busybox) and `stacks/bb:v2` (plus
+/// `etc/stack-version` and a CA bundle), built once per test binary.
+fn bundle() -> &'static Path {
+    static B: OnceLock<PathBuf> = OnceLock::new();
+    B.get_or_init(|| {
+        let dir = Box::leak(Box::new(tempfile::tempdir().unwrap()))
+            .path()
+            .to_path_buf();
+        let layout = dir.join("layout");
+        run_ok(
+            Command::new("cp")
+                .arg("-a")
+                .arg(fixture_layout())
+                .arg(&layout),
+        );
+        let l = |tag: &str| format!("{}:{tag}", layout.display());
+        let work = dir.join("work");
+        run_ok(Command::new("umoci").args([
+            "unpack",
+            "--image",
+            &l("latest"),
+            work.to_str().unwrap(),
+        ]));
+        let rootfs = work.join("rootfs");
+        std::fs::write(rootfs.join("etc/stack-version"), "2\n").unwrap();
+        std::fs::create_dir_all(rootfs.join("etc/ssl/certs")).unwrap();
+        std::fs::write(
+            rootfs.join("etc/ssl/certs/ca-certificates.crt"),
+            "# the distribution's CAs\n",
+        )
+        .unwrap();
+        run_ok(Command::new("umoci").args(["repack", "--image", &l("v2"), work.to_str().unwrap()]));
+        let cfg = write_config(
+            &dir,
+            &layout,
+            &[
+                ("latest", "stacks/bb", &["latest"]),
+                ("v2", "stacks/bb", &["v2"]),
+            ],
+        );
+        let bundle = dir.join("bundle.tar");
+        create_bundle(&cfg, &bundle, &[]);
+        bundle
+    })
+}
+
+/// A fresh data directory with the bundle imported and `stacks/bb:TAG`
+/// promoted as stack `bb`, served: (temporary directory, data, server, its URL).
+fn setup(tag: &str) -> (tempfile::TempDir, PathBuf, Server, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    import_bundle(&data, &test_key().1, bundle());
+    stack(
+        &data,
+        &["promote", "bb", "--image", &format!("stacks/bb:{tag}")],
+    );
+    let server = serve(&data, &[]);
+    let url = format!("http://{}", server.addr);
+    (tmp, data, server, url)
+}
+
+fn stack(data: &Path, args: &[&str]) {
+    let mut all = vec!["stack"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--data", data.to_str().unwrap()]);
+    airlock_ok(&all);
+}
+
+/// `airlock cell sync --once` of stack `bb` from `url` into `dir` as cell `cell-1`.
+fn sync(url: &str, dir: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["cell", "sync", "--once", "--url", url, "--stack", "bb"])
+        .args([
+            "--install-dir",
+            dir.to_str().unwrap(),
+            "--cell-id",
+            "diego-cell/0a",
+        ])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn sync_ok(url: &str, dir: &Path, extra: &[&str]) -> String {
+    let o = sync(url, dir, extra);
+    assert!(
+        o.status.success(),
+        "cell sync: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// What the API assigns to the cell: (rootfs_digest, digest).
+fn assigned(addr: &str) -> (String, String) {
+    let (status, _, body) = http(addr, "GET", "/stacks/v1/bb?cell=diego-cell/0a", &[]).unwrap();
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    (
+        v["rootfs_digest"].as_str().unwrap().into(),
+        v["digest"].as_str().unwrap().into(),
+    )
+}
+
+/// The rootfs tar the server sends for the cell, saved to `to`.
+fn served_rootfs(addr: &str, to: &Path) {
+    let (status, _, body) = http(
+        addr,
+        "GET",
+        "/stacks/v1/bb/rootfs.tar?cell=diego-cell/0a",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    std::fs::write(to, body).unwrap();
+}
+
+fn tar_cat(tar: &Path, member: &str) -> Vec<u8> {
+    let o = Command::new("tar")
+        .arg("-xOf")
+        .arg(tar)
+        .arg(member)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "tar -xOf {member}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+fn tar_list(tar: &Path) -> Vec<String> {
+    let o = Command::new("tar")
+        .args(["--numeric-owner", "-tvf"])
+        .arg(tar)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// What a [`Proxy`] does to rootfs downloads.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Flips the last byte of each rootfs body.
+    Corrupt,
+    /// Answers the first rootfs request 429 with `Retry-After: 2`.
+    BusyOnce,
+}
+
+/// A one-request-per-connection HTTP proxy in front of `airlock serve`.
+struct Proxy {
+    url: String,
+    rootfs_requests: Arc<AtomicUsize>,
+    times: Arc<Mutex<Vec<Instant>>>,
+    /// Every request's `Authorization` header ("" when absent).
+    authorization: Arc<Mutex<Vec<String>>>,
+}
+
+fn read_head(s: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    head
+}
+
+fn proxy(upstream: String, mode: Mode) -> Proxy {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let rootfs_requests = Arc::new(AtomicUsize::new(0));
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let authorization = Arc::new(Mutex::new(Vec::new()));
+    let (count, t, a) = (
+        rootfs_requests.clone(),
+        times.clone(),
+        authorization.clone(),
+    );
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut client) = conn else { return };
+            let head = String::from_utf8_lossy(&read_head(&mut client)).into_owned();
+            let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            let auth = head
+                .lines()
+                .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+                .map(|l| l["authorization:".len()..].trim().to_string())
+                .unwrap_or_default();
+            a.lock().unwrap().push(auth);
+            let mut body = vec![0u8; length];
+            client.read_exact(&mut body).unwrap();
+            let rootfs = path.contains("/rootfs.tar");
+            if rootfs {
+                t.lock().unwrap().push(Instant::now());
+                if count.fetch_add(1, Ordering::SeqCst) == 0 && mode == Mode::BusyOnce {
+                    let _ = client.write_all(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                    continue;
+                }
+            }
+            let mut req: Vec<u8> = head
+                .split("\r\n")
+                .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
+                .flat_map(|l| format!("{l}\r\n").into_bytes())
+                .collect();
+            req.extend_from_slice(b"Connection: close\r\n\r\n");
+            req.extend_from_slice(&body);
+            let mut up = TcpStream::connect(&upstream).unwrap();
+            up.write_all(&req).unwrap();
+            let mut resp = Vec::new();
+            up.read_to_end(&mut resp).unwrap();
+            if rootfs && mode == Mode::Corrupt && resp.starts_with(b"HTTP/1.1 200") {
+                let last = resp.len() - 1;
+                resp[last] ^= 0xff;
+            }
+            let _ = client.write_all(&resp);
+        }
+    });
+    Proxy {
+        url,
+        rootfs_requests,
+        times,
+        authorization,
+    }
+}
+
+#[test]
+fn installs_follows_promotions_and_rolls_back() {
+    require_tool("tar", "tar");
+    let (tmp, data, server, url) = setup("latest");
+    let cells = tmp.path().join("cells");
+    let rootfs = cells.join("bb/rootfs.tar");
+    let previous = cells.join("bb/rootfs.tar.previous");
+
+    // First install: what the API published, byte for byte what it serves.
+    let (v1, _) = assigned(&server.addr);
+    let out = sync_ok(&url, &cells, &[]);
+    assert!(out.contains("bb: installed"), "{out}");
+    assert_eq!(sha256sum(&rootfs), v1);
+    let served = tmp.path().join("served-v1.tar");
+    served_rootfs(&server.addr, &served);
+    assert_eq!(sha256sum(&served), v1);
+    assert!(!previous.exists());
+    // The cell reported what it runs.
+    let (_, digest) = assigned(&server.addr);
+    let (_, _, body) = http(&server.addr, "GET", "/stacks/v1/bb/status", &[]).unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status["cells"], 1, "{status}");
+    assert_eq!(status["digests"][&digest], 1, "{status}");
+    assert_eq!(status["on_latest"], 1, "{status}");
+    // Nothing changed: no download.
+    assert!(sync_ok(&url, &cells, &[]).contains("bb: up to date"));
+
+    // A promotion reaches the cell; the old rootfs is kept.
+    stack(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
+    let (v2, _) = assigned(&server.addr);
+    assert_ne!(v1, v2);
+    assert!(sync_ok(&url, &cells, &[]).contains("bb: installed"));
+    assert_eq!(sha256sum(&rootfs), v2);
+    assert_eq!(sha256sum(&previous), v1);
+    assert_eq!(tar_cat(&rootfs, "etc/stack-version"), b"2\n");
+
+    // A rollback swaps the previous file back in, without a download.
+    stack(&data, &["rollback", "bb", "--reason", "test"]);
+    assert_eq!(assigned(&server.addr).0, v1);
+    let p = proxy(server.addr.clone(), Mode::Corrupt);
+    let out = sync_ok(&p.url, &cells, &[]);
+    assert!(out.contains("bb: switched to the previous rootfs"), "{out}");
+    assert_eq!(p.rootfs_requests.load(Ordering::SeqCst), 0);
+    assert_eq!(sha256sum(&rootfs), v1);
+    assert_eq!(sha256sum(&previous), v2);
+    let leftovers: Vec<_> = std::fs::read_dir(cells.join("bb"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn refuses_a_rootfs_whose_sha256_does_not_match() {
+    let (tmp, data, server, url) = setup("latest");
+    let cells = tmp.path().join("cells");
+    let (v1, _) = assigned(&server.addr);
+    sync_ok(&url, &cells, &[]);
+    stack(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
+
+    let p = proxy(server.addr.clone(), Mode::Corrupt);
+    let o = sync(&p.url, &cells, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("content hashes to"), "{err}");
+    assert!(p.rootfs_requests.load(Ordering::SeqCst) >= 1);
+    // The installed rootfs is untouched and no partial file is left.
+    assert_eq!(sha256sum(&cells.join("bb/rootfs.tar")), v1);
+    assert!(!cells.join("bb/rootfs.tar.previous").exists());
+    assert!(!cells.join("bb/.rootfs.tar.download").exists());
+}
+
+#[test]
+fn honours_429_retry_after() {
+    let (tmp, _data, server, _) = setup("latest");
+    let cells = tmp.path().join("cells");
+    let p = proxy(server.addr.clone(), Mode::BusyOnce);
+    // With credentials: HTTP Basic on every request.
+    let password = tmp.path().join("password");
+    std::fs::write(&password, "s3cret\n").unwrap();
+    let args = [
+        "--user",
+        "cell",
+        "--password-file",
+        password.to_str().unwrap(),
+    ];
+    sync_ok(&p.url, &cells, &args);
+    assert_eq!(p.rootfs_requests.load(Ordering::SeqCst), 2);
+    let o = Command::new("sh")
+        .args(["-c", "printf cell:s3cret | base64"])
+        .output()
+        .unwrap();
+    let basic = format!("Basic {}", String::from_utf8_lossy(&o.stdout).trim());
+    let seen = p.authorization.lock().unwrap().clone();
+    assert!(seen.len() >= 4, "{seen:?}"); // resolve, 429, download, report
+    assert!(seen.iter().all(|h| *h == basic), "{seen:?} != {basic}");
+    let t = p.times.lock().unwrap().clone();
+    let waited = t[1] - t[0];
+    assert!(waited >= Duration::from_secs(2), "retried after {waited:?}");
+    assert!(waited < Duration::from_secs(10), "retried after {waited:?}");
+    assert_eq!(
+        sha256sum(&cells.join("bb/rootfs.tar")),
+        assigned(&server.addr).0
+    );
+}
+
+#[test]
+fn adds_trusted_certs_after_the_check() {
+    let (tmp, data, server, url) = setup("v2");
+    let (pem, _) = self_signed_cert(tmp.path(), "site-ca", "site CA");
+    let pem_bytes = std::fs::read(&pem).unwrap();
+    let cells = tmp.path().join("cells");
+    let rootfs = cells.join("bb/rootfs.tar");
+    let certs_arg = ["--trusted-certs", pem.to_str().unwrap()];
+    assert!(sync_ok(&url, &cells, &certs_arg).contains("bb: installed"));
+
+    let served = tmp.path().join("served.tar");
+    served_rootfs(&server.addr, &served);
+    let mut want = b"# the distribution's CAs\n".to_vec();
+    want.extend_from_slice(&pem_bytes);
+    assert_eq!(tar_cat(&rootfs, "etc/ssl/certs/ca-certificates.crt"), want);
+    // Every other entry is as served (names, modes, owners, sizes, mtimes).
+    let strip = |l: Vec<String>| -> Vec<String> {
+        l.into_iter()
+            .filter(|e| !e.ends_with("etc/ssl/certs/ca-certificates.crt"))
+            .collect()
+    };
+    assert_eq!(strip(tar_list(&rootfs)), strip(tar_list(&served)));
+    assert_eq!(tar_list(&rootfs).len(), tar_list(&served).len());
+    assert_eq!(tar_cat(&rootfs, "etc/stack-version"), b"2\n");
+    // Same certs: up to date; without certs: the plain rootfs again.
+    assert!(sync_ok(&url, &cells, &certs_arg).contains("bb: up to date"));
+    assert!(sync_ok(&url, &cells, &[]).contains("bb: installed"));
+    assert_eq!(sha256sum(&rootfs), sha256sum(&served));
+
+    // A rootfs without a CA bundle gets one.
+    stack(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
+    assert!(sync_ok(&url, &cells, &certs_arg).contains("bb: installed"));
+    assert_eq!(
+        tar_cat(&rootfs, "etc/ssl/certs/ca-certificates.crt"),
+        pem_bytes
+    );
+
+    // A file without a certificate is refused before anything is fetched.
+    std::fs::write(tmp.path().join("empty.pem"), "not a certificate\n").unwrap();
+    let o = sync(
+        &url,
+        &cells,
+        &[
+            "--trusted-certs",
+            tmp.path().join("empty.pem").to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err.contains("no PEM certificate"), "{err}");
+}
