@@ -7,11 +7,16 @@
 //! `registry` serves the OCI distribution API over `state`; `stacks` keeps
 //! system stacks (promotion, rollout, flattened rootfs) over `state`,
 //! sending rootfs tars as `registry` sends blobs; `torcx` is the torcx
-//! remote room (its own state document, `/torcx` routes); `server` runs the
-//! HTTP listener.
+//! remote room (its own state document, `/torcx` routes); `admin` is the
+//! `/admin/v1` room (imports over HTTP); `auth` is users, roles and
+//! permissions; `server` runs the HTTP listener (TLS, the access layer);
+//! `config` reads the serve config file and builds the server from it.
 //! Lower layers never call higher ones.
 
+pub mod admin;
+pub mod auth;
 pub mod bundle;
+pub mod config;
 pub mod digest;
 pub mod names;
 pub mod oci;
