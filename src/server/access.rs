@@ -128,6 +128,11 @@ async fn identify(
         // not ours, treated as no credentials.
         return Ok(Principal::Anonymous);
     };
+    if user.is_empty() && password.is_empty() {
+        // `Basic Og==` (":"): what some clients (skopeo without --creds)
+        // send for "no credentials".
+        return Ok(Principal::Anonymous);
+    }
     let keys = [format!("addr:{ip}"), format!("user:{user}")];
     let keys: [&str; 2] = [&keys[0], &keys[1]];
     if let Some(wait) = policy.throttle.blocked(&keys) {
