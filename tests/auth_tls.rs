@@ -16,14 +16,8 @@ fn openssl(dir: &Path, args: &[&str]) {
     run_ok(Command::new("openssl").current_dir(dir).args(args));
 }
 
-/// A P-256 key and a certificate for `cn` signed by `ca` (`ca.crt`,
-/// `ca.key` in `dir`), with `ext` extensions: `NAME.key`, `NAME.crt`.
-fn issue(dir: &Path, ca: &str, name: &str, cn: &str, ext: &str) {
-    let key = format!("{name}.key");
-    let csr = format!("{name}.csr");
-    let crt = format!("{name}.crt");
-    let extfile = format!("{name}.ext");
-    std::fs::write(dir.join(&extfile), ext).unwrap();
+/// A new P-256 private key in `dir/file`.
+fn ec_key(dir: &Path, file: &str) {
     openssl(
         dir,
         &[
@@ -33,9 +27,20 @@ fn issue(dir: &Path, ca: &str, name: &str, cn: &str, ext: &str) {
             "-genkey",
             "-noout",
             "-out",
-            &key,
+            file,
         ],
     );
+}
+
+/// A P-256 key and a certificate for `cn` signed by `ca` (`ca.crt`,
+/// `ca.key` in `dir`), with `ext` extensions: `NAME.key`, `NAME.crt`.
+fn issue(dir: &Path, ca: &str, name: &str, cn: &str, ext: &str) {
+    let key = format!("{name}.key");
+    let csr = format!("{name}.csr");
+    let crt = format!("{name}.crt");
+    let extfile = format!("{name}.ext");
+    std::fs::write(dir.join(&extfile), ext).unwrap();
+    ec_key(dir, &key);
     openssl(
         dir,
         &[
@@ -73,18 +78,7 @@ fn issue(dir: &Path, ca: &str, name: &str, cn: &str, ext: &str) {
 
 /// A self-signed CA `NAME.crt` / `NAME.key`.
 fn make_ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "ecparam",
-            "-name",
-            "prime256v1",
-            "-genkey",
-            "-noout",
-            "-out",
-            &format!("{name}.key"),
-        ],
-    );
+    ec_key(dir, &format!("{name}.key"));
     openssl(
         dir,
         &[
