@@ -35,9 +35,6 @@ use crate::state::{Actor, audit};
 /// Middleware: authenticates and authorizes the request, then runs it as
 /// its actor.
 pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
-    let Some(need) = auth::required(req.method(), req.uri()) else {
-        return next.run(req).await;
-    };
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     let address = client.map(|a| a.to_string());
     let policy = &*app.auth;
@@ -48,6 +45,9 @@ pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Res
         };
         return audit::scope(actor, next.run(req)).await;
     }
+    let Some(need) = auth::required(req.method(), req.uri()) else {
+        return next.run(req).await;
+    };
     let ip = client.map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     let names = req.extensions().get::<ClientCertNames>().cloned();
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
