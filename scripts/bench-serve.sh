@@ -47,6 +47,14 @@
 #      clients at once with curl --parallel: manifest PUTs to new tags of one
 #      repository, to new repositories, and blob-upload finishes; throughput
 #      (writes/s) and errors. Target at 128 writers: >= 1x, zero errors.
+#      (h) TLS (rustls; skipped with TLS=0): a second airlock process
+#      serving the same data dir over HTTPS (`serve --tls-cert --tls-key`,
+#      a P-256 certificate from a test CA made with openssl) and a second
+#      docker-registry over the same storage with its `http.tls` settings;
+#      wrk (keep-alive, TLS 1.3) GETs of the 4 KiB blob and the 64 MiB blob
+#      against both. Targets: airlock TLS >= 0.7x airlock plain req/s on the
+#      4 KiB blob, >= 0.8x plain MiB/s on the 64 MiB blob, >= 10x
+#      docker-registry over TLS on the 4 KiB blob.
 #   4. Prints the details, then the table: figure | airlock | docker-registry |
 #      ratio (airlock / docker-registry) | target, PASS/FAIL, for the targets:
 #        4 KiB blob GET and manifest GET: req/s >= 10x, p99 <= 0.2x reference
@@ -72,6 +80,7 @@
 #   BENCH_DIR    where the temporary work dir goes (default /var/tmp; needs
 #                about 2 GiB free); removed at exit
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
+#   TLS          1 (default): run (h); 0: skip it
 #   AIRLOCK_LOAD how to load airlock: auto (default: push when `airlock serve
 #                --help` lists --allow-push, else bundle; a failed push is
 #                reported, in the output too, and the bundle is used instead),
@@ -105,6 +114,7 @@ PULLS=${PULLS:-50}
 CONNS=${CONNS:-500}
 WRITERS=${WRITERS:-8 64 128}
 AIRLOCK_LOAD=${AIRLOCK_LOAD:-auto}
+TLS=${TLS:-1}
 [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "DURATION must be a positive integer (seconds), got '$DURATION'"
 [[ $PULLS =~ ^[1-9][0-9]*$ ]] || die "PULLS must be a positive integer, got '$PULLS'"
 [[ $CONNS =~ ^[1-9][0-9]*$ ]] || die "CONNS must be a positive integer, got '$CONNS'"
@@ -319,6 +329,7 @@ fi
 
 servers=(airlock ref)
 declare -A port_of=([airlock]=$air_port [ref]=$ref_port)
+declare -A scheme_of=() # https for the TLS servers of (h); http otherwise
 declare -A pid_of=([airlock]=$air_pid [ref]=$ref_pid)
 declare -A label_of=([airlock]=airlock [ref]=docker-registry)
 
@@ -469,7 +480,7 @@ parse_wrk() { # WRK_OUTPUT -> "rps p99_ms transfer_mib_s non2xx socket_errors"
 run_wrk() { # FIG SERVER PATH [wrk args...]
     local fig=$1 s=$2 path=$3
     shift 3
-    local url="http://$HOST:${port_of[$s]}$path" out=$work/wrk.$fig.$s
+    local url="${scheme_of[$s]:-http}://$HOST:${port_of[$s]}$path" out=$work/wrk.$fig.$s
     local c0 c1 t0 t1 rps p99 tr non2xx errs wrk_cpu srv_cpu
     note "($fig) ${label_of[$s]}: wrk -t2 -c64 -d${DURATION}s --latency --timeout 30s $* $url"
     c0=$(cpu_ticks "${pid_of[$s]}")
@@ -556,6 +567,53 @@ for s in "${servers[@]}"; do
     run_hey d "$s" "/v2/bench/small/manifests/$TAG" -m HEAD "${accept[@]}"
 done
 
+# --- (h) TLS: the same GETs over HTTPS ------------------------------------------------
+if [ "$TLS" = 1 ]; then
+    need openssl openssl
+    tls=$work/tls
+    mkdir -p "$tls"
+    (
+        cd "$tls"
+        openssl ecparam -name prime256v1 -genkey -noout -out ca.key
+        openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj /CN=bench-ca
+        openssl ecparam -name prime256v1 -genkey -noout -out server.key
+        openssl req -new -key server.key -out server.csr -subj /CN=localhost
+        printf 'subjectAltName=IP:%s,DNS:localhost\nextendedKeyUsage=serverAuth\n' "$HOST" >server.ext
+        openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext
+    ) >"$work/openssl.log" 2>&1 || {
+        cat "$work/openssl.log" >&2
+        die "openssl could not make the test certificate"
+    }
+    airtls_port=$(free_port)
+    note "(h) starting airlock over TLS on $HOST:$airtls_port (same data dir)"
+    "$airlock" serve --data "$work/airlock-data" --listen "$HOST:$airtls_port" --log warn \
+        --tls-cert "$tls/server.crt" --tls-key "$tls/server.key" >"$work/airlock-tls.log" 2>&1 &
+    airtls_pid=$!
+    pids+=("$airtls_pid")
+    reftls_port=$(free_port)
+    sed -e "s/^  addr: .*/  addr: $HOST:$reftls_port\n  tls:\n    certificate: ${tls//\//\\/}\/server.crt\n    key: ${tls//\//\\/}\/server.key/" \
+        "$work/registry.yml" >"$work/registry-tls.yml"
+    note "(h) starting docker-registry over TLS on $HOST:$reftls_port (same storage)"
+    docker-registry serve "$work/registry-tls.yml" >"$work/registry-tls.log" 2>&1 &
+    reftls_pid=$!
+    pids+=("$reftls_pid")
+    for i in $(seq 1 100); do
+        curl -sf --cacert "$tls/ca.crt" -o /dev/null "https://$HOST:$airtls_port/v2/" &&
+            curl -sf --cacert "$tls/ca.crt" -o /dev/null "https://$HOST:$reftls_port/v2/" && break
+        [ "$i" = 100 ] && {
+            tail -n 20 "$work/airlock-tls.log" "$work/registry-tls.log" >&2
+            die "(h) a TLS server did not answer within 10 s"
+        }
+        sleep 0.1
+    done
+    port_of[airlock_tls]=$airtls_port pid_of[airlock_tls]=$airtls_pid label_of[airlock_tls]="airlock TLS" scheme_of[airlock_tls]=https
+    port_of[ref_tls]=$reftls_port pid_of[ref_tls]=$reftls_pid label_of[ref_tls]="docker-reg TLS" scheme_of[ref_tls]=https
+    for s in airlock_tls ref_tls; do
+        run_wrk h1 "$s" "/v2/bench/small/blobs/$small_blob"
+        run_wrk h2 "$s" "/v2/bench/big/blobs/$big_blob"
+    done
+fi
+
 # --- (e) concurrent skopeo pulls -------------------------------------------------
 run_pulls() { # SERVER -> $work/res.e.SERVER = "wall_s server_cpu%"
     local s=$1 i p failed=0 c0 c1 t0 t1 got
@@ -640,6 +698,16 @@ for fig in a b c d; do
         printf '  %-28s %-16s %12.0f %10.2f %12.1f %7s%% %7s%% %7s\n' "$lab" "${label_of[$s]}" "$rps" "$p99" "$tr" "$sc" "$wc" "$errs"
     done
 done
+if [ "$TLS" = 1 ]; then
+    for fig in h1 h2; do
+        lab="(h) 4 KiB blob GET, TLS"
+        [ $fig = h2 ] && lab="(h) 64 MiB blob GET, TLS"
+        for s in airlock_tls ref_tls; do
+            read -r rps p99 tr sc wc errs <"$work/res.$fig.$s"
+            printf '  %-28s %-16s %12.0f %10.2f %12.1f %7s%% %7s%% %7s\n' "$lab" "${label_of[$s]}" "$rps" "$p99" "$tr" "$sc" "$wc" "$errs"
+        done
+    done
+fi
 for s in "${servers[@]}"; do
     printf '  %-28s %-16s %s s wall for %s pulls, server CPU %s%%\n' "(e) $PULLS skopeo pulls" "${label_of[$s]}" \
         "$(field e "$s" 1)" "$PULLS" "$(field e "$s" 2)"
@@ -704,3 +772,12 @@ done
 row "(f) RSS baseline MiB" "$(mib "${rss_base[airlock]}")" "$(mib "${rss_base[ref]}")" none 0 "%15.1f"
 row "(f) RSS $CONNS idle conns, fresh MiB" "$(mib "$(get f0 airlock 2)")" "$(mib "$(get f0 ref 2)")" abs_lt 100 "%15.1f"
 row "(f) RSS $CONNS idle conns, after load" "$(mib "$(get f airlock 2)")" "$(mib "$(get f ref 2)")" abs_lt 100 "%15.1f"
+if [ "$TLS" = 1 ]; then
+    echo
+    printf '| %-36s | %15s | %15s | %9s | %-15s |\n' "(h) TLS figure" "airlock TLS" "reference" ratio target
+    row "(h) 4 KiB GET req/s, ref: airlock plain" "$(get h1 airlock_tls 1)" "$(get a airlock 1)" ge 0.7 "%15.0f"
+    row "(h) 64 MiB GET MiB/s, ref: airlock plain" "$(get h2 airlock_tls 3)" "$(get c airlock 3)" ge 0.8 "%15.1f"
+    row "(h) 4 KiB GET req/s, ref: docker-reg TLS" "$(get h1 airlock_tls 1)" "$(get h1 ref_tls 1)" ge 10 "%15.0f"
+    row "(h) 4 KiB GET p99 ms, ref: docker-reg TLS" "$(get h1 airlock_tls 2)" "$(get h1 ref_tls 2)" none 0 "%15.2f"
+    row "(h) 64 MiB GET MiB/s, ref: docker-reg TLS" "$(get h2 airlock_tls 3)" "$(get h2 ref_tls 3)" none 0 "%15.1f"
+fi

@@ -7,15 +7,21 @@
 //! `registry` serves the OCI distribution API over `state`; `stacks` keeps
 //! system stacks (promotion, rollout, flattened rootfs) over `state`,
 //! sending rootfs tars as `registry` sends blobs; `torcx` is the torcx
-//! remote room (its own state document, `/torcx` routes); `events` queues
-//! what changed (promotions, imports) in the store and delivers it to
-//! webhooks; `server` runs the HTTP listener; `http_client` is the outgoing
-//! HTTP(S) client that `bundle` (registry sources) and `cell` (the
-//! cell-side stack installer, a client of `/stacks/v1`) share.
+//! remote room (its own state document, `/torcx` routes); `admin` is the
+//! `/admin/v1` room (imports over HTTP); `auth` is users, roles and
+//! permissions; `events` queues what changed (promotions, imports) in the
+//! store and delivers it to webhooks; `server` runs the HTTP listener (TLS,
+//! the access layer); `config` reads the serve config file and builds the
+//! server from it; `http_client` is the outgoing HTTP(S) client that
+//! `bundle` (registry sources) and `cell` (the cell-side stack installer, a
+//! client of `/stacks/v1`) share.
 //! Lower layers never call higher ones.
 
+pub mod admin;
+pub mod auth;
 pub mod bundle;
 pub mod cell;
+pub mod config;
 pub mod digest;
 pub mod events;
 pub mod http_client;

@@ -255,7 +255,7 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable() {
     let tmp = tempfile::tempdir().unwrap();
     let (data, _) = data(tmp.path());
     let port = free_port();
-    let hooks = tmp.path().join("hooks.toml");
+    let hooks = tmp.path().join("airlock.toml");
     std::fs::write(
         &hooks,
         format!("[[webhook]]\nurl = \"http://127.0.0.1:{port}/hook\"\nsecret = \"s3cret\"\n"),
@@ -264,7 +264,7 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable() {
     let log = tmp.path().join("received.log");
     let mut rx = receiver(port, &log, "s3cret");
     std::thread::sleep(Duration::from_millis(300));
-    let server = serve(&data, &["--webhooks", hooks.to_str().unwrap()]);
+    let server = serve(&data, &["--config", hooks.to_str().unwrap()]);
     stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v1"]);
     stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
     stack_ok(&data, &["rollback", "bb"]);
@@ -311,7 +311,7 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable() {
     let ev: serde_json::Value = serde_json::from_str(&ev).unwrap();
     assert_eq!(ev["queued"][0]["event"]["type"], "stack.state_changed");
     assert_eq!(ev["log"].as_array().unwrap().len(), 4);
-    let _server = serve(&data, &["--webhooks", hooks.to_str().unwrap()]);
+    let _server = serve(&data, &["--config", hooks.to_str().unwrap()]);
     let lines = delivered(&log, |l| l.len() >= 5);
     assert_eq!(
         kinds(&lines).last().map(String::as_str),

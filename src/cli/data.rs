@@ -33,6 +33,10 @@ pub struct InventoryArgs {
 pub struct HistoryArgs {
     #[command(flatten)]
     data: DataArg,
+    /// Print one JSON array (newest first): generation, digest, time, who,
+    /// address, reason.
+    #[arg(long)]
+    json: bool,
 }
 
 pub async fn import(args: ImportArgs) -> Result<()> {
@@ -82,17 +86,38 @@ pub async fn inventory(args: InventoryArgs) -> Result<()> {
 pub async fn history(args: HistoryArgs) -> Result<()> {
     let state = args.data.existing_state()?;
     let history = state.history().await?;
+    if args.json {
+        let rows: Vec<_> = history
+            .iter()
+            .map(|(digest, doc)| {
+                serde_json::json!({
+                    "generation": doc.generation,
+                    "digest": digest,
+                    "time": doc.time,
+                    "who": doc.who,
+                    "address": doc.address,
+                    "reason": doc.reason,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
     if history.is_empty() {
         println!("no generations yet (empty store)");
     }
     println!(
-        "{:>10}  {:<25}  {:<20}  reason",
-        "generation", "time", "who"
+        "{:>10}  {:<25}  {:<20}  {:<21}  reason",
+        "generation", "time", "who", "address"
     );
     for (_, doc) in history {
         println!(
-            "{:>10}  {:<25}  {:<20}  {}",
-            doc.generation, doc.time, doc.who, doc.reason
+            "{:>10}  {:<25}  {:<20}  {:<21}  {}",
+            doc.generation,
+            doc.time,
+            doc.who,
+            doc.address.as_deref().unwrap_or("-"),
+            doc.reason
         );
     }
     Ok(())

@@ -14,6 +14,7 @@ mod keys;
 mod serve;
 mod stack;
 mod torcx;
+mod user;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -86,8 +87,11 @@ enum Command {
     /// System stacks: promote, roll out, roll back, states, cells' status.
     #[command(subcommand)]
     Stack(stack::StackCmd),
-    /// Serve the OCI distribution API.
-    Serve(serve::ServeArgs),
+    /// Serve the OCI distribution API (and stacks, torcx, admin) over HTTP or HTTPS.
+    Serve(Box<serve::ServeArgs>),
+    /// Users of the serve config: password hashes.
+    #[command(subcommand)]
+    User(user::UserCmd),
     /// The cell side of system stacks (on Diego cells).
     #[command(subcommand)]
     Cell(cell::CellCmd),
@@ -97,19 +101,7 @@ enum Command {
 }
 
 /// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024).
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        Some('T' | 't') => (&s[..s.len() - 1], 1 << 40),
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
-    n.checked_mul(mult)
-        .filter(|&v| v > 0)
-        .ok_or_else(|| format!("invalid size {s:?}"))
-}
+pub use airlock::config::parse_size;
 
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
 pub fn progress_bar() -> indicatif::ProgressBar {
@@ -156,7 +148,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::History(args) => data::history(args).await,
         Command::Events(args) => events::run(args).await,
         Command::Stack(cmd) => stack::run(cmd).await,
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
+        Command::User(cmd) => user::run(cmd),
         Command::Cell(cmd) => cell::run(cmd).await,
         Command::Torcx(cmd) => torcx::run(cmd).await,
     }

@@ -1,129 +1,67 @@
-//! `airlock serve`: the HTTP server (OCI distribution API, stacks API, health).
+//! `airlock serve`: the HTTP server (OCI distribution API, stacks API,
+//! torcx remote, admin API, health), configured by `--config FILE` and
+//! flags / `AIRLOCK_*` variables over it (see `airlock::config`).
 
-use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
-use super::DataArg;
+use airlock::config::{self, Settings};
+use airlock::state::StateStore;
+use airlock::store::fs::FsStore;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
+    /// The serve config (TOML; see mirror-config/airlock.toml). Flags and
+    /// AIRLOCK_* variables override its values.
+    #[arg(long, env = "AIRLOCK_CONFIG")]
+    config: Option<PathBuf>,
+    /// Check the config (and the files it names) and exit: 0 when it is
+    /// good, else 1 with the cause.
+    #[arg(long)]
+    check_config: bool,
     #[command(flatten)]
-    data: DataArg,
-    /// Address to listen on.
-    #[arg(long, env = "AIRLOCK_LISTEN", default_value = "127.0.0.1:5000")]
-    listen: SocketAddr,
-    /// Serve the push endpoints (blob uploads, manifest PUT). Off: 405 UNSUPPORTED.
-    #[arg(long, env = "AIRLOCK_ALLOW_PUSH")]
-    allow_push: bool,
-    /// Serve deletes of manifests, tags and blobs. Off: 405 UNSUPPORTED.
-    #[arg(long, env = "AIRLOCK_ALLOW_DELETE")]
-    allow_delete: bool,
-    /// Serve the stacks admin routes (POST /stacks/v1/<name>/promote,
-    /// rollout, rollback, state, default). Off: 403 DENIED.
-    #[arg(long, env = "AIRLOCK_ALLOW_ADMIN")]
-    allow_admin: bool,
-    /// Namespace for reads without `ns=` whose repository does not exist
-    /// (docker `registry-mirrors`), e.g. `docker.io`.
-    #[arg(long, env = "AIRLOCK_MIRROR_NAMESPACE")]
-    mirror_namespace: Option<String>,
-    /// Upload sessions older than this many seconds are refused and swept.
-    #[arg(long, env = "AIRLOCK_UPLOAD_EXPIRY", default_value_t = 86400, value_parser = clap::value_parser!(u64).range(1..))]
-    upload_expiry_secs: u64,
-    /// Largest blob accepted by push, in bytes (K, M, G, T suffixes are
-    /// powers of 1024); larger: 413 SIZE_INVALID.
-    #[arg(long, env = "AIRLOCK_MAX_BLOB_SIZE", default_value = "64G", value_parser = super::parse_size)]
-    max_blob_size: u64,
-    /// Upload sessions open at once; more: 429 TOOMANYREQUESTS.
-    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    max_upload_sessions: u64,
-    /// Upload sessions open at once in one repository; more: 429 TOOMANYREQUESTS.
-    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_REPOSITORY", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    max_upload_sessions_per_repository: u64,
-    /// Most entries per page of `tags/list` and `_catalog` (a larger or
-    /// absent `n` is clamped; `Link` names the next page).
-    #[arg(long, env = "AIRLOCK_MAX_PAGE", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    max_page: u64,
-    /// Close a connection whose client has not sent a complete request
-    /// head within this many seconds (also bounds HTTP/1.1 keep-alive
-    /// idling between requests).
-    #[arg(long, env = "AIRLOCK_HEADER_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    header_timeout_secs: u64,
-    /// Close a connection with no request in progress and no traffic for
-    /// this many seconds.
-    #[arg(long, env = "AIRLOCK_IDLE_TIMEOUT", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
-    idle_timeout_secs: u64,
-    /// Connections open at once; at the cap, new clients wait until one
-    /// closes.
-    #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    max_connections: u64,
-    /// Who may register custom stacks: off, admin-only or on (RFC-0040).
-    #[arg(long, env = "AIRLOCK_CUSTOM_STACKS", default_value = "off")]
-    custom_stacks: airlock::stacks::custom::CustomPolicy,
-    /// `[[webhook]]` entries (`url`, `events`, `secret`, `ca_file`) in a
-    /// TOML file: POST signed events (stack.promoted, stack.rolled_back,
-    /// stack.state_changed, import.completed) to them.
-    #[arg(long, env = "AIRLOCK_WEBHOOKS", value_name = "FILE")]
-    webhooks: Option<std::path::PathBuf>,
-    /// Sign the torcx contents of REMOTE with this RSA key:
-    /// `REMOTE=KEY.sec.asc` (repeatable; one per remote).
-    #[arg(long = "torcx-key", value_name = "REMOTE=KEY.sec.asc")]
-    torcx_keys: Vec<String>,
+    settings: Settings,
 }
 
 pub async fn run(args: ServeArgs) -> Result<()> {
-    if let Some(ns) = &args.mirror_namespace {
-        let probe: airlock::names::RepositoryName = "x".parse()?;
-        airlock::registry::namespace::qualify(ns, &probe).map_err(|_| {
-            anyhow::anyhow!("--mirror-namespace {ns:?} cannot prefix a repository name")
-        })?;
+    let file = match &args.config {
+        Some(path) => config::load(path)?,
+        None => Settings::default(),
+    };
+    let settings = config::merge(file, &args.settings)?;
+    let resolved = settings.resolve()?;
+    if args.check_config {
+        println!(
+            "config ok: listen {}, {}, {} users",
+            resolved
+                .listen
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if resolved.tls.is_some() {
+                "TLS"
+            } else {
+                "plain HTTP"
+            },
+            resolved.policy.user_count(),
+        );
+        return Ok(());
     }
-    let state = args.data.state()?;
-    if let Some(path) = &args.webhooks {
-        let hooks = airlock::events::webhook::load(path).map_err(anyhow::Error::msg)?;
+    let store = FsStore::open(&resolved.data)
+        .with_context(|| format!("opening data directory {}", resolved.data.display()))?;
+    let state = StateStore::new(Arc::new(store));
+    if !resolved.webhooks.is_empty() {
         let deliverer = airlock::events::deliver::Deliverer::new(
             state.blobstore().clone(),
-            hooks,
+            resolved.webhooks.clone(),
             airlock::events::deliver::DeliverySettings::default(),
         )
         .map_err(anyhow::Error::msg)?;
         tokio::spawn(deliverer.run());
     }
-    let config = airlock::registry::RegistryConfig {
-        allow_push: args.allow_push,
-        allow_delete: args.allow_delete,
-        mirror_namespace: args.mirror_namespace,
-        upload_expiry: Duration::from_secs(args.upload_expiry_secs),
-        max_page: args.max_page as usize,
-        uploads: airlock::registry::uploads::UploadLimits {
-            max_blob_size: args.max_blob_size,
-            max_sessions: args.max_upload_sessions as usize,
-            max_sessions_per_repository: args.max_upload_sessions_per_repository as usize,
-        },
-    };
-    let mut torcx_keys = std::collections::BTreeMap::new();
-    for spec in &args.torcx_keys {
-        let (remote, key) =
-            airlock::torcx::api::TorcxConfig::load_key(spec).map_err(anyhow::Error::msg)?;
-        if torcx_keys.insert(remote.clone(), key).is_some() {
-            anyhow::bail!("--torcx-key: remote {remote} given twice");
-        }
-    }
-    let stacks = airlock::stacks::api::StacksConfig {
-        allow_admin: args.allow_admin,
-        custom_stacks: args.custom_stacks,
-        ..Default::default()
-    };
-    let mut app = airlock::server::App::with_config(state, config).with_stacks(stacks);
-    app.torcx = airlock::torcx::api::TorcxConfig::new(torcx_keys);
-    let app = Arc::new(app);
-    let limits = airlock::server::Limits {
-        header_timeout: Duration::from_secs(args.header_timeout_secs),
-        idle_timeout: Duration::from_secs(args.idle_timeout_secs),
-        max_connections: args.max_connections as usize,
-        ..airlock::server::Limits::default()
-    };
-    airlock::server::serve(args.listen, app, limits).await
+    let (app, limits, listen, tls) = resolved.into_app(state);
+    airlock::server::serve(&listen, Arc::new(app), limits, tls).await
 }

@@ -8,26 +8,26 @@
 //! the scheme GitHub and Gitea webhooks use): a receiver recomputes the
 //! HMAC over the raw body and compares in constant time.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// One `[[webhook]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     /// Where to POST (`http://` or `https://`).
     pub url: String,
     /// The event types to send (see [`super::KINDS`]); empty or absent: all.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<String>,
     /// The HMAC key; absent: no `X-Airlock-Signature` header.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
     /// PEM CA bundle for an `https://` receiver with a private CA (added to
     /// the system roots); relative to the config file.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
 }
 
@@ -37,9 +37,8 @@ impl WebhookConfig {
         self.events.is_empty() || self.events.iter().any(|e| e == kind)
     }
 
-    /// Checks the URL and event names; resolves `ca_file` against `base`.
-    /// Errors: one line naming the bad value.
-    pub fn check(&mut self, base: &Path) -> Result<(), String> {
+    /// Checks the URL and event names. Errors: one line naming the bad value.
+    pub fn check(&self) -> Result<(), String> {
         let uri: hyper::Uri = self
             .url
             .parse()
@@ -61,31 +60,8 @@ impl WebhookConfig {
                 super::KINDS.join(", ")
             ));
         }
-        if let Some(ca) = &self.ca_file {
-            self.ca_file = Some(base.join(ca));
-        }
         Ok(())
     }
-}
-
-/// The `[[webhook]]` entries of a TOML file (`airlock serve --webhooks FILE`),
-/// checked. Errors: unreadable file, TOML error (with the key), bad entry.
-pub fn load(path: &Path) -> Result<Vec<WebhookConfig>, String> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct File {
-        #[serde(default)]
-        webhook: Vec<WebhookConfig>,
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut file: File =
-        toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), e.message()))?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    for w in &mut file.webhook {
-        w.check(base)?;
-    }
-    Ok(file.webhook)
 }
 
 /// `sha256=<hex>`: the HMAC-SHA256 of `body` under `secret`.
@@ -117,12 +93,12 @@ mod tests {
             secret: None,
             ca_file: None,
         };
-        assert!(w.check(Path::new(".")).is_err());
+        assert!(w.check().is_err());
         w.url = "http://127.0.0.1:9/hook".into();
         w.events = vec!["stack.promoted".into(), "nope".into()];
-        assert!(w.check(Path::new(".")).unwrap_err().contains("nope"));
+        assert!(w.check().unwrap_err().contains("nope"));
         w.events = vec!["stack.promoted".into()];
-        assert!(w.check(Path::new(".")).is_ok());
+        assert!(w.check().is_ok());
         assert!(w.wants("stack.promoted") && !w.wants("import.completed"));
     }
 }

@@ -17,6 +17,12 @@
 //!   the loop stops accepting (clients wait in the kernel's backlog) until a
 //!   connection closes.
 //!
+//! - TLS ([`super::tls`]): when a [`Tls`] is given, each accepted socket
+//!   first completes a handshake within the header timeout (counted against
+//!   the same connection permit); the limits above then apply to the TLS
+//!   connection, and a verified client certificate's names go into every
+//!   request's extensions.
+//!
 //! Never routes or logs requests (that is [`super::router`]).
 
 use std::future::Future;
@@ -36,6 +42,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
+
+use super::tls::Tls;
 
 /// Connection limits and timeouts of the HTTP listener (`airlock serve`
 /// flags `--header-timeout-secs`, `--idle-timeout-secs`,
@@ -84,6 +92,7 @@ pub(super) async fn run(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
@@ -146,9 +155,10 @@ pub(super) async fn run(
         let builder = builder.clone();
         let router = router.clone();
         let limits = limits.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            serve_connection(tcp, peer, builder, router, &limits, watcher).await;
+            serve_connection(tcp, peer, tls, builder, router, &limits, watcher).await;
         });
     }
 
@@ -168,24 +178,63 @@ pub(super) async fn run(
     }
 }
 
-/// Serves one connection until it ends, or closes it when [`idle_deadline`]
-/// passes.
+/// Serves one connection (after its TLS handshake, when `tls` is given)
+/// until it ends, or closes it when [`idle_deadline`] passes.
 async fn serve_connection(
     tcp: TcpStream,
     peer: std::net::SocketAddr,
+    tls: Option<Arc<Tls>>,
     builder: Arc<Builder<TokioExecutor>>,
     router: Router,
     limits: &Limits,
     watcher: hyper_util::server::graceful::Watcher,
 ) {
     let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(TrackedIo {
+    let tracked = TrackedIo {
         inner: tcp,
         activity: activity.clone(),
-    });
+    };
+    let Some(tls) = tls else {
+        let io = TokioIo::new(tracked);
+        return serve_io(io, peer, None, activity, builder, router, limits, watcher).await;
+    };
+    let handshake = tls.acceptor().accept(tracked);
+    let stream = match tokio::time::timeout(limits.header_timeout, handshake).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let names = super::tls::client_names(stream.get_ref().1);
+    let io = TokioIo::new(stream);
+    serve_io(io, peer, names, activity, builder, router, limits, watcher).await;
+}
+
+/// Serves HTTP on `io` under `limits` (see [`serve_connection`]).
+#[allow(clippy::too_many_arguments)]
+async fn serve_io<I>(
+    io: TokioIo<I>,
+    peer: std::net::SocketAddr,
+    names: Option<super::tls::ClientCertNames>,
+    activity: Arc<Activity>,
+    builder: Arc<Builder<TokioExecutor>>,
+    router: Router,
+    limits: &Limits,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let svc_activity = activity.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(super::trace::ClientAddr(peer));
+        if let Some(n) = &names {
+            req.extensions_mut().insert(n.clone());
+        }
         let router = router.clone();
         let guard = svc_activity.begin_request();
         async move {

@@ -4,11 +4,14 @@
 //!
 //! Owns: building shared handles once and handing them to every router as one
 //! `Arc<App>`; cross-cutting concerns applied once to every route (request
-//! logs). Never implements an API itself: `/v2` lives in `registry`,
-//! `/torcx` in `torcx`, `/stacks/v1` in `stacks::api`, liveness and readiness in [`health`].
+//! logs, [`access`] control), TLS ([`tls`]). Never implements an API itself:
+//! `/v2` lives in `registry`, `/torcx` in `torcx`, `/stacks/v1` in
+//! `stacks::api`, `/admin/v1` in `admin`, liveness and readiness in [`health`].
 
+pub mod access;
 mod conn;
 pub mod health;
+pub mod tls;
 pub mod trace;
 
 pub use conn::Limits;
@@ -42,6 +45,10 @@ pub struct App {
     pub torcx: crate::torcx::api::TorcxConfig,
     /// The stacks API's switches and rootfs downloads in flight.
     pub stacks: StacksServer,
+    /// Who may do what ([`access`]); open (everyone is admin) by default.
+    pub auth: Arc<crate::auth::Policy>,
+    /// Keyring trusted for `POST /admin/v1/imports`; `None`: off.
+    pub import_keyring: Option<std::path::PathBuf>,
 }
 
 impl App {
@@ -63,6 +70,8 @@ impl App {
             uploads,
             torcx: Default::default(),
             stacks: StacksServer::default(),
+            auth: Arc::new(crate::auth::Policy::open()),
+            import_keyring: None,
         }
     }
 
@@ -97,6 +106,16 @@ impl registry::Context for App {
     }
 }
 
+impl crate::admin::Context for App {
+    fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    fn import_keyring(&self) -> Option<&std::path::PathBuf> {
+        self.import_keyring.as_ref()
+    }
+}
+
 impl crate::torcx::api::Context for App {
     fn state(&self) -> &StateStore {
         &self.state
@@ -128,8 +147,9 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
 }
 
 /// The whole HTTP surface: `/healthz`, `/readyz`, the OCI `/v2` API, the
-/// torcx remote `/torcx` and the `/stacks/v1` API,
-/// with a request log (method, path, status, duration) around every route.
+/// torcx remote `/torcx`, the `/stacks/v1` API and the `/admin/v1` API,
+/// behind the [`access`] layer (users and roles), with a request log
+/// (method, path, status, duration) around every route.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
@@ -137,23 +157,65 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app.clone())
         .merge(crate::torcx::api::router(app.clone()))
         .merge(stacks::api::router(app.clone()))
-        .merge(registry::router(app))
+        .merge(crate::admin::router(app.clone()))
+        .merge(registry::router(app.clone()))
+        .layer(axum::middleware::from_fn_with_state(app, access::check))
         .layer(axum::middleware::from_fn(trace::log_request))
 }
 
-/// Binds `listen` and serves [`router`] under `limits` until SIGINT or
-/// SIGTERM, then stops accepting and waits (at most
-/// `limits.shutdown_timeout`) for in-flight requests to finish. Expired
-/// upload sessions are swept meanwhile ([`spawn_upload_sweeper`]).
+/// Binds every address of `listen` and serves [`router`] on each (over TLS
+/// when `tls` is given; its certificate is reloaded on SIGHUP) under
+/// `limits` until SIGINT or SIGTERM, then stops accepting and waits (at
+/// most `limits.shutdown_timeout`) for in-flight requests to finish.
+/// Expired upload sessions are swept meanwhile ([`spawn_upload_sweeper`]).
 ///
-/// Errors: the address cannot be bound.
-pub async fn serve(listen: SocketAddr, app: Arc<App>, limits: Limits) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
+/// Errors: an address cannot be bound, SIGHUP cannot be watched.
+pub async fn serve(
+    listen: &[SocketAddr],
+    app: Arc<App>,
+    limits: Limits,
+    tls: Option<Arc<tls::Tls>>,
+) -> anyhow::Result<()> {
+    let mut listeners = Vec::new();
+    for addr in listen {
+        listeners.push(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?,
+        );
+    }
+    let reloader = match &tls {
+        Some(t) => Some(t.reload_on_sighup()?),
+        None => None,
+    };
     let sweeper = spawn_upload_sweeper(app.clone());
-    let result = serve_on(listener, app, limits, shutdown_signal()).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut servers = tokio::task::JoinSet::new();
+    for listener in listeners {
+        let mut stopped = stopped.clone();
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        servers.spawn(serve_listener(
+            listener,
+            app.clone(),
+            limits.clone(),
+            tls.clone(),
+            shutdown,
+        ));
+    }
+    shutdown_signal().await;
+    let _ = stop.send(true);
+    let mut result = Ok(());
+    while let Some(r) = servers.join_next().await {
+        if let Ok(Err(e)) = r {
+            result = Err(e);
+        }
+    }
     sweeper.abort();
+    if let Some(r) = reloader {
+        r.abort();
+    }
     result
 }
 
@@ -172,17 +234,31 @@ pub async fn serve_on(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_listener(listener, app, limits, None, shutdown).await
+}
+
+/// [`serve_on`], over TLS when `tls` is given.
+///
+/// Errors: the listener's address cannot be read.
+pub async fn serve_listener(
+    listener: TcpListener,
+    app: Arc<App>,
+    limits: Limits,
+    tls: Option<Arc<tls::Tls>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let addr = listener
         .local_addr()
         .context("listener has no local address")?;
     tracing::info!(
         %addr,
+        tls = tls.is_some(),
         header_timeout_secs = limits.header_timeout.as_secs_f64(),
         idle_timeout_secs = limits.idle_timeout.as_secs_f64(),
         max_connections = limits.max_connections,
         "serving HTTP"
     );
-    conn::run(listener, router(app), limits, shutdown).await;
+    conn::run(listener, router(app), limits, tls, shutdown).await;
     tracing::info!(%addr, "server stopped");
     Ok(())
 }

@@ -52,8 +52,8 @@ use crate::store::blob_key;
 /// What the operator switched on for `/stacks/v1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StacksConfig {
-    /// Serve the admin POST routes (until authentication exists, the admin
-    /// role is this switch: `airlock serve --allow-admin`).
+    /// Serve the admin POST routes (to the admin role when users are
+    /// configured; `airlock serve --allow-admin`).
     pub allow_admin: bool,
     /// Base of `Retry-After` on a 429; a random extra of up to the same again is added.
     pub retry_after: Duration,
@@ -641,7 +641,8 @@ struct StateBody {
     reason: Option<String>,
 }
 
-/// Who an admin request is, until authentication exists.
+/// Who an admin request is when no actor is in scope (the server's access
+/// layer sets the authenticated user, see `state::audit`).
 const HTTP_ADMIN: &str = "admin (http)";
 
 async fn admin(
@@ -654,43 +655,38 @@ async fn admin(
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "DENIED",
-            "stack administration over HTTP is off: start airlock serve with --allow-admin (the admin role, until authentication exists)",
+            "stack administration over HTTP is off: start airlock serve with --allow-admin ([stacks] allow_admin = true)",
         ));
     }
     let state = ctx.state();
+    let who = crate::state::audit::current().map_or_else(|| HTTP_ADMIN.to_string(), |a| a.who);
+    let who = who.as_str();
     let extra = match action {
         Action::Promote => {
             let req: PromoteRequest = json_body(body).await?;
-            let p = ops::promote(state, name, &req, HTTP_ADMIN).await?;
+            let p = ops::promote(state, name, &req, who).await?;
             json!({ "promotion": p.promotion, "percent": p.percent, "generation": p.generation })
         }
         Action::Rollout => {
             let b: RolloutBody = json_body(body).await?;
-            ops::rollout(state, name, b.percent, HTTP_ADMIN).await?;
+            ops::rollout(state, name, b.percent, who).await?;
             json!({})
         }
         Action::Rollback => {
             let b: ReasonBody = json_body(body).await?;
             let reason = b.reason.unwrap_or_else(|| "rollback".into());
-            let (to, _) = ops::rollback(state, name, &reason, HTTP_ADMIN).await?;
+            let (to, _) = ops::rollback(state, name, &reason, who).await?;
             json!({ "promotion": to })
         }
         Action::State => {
             let b: StateBody = json_body(body).await?;
             let st: StackState = b.state.parse()?;
-            ops::set_state(
-                state,
-                name,
-                st,
-                b.reason.as_deref().unwrap_or(""),
-                HTTP_ADMIN,
-            )
-            .await?;
+            ops::set_state(state, name, st, b.reason.as_deref().unwrap_or(""), who).await?;
             json!({})
         }
         Action::Default => {
             let _: ReasonBody = json_body(body).await?;
-            ops::set_default(state, name, HTTP_ADMIN).await?;
+            ops::set_default(state, name, who).await?;
             json!({})
         }
     };
@@ -713,20 +709,23 @@ struct RegisterBody {
     description: String,
 }
 
-/// `POST /stacks/v1/<name>/register`: the caller is an admin when the
-/// admin routes are on (`--allow-admin`); otherwise anonymous, which no
-/// policy lets register.
+/// `POST /stacks/v1/<name>/register`: the caller (from the access layer's
+/// audit scope) is an admin when it holds the admin role and the admin
+/// routes are on (`allow_admin`); an anonymous caller is never a
+/// registering user.
 async fn register(ctx: &dyn Context, name: &StackName, body: Body) -> Result<Response> {
     let b: RegisterBody = json_body(body).await?;
     let cfg = &ctx.stacks().config;
+    let scope = crate::state::audit::current().unwrap_or_default();
+    let admin = cfg.allow_admin && scope.admin;
     let actor = Actor {
-        name: if cfg.allow_admin {
+        reader: admin || !matches!(scope.who.as_str(), "" | "anonymous" | crate::auth::OPEN_WHO),
+        name: if scope.who.is_empty() {
             HTTP_ADMIN.into()
         } else {
-            "anonymous".into()
+            scope.who
         },
-        admin: cfg.allow_admin,
-        reader: cfg.allow_admin,
+        admin,
     };
     let (image, c) = ops::register_custom(
         ctx.state(),

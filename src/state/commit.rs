@@ -41,6 +41,7 @@ const MAX_REASON: usize = 2000;
 struct Pending {
     reason: String,
     who: String,
+    address: Option<String>,
     ops: Vec<Op>,
     reply: oneshot::Sender<Result<Commit>>,
 }
@@ -96,12 +97,21 @@ impl StateStore {
     /// retried on the new root with jittered backoff for up to 5 minutes
     /// ([`StateError::Contention`] after that); store failures fail every
     /// change of the batch.
+    ///
+    /// Inside an HTTP request's [`super::audit::scope`] the scope's actor
+    /// (user and client address) is recorded instead of `who`.
     pub async fn commit(&self, reason: &str, who: &str, ops: &[Op]) -> Result<Commit> {
+        let actor = super::audit::current().unwrap_or_else(|| super::Actor {
+            who: who.into(),
+            address: None,
+            admin: true,
+        });
         let (reply, mut answer) = oneshot::channel();
         if let Ok(mut q) = self.queue.pending.lock() {
             q.push(Pending {
                 reason: reason.into(),
-                who: who.into(),
+                who: actor.who,
+                address: actor.address,
                 ops: ops.to_vec(),
                 reply,
             });
@@ -189,8 +199,8 @@ impl StateStore {
             .filter(|(_, o)| matches!(o, Ok(true)))
             .map(|(p, _)| p)
             .collect();
-        let (reason, who) = describe(&landed);
-        let generation = match self.write(&snap, &work, &reason, &who).await? {
+        let (reason, who, address) = describe(&landed);
+        let generation = match self.write(&snap, &work, &reason, &who, address).await? {
             None => snap.generation(),
             Some((digest, state)) => {
                 self.store.sync().await?;
@@ -201,7 +211,7 @@ impl StateStore {
                 {
                     return Ok(None);
                 }
-                tracing::info!(generation = state.generation, %digest, changes = landed.len(), reason, "state root swapped");
+                tracing::info!(generation = state.generation, %digest, changes = landed.len(), reason, who, address = state.address.as_deref().unwrap_or("-"), "state root swapped");
                 state.generation
             }
         };
@@ -282,6 +292,7 @@ impl StateStore {
         work: &Working,
         reason: &str,
         who: &str,
+        address: Option<String>,
     ) -> Result<Option<(Digest, StateDoc)>> {
         let mut table = snap.table.clone();
         for (name, repo) in &work.repos {
@@ -321,6 +332,7 @@ impl StateStore {
             time: now_rfc3339(),
             reason: reason.into(),
             who: who.into(),
+            address,
             repositories: put_doc(&*self.store, &table).await?,
             documents,
         };
@@ -329,13 +341,13 @@ impl StateStore {
     }
 }
 
-/// `reason` and `who` of a generation made of `landed` changes: the change's
-/// own for one; for several, `N changes: r1; r2; ...` (at most
-/// [`MAX_REASON`] bytes) and the distinct `who`s joined by `, `.
-fn describe(landed: &[&Pending]) -> (String, String) {
+/// `reason`, `who` and `address` of a generation made of `landed` changes:
+/// the change's own for one; for several, `N changes: r1; r2; ...` (at most
+/// [`MAX_REASON`] bytes) and the distinct `who`s and addresses joined by `, `.
+fn describe(landed: &[&Pending]) -> (String, String, Option<String>) {
     match landed {
-        [] => (String::new(), String::new()),
-        [one] => (one.reason.clone(), one.who.clone()),
+        [] => (String::new(), String::new(), None),
+        [one] => (one.reason.clone(), one.who.clone(), one.address.clone()),
         many => {
             let mut reason = format!("{} changes: ", many.len());
             for (i, p) in many.iter().enumerate() {
@@ -350,7 +362,11 @@ fn describe(landed: &[&Pending]) -> (String, String) {
             let mut whos: Vec<&str> = many.iter().map(|p| p.who.as_str()).collect();
             whos.sort_unstable();
             whos.dedup();
-            (reason, whos.join(", "))
+            let mut addrs: Vec<&str> = many.iter().filter_map(|p| p.address.as_deref()).collect();
+            addrs.sort_unstable();
+            addrs.dedup();
+            let address = (!addrs.is_empty()).then(|| addrs.join(", "));
+            (reason, whos.join(", "), address)
         }
     }
 }

@@ -23,8 +23,13 @@ pub struct StateDoc {
     pub time: String,
     /// Why (e.g. `import bundle <id>`, `push stacks/bookworm:latest`).
     pub reason: String,
-    /// Who made the change (`user@host` on the CLI, the role over HTTP).
+    /// Who made the change (`user@host` on the CLI, the authenticated
+    /// user over HTTP; several joined by `, ` for a batched generation).
     pub who: String,
+    /// The client address(es) of a change made over HTTP (`ip:port`,
+    /// several joined by `, `); absent for CLI changes and older generations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     /// The [`RepoTable`] digest.
     pub repositories: Digest,
     /// Named documents of the rooms built on the registry (`stacks`,

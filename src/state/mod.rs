@@ -6,6 +6,7 @@
 //! history. Never speaks HTTP and never reads bundles; callers describe a
 //! change as data and `commit` makes it visible all at once or not at all.
 
+pub mod audit;
 mod commit;
 pub mod docs;
 mod ops;
@@ -13,6 +14,7 @@ mod ops;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub use audit::Actor;
 pub use docs::{ManifestInfo, RepoTable, Repository, STATE_KIND, StateDoc};
 pub use ops::{DocumentChange, Op};
 

@@ -1,0 +1,120 @@
+//! The `/admin/v1` HTTP API: administration an admin can do without a
+//! login on the appliance host.
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | `POST /admin/v1/imports` (body: the bundle, a tar stream; volumes concatenated in order) | 200 JSON `{id, images, blobs_new, blobs_skipped, bytes_new, bytes_read, generation, changed, elapsed_secs, message}`, as `airlock import` prints |
+//!
+//! Errors are `{"code","message"}`: 400 `BUNDLE_INVALID` (bad signature,
+//! digest, format; nothing stored is changed), 403 `DENIED` when the config
+//! has no `[import] keyring`, 500 `UNKNOWN` for store failures.
+//!
+//! Owns: streaming the request body into the same import pipeline and checks
+//! as the CLI ([`crate::bundle::import::import`]) with the keyring of the
+//! config's `[import] keyring`, read at each import (so a keyring change
+//! needs no restart). Who may call it is the access layer's business (the
+//! admin role); the state change records the request's actor.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures_util::TryStreamExt;
+use serde_json::json;
+
+use crate::bundle::{import, sign};
+use crate::state::StateStore;
+
+/// What the admin API needs from the composition root.
+pub trait Context: Send + Sync + 'static {
+    /// The state imports commit into.
+    fn state(&self) -> &StateStore;
+    /// The armored keyring trusted to sign bundles imported over HTTP;
+    /// `None`: imports over HTTP are off.
+    fn import_keyring(&self) -> Option<&PathBuf>;
+}
+
+/// The `/admin/v1` router.
+pub fn router(ctx: Arc<dyn Context>) -> Router {
+    Router::new()
+        .route("/admin/v1/imports", post(import_bundle))
+        .with_state(ctx)
+}
+
+fn error(status: StatusCode, code: &str, message: String) -> Response {
+    (
+        status,
+        axum::Json(json!({ "code": code, "message": message })),
+    )
+        .into_response()
+}
+
+async fn import_bundle(State(ctx): State<Arc<dyn Context>>, body: Body) -> Response {
+    let Some(path) = ctx.import_keyring() else {
+        return error(
+            StatusCode::FORBIDDEN,
+            "DENIED",
+            "imports over HTTP are off: the serve config has no [import] keyring".into(),
+        );
+    };
+    let keyring = match sign::Keyring::load(path) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::error!(keyring = %path.display(), error = %e, "cannot load the import keyring");
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "UNKNOWN",
+                "the server's import keyring cannot be loaded".into(),
+            );
+        }
+    };
+    let stream = body.into_data_stream().map_err(std::io::Error::other);
+    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+    let reader = Box::new(std::io::BufReader::with_capacity(1 << 20, reader));
+    let who =
+        crate::state::audit::current().map_or_else(|| crate::auth::OPEN_WHO.into(), |a| a.who);
+    match import::import(
+        ctx.state(),
+        keyring,
+        reader,
+        &who,
+        indicatif::ProgressBar::hidden(),
+    )
+    .await
+    {
+        Ok(r) => {
+            tracing::info!(bundle = %r.id, who = %who, generation = r.generation, "bundle imported over HTTP");
+            axum::Json(json!({
+                "id": r.id,
+                "images": r.images,
+                "blobs_new": r.blobs_new,
+                "blobs_skipped": r.blobs_skipped,
+                "bytes_new": r.bytes_new,
+                "bytes_read": r.bytes_read,
+                "generation": r.generation,
+                "changed": r.changed,
+                "elapsed_secs": r.elapsed.as_secs_f64(),
+                "message": r.to_string(),
+            }))
+            .into_response()
+        }
+        Err(e) => {
+            let cause = format!("{e:#}");
+            tracing::warn!(who = %who, error = %cause, "bundle import over HTTP failed");
+            let store_failure = e.chain().any(|c| {
+                c.downcast_ref::<crate::store::StoreError>().is_some()
+                    || c.downcast_ref::<crate::state::StateError>().is_some()
+            });
+            if store_failure {
+                error(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", cause)
+            } else {
+                error(StatusCode::BAD_REQUEST, "BUNDLE_INVALID", cause)
+            }
+        }
+    }
+}

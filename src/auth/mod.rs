@@ -1,0 +1,292 @@
+//! Users, roles and permissions: who may do what on every HTTP surface.
+//!
+//! Owns: the [`Role`]s and the [`Permission`]s they grant (table below),
+//! [`User`]s with optional repository prefix limits, the [`Policy`] built
+//! from the serve config (users, `anonymous_read`, failed-login throttling,
+//! per-user upload sessions), password hashing and checking ([`password`]),
+//! the (method, path) → [`Requirement`] mapping of every surface
+//! ([`required`]). Never reads HTTP bodies or answers requests: the server's
+//! access layer (`server::access`) applies a [`Policy`] to each request and
+//! hands the rooms the principal as a `state::Actor`.
+//!
+//! | role | grants |
+//! | --- | --- |
+//! | `reader` | [`Permission::Pull`]: registry reads (`/v2` GET/HEAD), torcx (`/torcx`) |
+//! | `cell` | `Pull` and [`Permission::Stack`]: stack resolution, rootfs downloads, cell reports (`/stacks/v1` GET/HEAD, `PUT .../cells/<id>`) |
+//! | `admin` | everything: [`Permission::Push`], [`Permission::Delete`], [`Permission::Admin`] (stack promote/rollout/..., `POST /admin/v1/imports`) |
+//!
+//! Without any configured user the policy is *open*: every client has the
+//! admin role (what the `allow_*` switches serve), as before users existed.
+
+pub mod password;
+pub mod required;
+pub mod sessions;
+pub mod throttle;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub use required::{Requirement, required};
+
+/// What a request needs (see the module table for who has it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// Read manifests, blobs, tags, referrers, the catalog; torcx files.
+    Pull,
+    /// Stack resolution for cells: `/stacks/v1` reads, rootfs, cell reports.
+    Stack,
+    /// Blob uploads and manifest PUT.
+    Push,
+    /// Manifest, tag and blob DELETE.
+    Delete,
+    /// Stack administration (promote, rollout, rollback, state, default)
+    /// and imports over HTTP.
+    Admin,
+}
+
+/// A role from the config's `roles = [...]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Pull only.
+    Reader,
+    /// Pull and stack resolution.
+    Cell,
+    /// Everything.
+    Admin,
+}
+
+impl Role {
+    /// Whether this role grants `p`.
+    pub fn grants(self, p: Permission) -> bool {
+        match self {
+            Role::Reader => p == Permission::Pull,
+            Role::Cell => matches!(p, Permission::Pull | Permission::Stack),
+            Role::Admin => true,
+        }
+    }
+}
+
+/// One `[[user]]` of the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// The login name (HTTP Basic user, or a client certificate's CN/SAN).
+    pub name: String,
+    /// PHC string of the password (`$argon2id$...`); `None`: the user can
+    /// only log in with a client certificate.
+    pub password_hash: Option<String>,
+    /// The roles; their permissions add up.
+    pub roles: Vec<Role>,
+    /// Repository prefixes the roles are limited to (`stacks/` allows
+    /// `stacks/bookworm`); empty: every repository.
+    pub repositories: Vec<String>,
+}
+
+impl User {
+    /// Whether the user may do `p` on `repository` (`None`: a request about
+    /// no repository, e.g. `/v2/`, the catalog or a stack).
+    pub fn may(&self, p: Permission, repository: Option<&str>) -> bool {
+        self.roles.iter().any(|r| r.grants(p))
+            && repository.is_none_or(|repo| {
+                self.repositories.is_empty()
+                    || self
+                        .repositories
+                        .iter()
+                        .any(|prefix| repo.starts_with(prefix.as_str()))
+            })
+    }
+}
+
+/// Who a request comes from, once authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// No credentials (or the policy is open).
+    Anonymous,
+    /// A configured user, by name.
+    User(String),
+}
+
+/// Who is recorded as the actor of changes made while the policy is open
+/// (no users configured): every client then has the admin role.
+pub const OPEN_WHO: &str = "admin (http)";
+/// The realm of `WWW-Authenticate: Basic realm="airlock"`.
+pub const REALM: &str = "airlock";
+
+/// Failed-login throttling: after `max_failures` failures within `window`
+/// from one client address, or for one user name, further attempts are
+/// refused (429) until the window passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThrottleLimits {
+    /// Failures allowed per window (at least 1).
+    pub max_failures: u32,
+    /// The window.
+    pub window: Duration,
+}
+
+impl Default for ThrottleLimits {
+    /// 10 failures per 60 s.
+    fn default() -> ThrottleLimits {
+        ThrottleLimits {
+            max_failures: 10,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The access rules of one server: users, anonymous access and limits.
+#[derive(Debug, Default)]
+pub struct Policy {
+    users: BTreeMap<String, User>,
+    /// Whether requests without credentials may pull.
+    pub anonymous_read: bool,
+    /// Failed-login counters.
+    pub throttle: throttle::Throttle,
+    /// Open upload sessions per user.
+    pub sessions: sessions::UserSessions,
+    passwords: password::Verifier,
+}
+
+/// Errors building a [`Policy`].
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// Two users with one name.
+    #[error("user {0:?} is defined twice")]
+    Duplicate(String),
+    /// A bad user entry.
+    #[error("user {name:?}: {cause}")]
+    User {
+        /// The user.
+        name: String,
+        /// What is wrong.
+        cause: String,
+    },
+}
+
+impl Policy {
+    /// The open policy: no users, everyone may do everything.
+    pub fn open() -> Policy {
+        Policy::default()
+    }
+
+    /// A policy with `users` (checked: unique non-empty names, at least one
+    /// role, password hashes that parse as PHC strings).
+    ///
+    /// Errors: [`PolicyError`] naming the user and the cause.
+    pub fn new(
+        users: Vec<User>,
+        anonymous_read: bool,
+        throttle: ThrottleLimits,
+        sessions_per_user: usize,
+        session_expiry: Duration,
+    ) -> Result<Policy, PolicyError> {
+        let mut map = BTreeMap::new();
+        for u in users {
+            let bad = |cause: &str| PolicyError::User {
+                name: u.name.clone(),
+                cause: cause.into(),
+            };
+            if u.name.is_empty() || u.name.contains(':') || u.name.chars().any(char::is_control) {
+                return Err(bad(
+                    "a name must be non-empty, without ':' or control characters",
+                ));
+            }
+            if u.roles.is_empty() {
+                return Err(bad("no roles (reader, cell or admin)"));
+            }
+            if let Some(h) = &u.password_hash {
+                password::check_phc(h).map_err(|e| bad(&e))?;
+            }
+            if map.contains_key(&u.name) {
+                return Err(PolicyError::Duplicate(u.name));
+            }
+            map.insert(u.name.clone(), u);
+        }
+        Ok(Policy {
+            users: map,
+            anonymous_read,
+            throttle: throttle::Throttle::new(throttle),
+            sessions: sessions::UserSessions::new(sessions_per_user, session_expiry),
+            passwords: password::Verifier::default(),
+        })
+    }
+
+    /// True when no users are configured (everyone has every permission).
+    pub fn is_open(&self) -> bool {
+        self.users.is_empty()
+    }
+
+    /// How many users are configured.
+    pub fn user_count(&self) -> usize {
+        self.users.len()
+    }
+
+    /// The user named `name`.
+    pub fn user(&self, name: &str) -> Option<&User> {
+        self.users.get(name)
+    }
+
+    /// The first configured user among a client certificate's names (CN
+    /// first, then SANs).
+    pub fn user_for_certificate(&self, names: &[String]) -> Option<&User> {
+        names.iter().find_map(|n| self.users.get(n))
+    }
+
+    /// Checks `password` for `name` (argon2, in a blocking thread; a recent
+    /// success is remembered as a SHA-256 digest compared in constant time).
+    /// An unknown user costs the same as a known one.
+    pub async fn check_password(&self, name: &str, password: &str) -> bool {
+        let hash = self.users.get(name).and_then(|u| u.password_hash.clone());
+        self.passwords.verify(name, hash, password).await
+    }
+
+    /// Whether `who` may do what `req` needs.
+    pub fn allows(&self, who: &Principal, req: &Requirement) -> bool {
+        if self.is_open() {
+            return true;
+        }
+        match who {
+            Principal::Anonymous => self.anonymous_read && req.permission == Permission::Pull,
+            Principal::User(name) => self
+                .users
+                .get(name)
+                .is_some_and(|u| u.may(req.permission, req.repository.as_deref())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(roles: &[Role], repos: &[&str]) -> User {
+        User {
+            name: "u".into(),
+            password_hash: None,
+            roles: roles.to_vec(),
+            repositories: repos.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn roles_grant_exactly_their_permissions() {
+        use Permission::*;
+        let all = [Pull, Stack, Push, Delete, Admin];
+        let granted = |r: Role| all.iter().filter(|p| r.grants(**p)).count();
+        assert_eq!(granted(Role::Reader), 1);
+        assert_eq!(granted(Role::Cell), 2);
+        assert_eq!(granted(Role::Admin), 5);
+        assert!(!Role::Cell.grants(Push));
+        assert!(Role::Cell.grants(Stack));
+    }
+
+    #[test]
+    fn repository_prefixes_limit_roles() {
+        let u = user(&[Role::Admin], &["stacks/"]);
+        assert!(u.may(Permission::Push, Some("stacks/bookworm")));
+        assert!(!u.may(Permission::Push, Some("library/busybox")));
+        assert!(u.may(Permission::Pull, None));
+        let r = user(&[Role::Reader], &[]);
+        assert!(r.may(Permission::Pull, Some("any/thing")));
+        assert!(!r.may(Permission::Push, Some("any/thing")));
+    }
+}

@@ -1,0 +1,217 @@
+//! From [`Settings`] to the server's parts: defaults applied, every value
+//! checked, files loaded (TLS, keys, keyring), nothing opened for writing.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU64;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{ConfigError, Settings};
+use crate::auth::{Policy, ThrottleLimits, User};
+use crate::registry::RegistryConfig;
+use crate::registry::uploads::UploadLimits;
+use crate::server::{App, Limits, tls};
+use crate::stacks::api::StacksConfig;
+use crate::state::StateStore;
+use crate::torcx::api::TorcxConfig;
+
+/// A checked config, ready to serve.
+pub struct Resolved {
+    /// Addresses to listen on.
+    pub listen: Vec<SocketAddr>,
+    /// The filesystem blobstore's directory.
+    pub data: PathBuf,
+    /// Registry switches and upload caps.
+    pub registry: RegistryConfig,
+    /// `/stacks/v1` switches.
+    pub stacks: StacksConfig,
+    /// torcx signing keys.
+    pub torcx: TorcxConfig,
+    /// Connection limits.
+    pub limits: Limits,
+    /// TLS, when configured.
+    pub tls: Option<Arc<tls::Tls>>,
+    /// Users and roles.
+    pub policy: Policy,
+    /// Keyring for `POST /admin/v1/imports`.
+    pub import_keyring: Option<PathBuf>,
+    /// Where events are delivered (checked).
+    pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
+}
+
+fn get(v: Option<NonZeroU64>, default: u64) -> u64 {
+    v.map_or(default, NonZeroU64::get)
+}
+
+impl Settings {
+    /// Applies defaults, checks every value and loads the files the
+    /// settings name (TLS certificate and key, client CA, torcx keys, import
+    /// keyring), without touching the store.
+    ///
+    /// Errors: [`ConfigError::Value`] naming the key and the cause.
+    pub fn resolve(self) -> Result<Resolved, ConfigError> {
+        let listen = if self.listen.is_empty() {
+            vec![SocketAddr::from(([127, 0, 0, 1], 5000))]
+        } else {
+            self.listen
+        };
+        if let Some(url) = &self.store.url {
+            return Err(ConfigError::value(
+                "store.url",
+                format!("{url}: object-store (S3) blobstores are not built yet; use store.path"),
+            ));
+        }
+        let data = self.store.path.unwrap_or_else(|| "./airlock-data".into());
+
+        let tls = match (self.tls.cert, self.tls.key) {
+            (Some(cert), Some(key)) => {
+                let files = tls::TlsFiles {
+                    cert,
+                    key,
+                    client_ca: self.tls.client_ca,
+                };
+                Some(Arc::new(
+                    tls::Tls::load(files)
+                        .map_err(|e| ConfigError::value("tls", format!("{e:#}")))?,
+                ))
+            }
+            (None, None) if self.tls.client_ca.is_some() => {
+                return Err(ConfigError::value(
+                    "tls.client_ca",
+                    "needs tls.cert and tls.key",
+                ));
+            }
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigError::value("tls.key", "missing (tls.cert is set)"));
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::value("tls.cert", "missing (tls.key is set)"));
+            }
+        };
+        if tls.is_none()
+            && !self.plain_http.unwrap_or(false)
+            && let Some(a) = listen.iter().find(|a| !a.ip().is_loopback())
+        {
+            return Err(ConfigError::value(
+                "listen",
+                format!(
+                    "{a} is not a loopback address: configure [tls] cert and key, or set plain_http = true"
+                ),
+            ));
+        }
+
+        let mirror_namespace = self.registry.mirror_namespace;
+        if let Some(ns) = &mirror_namespace {
+            let probe: crate::names::RepositoryName = "x"
+                .parse()
+                .map_err(|e: crate::names::NameError| ConfigError::value("-", e))?;
+            crate::registry::namespace::qualify(ns, &probe).map_err(|_| {
+                ConfigError::value(
+                    "registry.mirror_namespace",
+                    format!("{ns:?} cannot prefix a repository name"),
+                )
+            })?;
+        }
+        let l = &self.limits;
+        let upload_expiry = Duration::from_secs(get(l.upload_expiry_secs, 86_400));
+        let registry = RegistryConfig {
+            allow_push: self.registry.allow_push.unwrap_or(false),
+            allow_delete: self.registry.allow_delete.unwrap_or(false),
+            mirror_namespace,
+            upload_expiry,
+            max_page: get(l.max_page, 1000) as usize,
+            uploads: UploadLimits {
+                max_blob_size: l.max_blob_size.map_or(64 << 30, |s| s.0),
+                max_sessions: get(l.max_upload_sessions, 4096) as usize,
+                max_sessions_per_repository: get(l.max_upload_sessions_per_repository, 256)
+                    as usize,
+            },
+        };
+        let limits = Limits {
+            header_timeout: Duration::from_secs(get(l.header_timeout_secs, 30)),
+            idle_timeout: Duration::from_secs(get(l.idle_timeout_secs, 120)),
+            max_connections: get(l.max_connections, 4096) as usize,
+            ..Limits::default()
+        };
+        let stacks = StacksConfig {
+            allow_admin: self.stacks.allow_admin.unwrap_or(false),
+            custom_stacks: self.stacks.custom_stacks.unwrap_or_default(),
+            ..Default::default()
+        };
+
+        let mut torcx_keys = std::collections::BTreeMap::new();
+        let file_specs = self
+            .torcx
+            .keys
+            .iter()
+            .map(|(r, p)| format!("{r}={}", p.display()));
+        for spec in file_specs.chain(self.torcx.key_flags.iter().cloned()) {
+            let (remote, key) =
+                TorcxConfig::load_key(&spec).map_err(|e| ConfigError::value("torcx.keys", e))?;
+            torcx_keys.insert(remote, key);
+        }
+        let torcx = TorcxConfig::new(torcx_keys);
+
+        if let Some(k) = &self.import.keyring {
+            crate::bundle::sign::Keyring::load(k).map_err(|e| {
+                ConfigError::value("import.keyring", format!("{}: {e}", k.display()))
+            })?;
+        }
+
+        for (i, w) in self.webhooks.iter().enumerate() {
+            w.check()
+                .map_err(|e| ConfigError::value(&format!("webhook[{i}]"), e))?;
+        }
+        let users = self
+            .users
+            .into_iter()
+            .map(|u| User {
+                name: u.name,
+                password_hash: u.password_hash,
+                roles: u.roles,
+                repositories: u.repositories,
+            })
+            .collect();
+        let throttle = ThrottleLimits {
+            max_failures: get(self.auth.max_failures, 10).min(u32::MAX as u64) as u32,
+            window: Duration::from_secs(get(self.auth.failure_window_secs, 60)),
+        };
+        let policy = Policy::new(
+            users,
+            self.auth.anonymous_read.unwrap_or(false),
+            throttle,
+            get(l.max_upload_sessions_per_user, 64) as usize,
+            upload_expiry,
+        )
+        .map_err(|e| ConfigError::value("user", e))?;
+        Ok(Resolved {
+            listen,
+            data,
+            registry,
+            stacks,
+            torcx,
+            limits,
+            tls,
+            policy,
+            import_keyring: self.import.keyring,
+            webhooks: self.webhooks,
+        })
+    }
+}
+
+impl Resolved {
+    /// The server's composition root over `state`, and the connection
+    /// limits, listen addresses and TLS to serve it with.
+    pub fn into_app(
+        self,
+        state: StateStore,
+    ) -> (App, Limits, Vec<SocketAddr>, Option<Arc<tls::Tls>>) {
+        let mut app = App::with_config(state, self.registry).with_stacks(self.stacks);
+        app.torcx = self.torcx;
+        app.auth = Arc::new(self.policy);
+        app.import_keyring = self.import_keyring;
+        (app, self.limits, self.listen, self.tls)
+    }
+}

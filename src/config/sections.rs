@@ -1,0 +1,325 @@
+//! The config schema: one struct per TOML section. Every field is an
+//! `Option` (or an empty collection) so that "not set" can be told from a
+//! value: the file, the flags and the `AIRLOCK_*` variables fill them, and
+//! [`super::Settings::resolve`] applies the defaults given in each field's
+//! documentation.
+//!
+//! To add a setting: add one field to its section here (doc comment =
+//! flag help, `#[arg(long, env)]` = flag and variable, the field name = the
+//! TOML key), and read it in `resolve.rs`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::num::NonZeroU64;
+use std::path::{Path, PathBuf};
+
+use clap::builder::BoolishValueParser;
+
+use crate::auth::Role;
+
+/// The whole serve config (top-level keys and sections).
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Address(es) to listen on (repeatable, or comma-separated in the
+    /// variable) [default: 127.0.0.1:5000]. TOML: one string or an array.
+    #[arg(long, env = "AIRLOCK_LISTEN", value_delimiter = ',')]
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub listen: Vec<SocketAddr>,
+    /// Allow plain HTTP on a non-loopback address (without [tls])
+    /// [default: false: refuse to start].
+    #[arg(long, env = "AIRLOCK_PLAIN_HTTP", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub plain_http: Option<bool>,
+    #[command(flatten)]
+    #[serde(default)]
+    pub store: StoreSection,
+    #[command(flatten)]
+    #[serde(default)]
+    pub tls: TlsSection,
+    #[command(flatten)]
+    #[serde(default)]
+    pub auth: AuthSection,
+    /// `[[user]]` entries (file only).
+    #[arg(skip)]
+    #[serde(default, rename = "user", skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<UserEntry>,
+    #[command(flatten)]
+    #[serde(default)]
+    pub registry: RegistrySection,
+    #[command(flatten)]
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[command(flatten)]
+    #[serde(default)]
+    pub stacks: StacksSection,
+    #[command(flatten)]
+    #[serde(default)]
+    pub import: ImportSection,
+    #[command(flatten)]
+    #[serde(default)]
+    pub torcx: TorcxSection,
+    /// `[[webhook]]` entries (file only): where events are POSTed.
+    #[arg(skip)]
+    #[serde(default, rename = "webhook", skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
+}
+
+/// `[store]`: where blobs and metadata live.
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// Data directory of the filesystem blobstore [default: ./airlock-data].
+    #[arg(long = "data", env = "AIRLOCK_DATA")]
+    pub path: Option<PathBuf>,
+    /// Object-store URL (`s3://bucket/prefix`) instead of `path`.
+    #[arg(long = "store-url", env = "AIRLOCK_STORE_URL")]
+    pub url: Option<String>,
+    /// S3 endpoint for `url` (e.g. a MinIO or Ceph RGW address).
+    #[arg(long, env = "AIRLOCK_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region for `url`.
+    #[arg(long, env = "AIRLOCK_S3_REGION")]
+    pub s3_region: Option<String>,
+}
+
+/// `[tls]`: serve HTTPS.
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// PEM certificate chain (leaf first); with `key`, serve HTTPS
+    /// (reloaded on SIGHUP).
+    #[arg(long = "tls-cert", env = "AIRLOCK_TLS_CERT")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
+    #[arg(long = "tls-key", env = "AIRLOCK_TLS_KEY")]
+    pub key: Option<PathBuf>,
+    /// PEM CA bundle for client certificates (mTLS); the certificate's CN
+    /// or a SAN names the user.
+    #[arg(long = "tls-client-ca", env = "AIRLOCK_TLS_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+}
+
+/// `[auth]`: anonymous access and login throttling (users: `[[user]]`).
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Let requests without credentials pull (registry reads, torcx)
+    /// when users are configured [default: false].
+    #[arg(long, env = "AIRLOCK_ANONYMOUS_READ", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub anonymous_read: Option<bool>,
+    /// Failed logins allowed per client address and per user name within
+    /// `failure_window_secs`; more: 429 until the window ends [default: 10].
+    #[arg(long, env = "AIRLOCK_MAX_AUTH_FAILURES")]
+    pub max_failures: Option<NonZeroU64>,
+    /// The failed-login window in seconds [default: 60].
+    #[arg(long, env = "AIRLOCK_AUTH_FAILURE_WINDOW")]
+    pub failure_window_secs: Option<NonZeroU64>,
+}
+
+/// One `[[user]]`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserEntry {
+    /// Login name (HTTP Basic), or a client certificate's CN or SAN.
+    pub name: String,
+    /// PHC argon2 hash from `airlock user hash`; absent: certificate only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_hash: Option<String>,
+    /// `reader`, `cell`, `admin`.
+    pub roles: Vec<Role>,
+    /// Repository prefixes the roles are limited to; absent: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<String>,
+}
+
+/// `[registry]`: what the OCI API serves.
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrySection {
+    /// Serve the push endpoints (blob uploads, manifest PUT). Off: 405
+    /// UNSUPPORTED [default: false].
+    #[arg(long, env = "AIRLOCK_ALLOW_PUSH", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub allow_push: Option<bool>,
+    /// Serve deletes of manifests, tags and blobs. Off: 405 UNSUPPORTED
+    /// [default: false].
+    #[arg(long, env = "AIRLOCK_ALLOW_DELETE", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub allow_delete: Option<bool>,
+    /// Namespace for reads without `ns=` whose repository does not exist
+    /// (docker `registry-mirrors`), e.g. `docker.io`.
+    #[arg(long, env = "AIRLOCK_MIRROR_NAMESPACE")]
+    pub mirror_namespace: Option<String>,
+}
+
+/// `[limits]`: caps and timeouts (one key per serve flag).
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Upload sessions older than this many seconds are refused and swept
+    /// [default: 86400].
+    #[arg(long, env = "AIRLOCK_UPLOAD_EXPIRY")]
+    pub upload_expiry_secs: Option<NonZeroU64>,
+    /// Largest blob accepted by push, in bytes (K, M, G, T suffixes are
+    /// powers of 1024); larger: 413 SIZE_INVALID [default: 64G].
+    #[arg(long, env = "AIRLOCK_MAX_BLOB_SIZE")]
+    pub max_blob_size: Option<Size>,
+    /// Upload sessions open at once; more: 429 TOOMANYREQUESTS
+    /// [default: 4096].
+    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS")]
+    pub max_upload_sessions: Option<NonZeroU64>,
+    /// Upload sessions open at once in one repository; more: 429
+    /// TOOMANYREQUESTS [default: 256].
+    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_REPOSITORY")]
+    pub max_upload_sessions_per_repository: Option<NonZeroU64>,
+    /// Upload sessions one user has open at once (when users are
+    /// configured); more: 429 TOOMANYREQUESTS [default: 64].
+    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_USER")]
+    pub max_upload_sessions_per_user: Option<NonZeroU64>,
+    /// Most entries per page of `tags/list` and `_catalog` (a larger or
+    /// absent `n` is clamped; `Link` names the next page) [default: 1000].
+    #[arg(long, env = "AIRLOCK_MAX_PAGE")]
+    pub max_page: Option<NonZeroU64>,
+    /// Close a connection whose client has not sent a complete request
+    /// head (or TLS handshake) within this many seconds (also bounds
+    /// HTTP/1.1 keep-alive idling between requests) [default: 30].
+    #[arg(long, env = "AIRLOCK_HEADER_TIMEOUT")]
+    pub header_timeout_secs: Option<NonZeroU64>,
+    /// Close a connection with no request in progress and no traffic for
+    /// this many seconds [default: 120].
+    #[arg(long, env = "AIRLOCK_IDLE_TIMEOUT")]
+    pub idle_timeout_secs: Option<NonZeroU64>,
+    /// Connections open at once; at the cap, new clients wait until one
+    /// closes [default: 4096].
+    #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS")]
+    pub max_connections: Option<NonZeroU64>,
+}
+
+/// `[stacks]`: the `/stacks/v1` API.
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StacksSection {
+    /// Serve the stacks admin routes (POST /stacks/v1/<name>/promote,
+    /// rollout, rollback, state, default) to admins. Off: 403 DENIED
+    /// [default: false].
+    #[arg(long, env = "AIRLOCK_ALLOW_ADMIN", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub allow_admin: Option<bool>,
+    /// Who may register custom stacks: `off`, `admin-only` or `on`
+    /// (RFC-0040) [default: off].
+    #[arg(long, env = "AIRLOCK_CUSTOM_STACKS")]
+    pub custom_stacks: Option<crate::stacks::custom::CustomPolicy>,
+}
+
+/// `[import]`: imports over HTTP.
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportSection {
+    /// Armored public keys trusted to sign bundles imported with
+    /// `POST /admin/v1/imports`; absent: imports over HTTP are off.
+    #[arg(long = "import-keyring", env = "AIRLOCK_IMPORT_KEYRING")]
+    pub keyring: Option<PathBuf>,
+}
+
+/// `[torcx]`: signing keys of the torcx remotes.
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TorcxSection {
+    /// Remote → RSA secret key file (`keys = { "stable" = "k.sec.asc" }`).
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub keys: BTreeMap<String, PathBuf>,
+    /// Sign the torcx contents of REMOTE with this RSA key:
+    /// `REMOTE=KEY.sec.asc` (repeatable; one per remote; over the file's
+    /// `keys`).
+    #[arg(long = "torcx-key", value_name = "REMOTE=KEY.sec.asc")]
+    #[serde(skip)]
+    pub key_flags: Vec<String>,
+}
+
+/// A size in bytes: an integer, or a string with a K, M, G or T suffix
+/// (powers of 1024), e.g. `"64G"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Size(pub u64);
+
+impl std::str::FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Size, String> {
+        parse_size(s).map(Size)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(0) => Err(serde::de::Error::custom("a size must be positive")),
+            Raw::N(n) => Ok(Size(n)),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024; positive).
+///
+/// Errors: not a positive number with an optional suffix, or too large.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        Some('T' | 't') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    n.checked_mul(mult)
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("invalid size {s:?}"))
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {
+    use serde::Deserialize as _;
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(SocketAddr),
+        Many(Vec<SocketAddr>),
+    }
+    Ok(match Raw::deserialize(d)? {
+        Raw::One(a) => vec![a],
+        Raw::Many(v) => v,
+    })
+}
+
+impl Settings {
+    /// Makes the relative paths of a file read from `dir` relative to it.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let fix = |p: &mut Option<PathBuf>| {
+            if let Some(path) = p
+                && path.is_relative()
+            {
+                *path = dir.join(&*path);
+            }
+        };
+        fix(&mut self.store.path);
+        fix(&mut self.tls.cert);
+        fix(&mut self.tls.key);
+        fix(&mut self.tls.client_ca);
+        fix(&mut self.import.keyring);
+        for w in &mut self.webhooks {
+            fix(&mut w.ca_file);
+        }
+        for p in self.torcx.keys.values_mut() {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
+    }
+}

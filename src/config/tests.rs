@@ -1,0 +1,82 @@
+use std::path::Path;
+
+use super::*;
+
+#[test]
+fn flags_override_the_file_and_tables_merge() {
+    let file = parse(
+        "listen = \"127.0.0.1:5000\"\n[registry]\nallow_push = true\nmirror_namespace = \"docker.io\"\n[limits]\nmax_page = 10\n",
+        "t",
+    )
+    .unwrap();
+    let mut flags = Settings::default();
+    flags.registry.allow_push = Some(false);
+    flags.limits.max_connections = std::num::NonZeroU64::new(7);
+    flags.listen = vec![
+        "127.0.0.1:6000".parse().unwrap(),
+        "[::1]:6000".parse().unwrap(),
+    ];
+    let s = merge(file, &flags).unwrap();
+    assert_eq!(s.registry.allow_push, Some(false));
+    assert_eq!(s.registry.mirror_namespace.as_deref(), Some("docker.io"));
+    assert_eq!(s.limits.max_page.map(|n| n.get()), Some(10));
+    assert_eq!(s.limits.max_connections.map(|n| n.get()), Some(7));
+    assert_eq!(s.listen.len(), 2);
+}
+
+#[test]
+fn relative_paths_follow_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("airlock.toml");
+    std::fs::write(
+        &path,
+        "[tls]\ncert = \"a.crt\"\nkey = \"/abs/a.key\"\n[torcx]\nkeys = { stable = \"k.asc\" }\n",
+    )
+    .unwrap();
+    let s = load(&path).unwrap();
+    assert_eq!(s.tls.cert.unwrap(), dir.path().join("a.crt"));
+    assert_eq!(s.tls.key.unwrap(), Path::new("/abs/a.key"));
+    assert_eq!(s.torcx.keys["stable"], dir.path().join("k.asc"));
+}
+
+#[test]
+fn errors_name_the_key_path() {
+    let e = parse(
+        "[[user]]\nname = \"a\"\nroles = [\"admin\"]\npasword_hash = \"x\"\n",
+        "f.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("config f.toml: user[0].pasword_hash: unknown field"),
+        "{e}"
+    );
+    let e = parse("[limits]\nmax_blob_size = \"12Q\"\n", "f")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("limits.max_blob_size"), "{e}");
+    let e = Settings {
+        listen: vec!["10.0.0.1:80".parse().unwrap()],
+        ..Settings::default()
+    }
+    .resolve()
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.starts_with("listen: 10.0.0.1:80 is not a loopback address"),
+        "{e}"
+    );
+}
+
+#[test]
+fn defaults_match_the_flags_of_old() {
+    let r = Settings::default().resolve().unwrap();
+    assert_eq!(r.listen, vec!["127.0.0.1:5000".parse().unwrap()]);
+    assert_eq!(r.data, Path::new("./airlock-data"));
+    assert!(!r.registry.allow_push && !r.registry.allow_delete);
+    assert_eq!(r.registry.uploads.max_blob_size, 64 << 30);
+    assert_eq!(r.registry.max_page, 1000);
+    assert_eq!(r.limits.max_connections, 4096);
+    assert!(r.tls.is_none() && r.policy.is_open());
+}

@@ -1,0 +1,171 @@
+//! TLS for the listener (rustls, ring): certificate chain and key from PEM
+//! files, TLS 1.2 and 1.3 only, ALPN `h2` and `http/1.1`, optional client
+//! certificates (mTLS) checked against a CA bundle, and reload on SIGHUP.
+//!
+//! Owns: building the rustls [`ServerConfig`] from [`TlsFiles`], swapping
+//! it on reload (connections already open keep the config they were
+//! accepted with; every new handshake uses the newest), and reading a
+//! verified client certificate's names (subject CN, then DNS, e-mail and URI
+//! SANs) for the access layer ([`crate::auth`] maps them to a user). A
+//! client without a certificate may still connect (it logs in with a
+//! password); a client certificate that does not chain to the CA bundle
+//! fails the handshake.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use anyhow::{Context as _, Result, anyhow};
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
+
+/// The PEM files of the server's TLS identity (config `[tls]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// Private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA bundle for client certificates; `None`: no mTLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The names of a verified client certificate (a request extension):
+/// subject CN first, then SANs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertNames(pub Vec<String>);
+
+/// The current TLS configuration, reloadable.
+pub struct Tls {
+    files: TlsFiles,
+    current: RwLock<TlsAcceptor>,
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("reading certificates from {}", path.display()))?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing certificates in {}", path.display()))?;
+    if certs.is_empty() {
+        return Err(anyhow!("{}: no PEM certificate found", path.display()));
+    }
+    Ok(certs)
+}
+
+/// Builds a rustls server config from `files`.
+///
+/// Errors: a file cannot be read or parsed, the key does not match the
+/// certificate, or the CA bundle holds no usable certificate.
+pub fn server_config(files: &TlsFiles) -> Result<ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = read_certs(&files.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .with_context(|| format!("reading the private key in {}", files.key.display()))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .context("TLS protocol versions")?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in read_certs(ca)? {
+                roots
+                    .add(c)
+                    .with_context(|| format!("client CA certificate in {}", ca.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .with_context(|| format!("client CA bundle {}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).with_context(|| {
+        format!(
+            "TLS key {} for {}",
+            files.key.display(),
+            files.cert.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+impl Tls {
+    /// Loads `files`.
+    ///
+    /// Errors: as [`server_config`].
+    pub fn load(files: TlsFiles) -> Result<Tls> {
+        let config = server_config(&files)?;
+        Ok(Tls {
+            files,
+            current: RwLock::new(TlsAcceptor::from(Arc::new(config))),
+        })
+    }
+
+    /// Re-reads the files; on an error the current config stays.
+    ///
+    /// Errors: as [`server_config`].
+    pub fn reload(&self) -> Result<()> {
+        let config = server_config(&self.files)?;
+        if let Ok(mut cur) = self.current.write() {
+            *cur = TlsAcceptor::from(Arc::new(config));
+        }
+        Ok(())
+    }
+
+    /// The acceptor for the next handshake.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        match self.current.read() {
+            Ok(a) => a.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Reloads on every SIGHUP until the process ends (logged; a failed
+    /// reload keeps the old certificate).
+    pub fn reload_on_sighup(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>> {
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot listen for SIGHUP")?;
+        let tls = self.clone();
+        Ok(tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match tls.reload() {
+                    Ok(()) => {
+                        tracing::info!(cert = %tls.files.cert.display(), "TLS certificate reloaded")
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %format!("{e:#}"), "TLS reload failed; keeping the current certificate")
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// The names of the verified client certificate of `conn`, if it sent one.
+pub fn client_names(conn: &rustls::ServerConnection) -> Option<ClientCertNames> {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let leaf = conn.peer_certificates()?.first()?;
+    let (_, cert) = X509Certificate::from_der(leaf.as_ref()).ok()?;
+    let mut names: Vec<String> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_string))
+        .collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                GeneralName::DNSName(s) | GeneralName::RFC822Name(s) | GeneralName::URI(s) => {
+                    names.push((*s).to_string())
+                }
+                _ => {}
+            }
+        }
+    }
+    Some(ClientCertNames(names))
+}
