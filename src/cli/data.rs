@@ -81,19 +81,32 @@ pub async fn inventory(args: InventoryArgs) -> Result<()> {
 
 pub async fn history(args: HistoryArgs) -> Result<()> {
     let state = args.data.existing_state()?;
-    let history = state.history().await?;
-    if history.is_empty() {
+    let (history, broken) = state.history_partial().await?;
+    if history.is_empty() && broken.is_none() {
         println!("no generations yet (empty store)");
     }
     println!(
         "{:>10}  {:<25}  {:<20}  reason",
         "generation", "time", "who"
     );
-    for (_, doc) in history {
+    for (_, doc) in &history {
         println!(
             "{:>10}  {:<25}  {:<20}  {}",
             doc.generation, doc.time, doc.who, doc.reason
         );
+    }
+    if let Some(e) = broken {
+        // Older generations removed by `gc` retention end the list quietly;
+        // anything else is damage `fsck` should look at.
+        let missing = matches!(e, airlock::state::StateError::Store(airlock::store::StoreError::NotFound(_)));
+        if missing && !history.is_empty() {
+            println!("{:>10}  (older generations removed by gc)", "...");
+        } else {
+            eprintln!("airlock: warning: history ends early: {e} (run `airlock fsck`)");
+            if history.is_empty() {
+                anyhow::bail!("the current generation cannot be read: {e}");
+            }
+        }
     }
     Ok(())
 }

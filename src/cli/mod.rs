@@ -22,6 +22,7 @@ use clap::{Parser, Subcommand};
 
 use airlock::state::StateStore;
 use airlock::store::fs::FsStore;
+use airlock::store::space::FreeSpaceFloor;
 
 #[derive(Parser)]
 #[command(
@@ -46,13 +47,19 @@ pub struct DataArg {
     /// Data directory of the filesystem blobstore.
     #[arg(long, env = "AIRLOCK_DATA", default_value = "./airlock-data")]
     pub data: PathBuf,
+    /// Refuse writes (HTTP 507, failed import) that would leave less free
+    /// space on the data directory's file system: a size (`512M`, `2G`), a
+    /// share (`5%`), `default` (the smaller of 1 GiB and 1 %) or `0` (off).
+    #[arg(long, env = "AIRLOCK_MIN_FREE_SPACE", default_value = "default", value_parser = parse_floor)]
+    pub min_free_space: FreeSpaceFloor,
 }
 
 impl DataArg {
     /// State in the data directory, created if missing (for commands that write).
     pub fn state(&self) -> Result<StateStore> {
         let store = FsStore::open(&self.data)
-            .with_context(|| format!("opening data directory {}", self.data.display()))?;
+            .with_context(|| format!("opening data directory {}", self.data.display()))?
+            .with_min_free_space(self.min_free_space);
         Ok(StateStore::new(Arc::new(store)))
     }
 
@@ -102,6 +109,25 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     n.checked_mul(mult)
         .filter(|&v| v > 0)
         .ok_or_else(|| format!("invalid size {s:?}"))
+}
+
+/// Parses a free-space floor: `0` (off), `default` (the smaller of 1 GiB
+/// and 1 %), a size as [`parse_size`] (`512M`, `2G`), or a share of the file
+/// system (`5%`).
+pub fn parse_floor(s: &str) -> std::result::Result<FreeSpaceFloor, String> {
+    let s = s.trim();
+    match s {
+        "0" => return Ok(FreeSpaceFloor::Off),
+        "default" => return Ok(FreeSpaceFloor::Default),
+        _ => {}
+    }
+    if let Some(p) = s.strip_suffix('%') {
+        return match p.trim().parse::<f64>() {
+            Ok(v) if v > 0.0 && v < 100.0 => Ok(FreeSpaceFloor::Percent(v)),
+            _ => Err(format!("invalid free-space floor {s:?}: a percentage is above 0 and below 100")),
+        };
+    }
+    parse_size(s).map(FreeSpaceFloor::Bytes)
 }
 
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
