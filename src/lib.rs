@@ -13,7 +13,9 @@
 
 pub mod bundle;
 pub mod digest;
+pub mod metrics;
 pub mod names;
+pub mod ops;
 pub mod oci;
 pub mod registry;
 pub mod server;

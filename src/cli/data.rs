@@ -38,7 +38,9 @@ pub struct HistoryArgs {
 pub async fn import(args: ImportArgs) -> Result<()> {
     let keyring = sign::Keyring::load(&args.keyring)?;
     let reader = bundle_reader(&args.bundles)?;
-    let state = args.data.state()?;
+    let fs = args.data.fs_store()?;
+    args.data.sweep_tmp(&fs);
+    let state = airlock::state::StateStore::new(std::sync::Arc::new(fs));
     let pb = progress_bar();
     let report = bundle_import::import(
         &state,

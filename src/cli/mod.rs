@@ -57,10 +57,25 @@ pub struct DataArg {
 impl DataArg {
     /// State in the data directory, created if missing (for commands that write).
     pub fn state(&self) -> Result<StateStore> {
-        let store = FsStore::open(&self.data)
+        Ok(StateStore::new(Arc::new(self.fs_store()?)))
+    }
+
+    /// The filesystem blobstore itself (created if missing), for the
+    /// commands that manage its files (`gc`, `fsck`, start-up sweeps).
+    pub fn fs_store(&self) -> Result<FsStore> {
+        Ok(FsStore::open(&self.data)
             .with_context(|| format!("opening data directory {}", self.data.display()))?
-            .with_min_free_space(self.min_free_space);
-        Ok(StateStore::new(Arc::new(store)))
+            .with_min_free_space(self.min_free_space))
+    }
+
+    /// Removes what killed writers left in `tmp/` (files no live writer
+    /// holds, untouched for a minute); logged, never fatal.
+    pub fn sweep_tmp(&self, store: &FsStore) {
+        match store.sweep_tmp(std::time::Duration::from_secs(60), true) {
+            Ok((0, _)) => {}
+            Ok((files, bytes)) => tracing::info!(files, bytes, "stale temporary files removed"),
+            Err(e) => tracing::warn!(error = %e, "cannot sweep tmp/"),
+        }
     }
 
     /// State in an existing data directory, for commands that only read.

@@ -148,6 +148,7 @@ pub(super) async fn run(
         let limits = limits.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _open = crate::metrics::ConnectionGuard::open();
             serve_connection(tcp, peer, builder, router, &limits, watcher).await;
         });
     }

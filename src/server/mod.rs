@@ -9,6 +9,7 @@
 
 mod conn;
 pub mod health;
+pub mod metrics;
 pub mod trace;
 
 pub use conn::Limits;
@@ -127,18 +128,20 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The whole HTTP surface: `/healthz`, `/readyz`, the OCI `/v2` API, the
+/// The whole HTTP surface: `/healthz`, `/readyz`, `/metrics`, the OCI `/v2` API, the
 /// torcx remote `/torcx` and the `/stacks/v1` API,
 /// with a request log (method, path, status, duration) around every route.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
         .with_state(app.clone())
         .merge(crate::torcx::api::router(app.clone()))
         .merge(stacks::api::router(app.clone()))
         .merge(registry::router(app))
         .layer(axum::middleware::from_fn(trace::log_request))
+        .layer(axum::middleware::from_fn(metrics::record))
 }
 
 /// Binds `listen` and serves [`router`] under `limits` until SIGINT or

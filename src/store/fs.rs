@@ -78,11 +78,16 @@ impl FsStore {
     /// Removes files under `tmp/` that no live writer holds (each writer
     /// holds an exclusive `flock` on its file until it commits or cancels;
     /// a killed process's locks are gone) and that were last modified more
-    /// than `min_age` ago. Returns the files and bytes removed. Run at
-    /// start-up of `serve` and `import`, and by `gc`.
+    /// than `min_age` ago. Returns the files and bytes removed (`remove =
+    /// false`: that would be). Run at start-up of `serve` and `import`, and
+    /// by `gc`.
     ///
     /// Errors: `tmp/` cannot be listed.
-    pub fn sweep_tmp(&self, min_age: std::time::Duration) -> std::io::Result<(u64, u64)> {
+    pub fn sweep_tmp(
+        &self,
+        min_age: std::time::Duration,
+        remove: bool,
+    ) -> std::io::Result<(u64, u64)> {
         let cutoff = std::time::SystemTime::now() - min_age;
         let (mut files, mut bytes) = (0, 0);
         for entry in std::fs::read_dir(self.root.join("tmp"))? {
@@ -98,7 +103,7 @@ impl FsStore {
             if file.try_lock().is_err() {
                 continue;
             }
-            if std::fs::remove_file(entry.path()).is_ok() {
+            if !remove || std::fs::remove_file(entry.path()).is_ok() {
                 files += 1;
                 bytes += meta.len();
             }
