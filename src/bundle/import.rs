@@ -675,11 +675,12 @@ pub async fn import(
             }
         }
         Err(_) => {
-            // Best effort: marked failed, `gc` frees what it wrote at once; a
-            // journal left unmarked is recognised by its dead process.
-            if let Some(mut j) = super::journal::Journal::get(&*store, &journal).await {
-                j.failed = true;
-                let _ = j.put(&*store, &journal).await;
+            // `gc` frees what it wrote at once. A rename needs no free space;
+            // a journal left as it was is recognised by its dead process.
+            let failed = super::journal::failed_key(&journal);
+            match store.rename(&journal, &failed).await {
+                Ok(()) | Err(store::StoreError::NotFound(_)) => {}
+                Err(e) => tracing::warn!(error = %e, %journal, "import journal not marked failed"),
             }
         }
     }

@@ -6,8 +6,8 @@
 //! done. It names the import's process (host, boot, pid and start time) and
 //! every blob the bundle lists. While the process lives, `gc` keeps those
 //! blobs (an import relies on blobs it found already present). When the
-//! import failed (it marks its journal `failed`) or its process is gone
-//! (killed), `gc` removes the blobs it wrote that no kept generation
+//! import failed (it renames its journal to `imports/<uuid>.failed`, which
+//! needs no free space) or its process is gone (killed), `gc` removes the blobs it wrote that no kept generation
 //! references at once, without waiting for the grace period, and then the
 //! journal. Never read by anything but `gc`.
 
@@ -18,6 +18,17 @@ use crate::store::{self, Blobstore};
 
 /// Prefix of the journal objects.
 pub const PREFIX: &str = "imports/";
+
+/// Where a failed import moves its journal (a rename: it needs no space
+/// on a full disk): `imports/<uuid>.failed`.
+pub fn failed_key(key: &str) -> String {
+    format!("{key}.failed")
+}
+
+/// Whether the journal at `key` is one of a failed import.
+pub fn is_failed_key(key: &str) -> bool {
+    key.ends_with(".failed")
+}
 
 /// One import's journal.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -35,9 +46,6 @@ pub struct Journal {
     /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field 22),
     /// so a reused pid is not mistaken for it.
     pub start: u64,
-    /// True once the import failed (its blobs are garbage unless referenced).
-    #[serde(default)]
-    pub failed: bool,
     /// Every blob the bundle lists (written or found present).
     pub blobs: Vec<Digest>,
 }
@@ -74,18 +82,14 @@ impl Journal {
             boot: boot_id(),
             pid,
             start: start_ticks(pid).unwrap_or(0),
-            failed: false,
             blobs,
         }
     }
 
-    /// Whether the import is over without success: marked failed, or its
-    /// process (on this machine) no longer runs. An import on another
-    /// machine counts as live (GC's grace period covers it).
+    /// Whether the import's process (on this machine) no longer runs: it
+    /// was killed. An import on another machine counts as live (GC's grace
+    /// period covers it); a failed one renamed its journal ([`failed_key`]).
     pub fn is_dead(&self) -> bool {
-        if self.failed {
-            return true;
-        }
         if self.host != host() {
             return false;
         }
@@ -117,14 +121,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_process_is_live_and_a_failed_import_is_dead() {
+    fn this_process_is_live_and_a_reused_pid_is_not() {
         let mut j = Journal::new("b", vec![]);
         assert!(j.start > 0);
         assert!(!j.is_dead());
         j.start += 1;
         assert!(j.is_dead(), "same pid, other start time: another process");
-        j.start -= 1;
-        j.failed = true;
-        assert!(j.is_dead());
+        assert!(is_failed_key(&failed_key("imports/x")));
     }
 }

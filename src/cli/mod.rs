@@ -3,12 +3,13 @@
 //! one-line result, and turns any error into a one-line cause and exit code 1.
 //!
 //! One file per command group: [`keys`], [`bundle`], [`data`] (import,
-//! inventory, history), [`stack`] and [`serve`]; shared argument types and helpers live
+//! inventory, history), [`ops`] (gc, fsck, rollback), [`stack`] and [`serve`]; shared argument types and helpers live
 //! here.
 
 mod bundle;
 mod data;
 mod keys;
+mod ops;
 mod serve;
 mod stack;
 mod torcx;
@@ -69,13 +70,21 @@ impl DataArg {
     }
 
     /// Removes what killed writers left in `tmp/` (files no live writer
-    /// holds, untouched for a minute); logged, never fatal.
+    /// holds, untouched for [`airlock::store::fs::TMP_MIN_AGE`]); logged, never fatal.
     pub fn sweep_tmp(&self, store: &FsStore) {
-        match store.sweep_tmp(std::time::Duration::from_secs(60), true) {
+        match store.sweep_tmp(airlock::store::fs::TMP_MIN_AGE, true) {
             Ok((0, _)) => {}
             Ok((files, bytes)) => tracing::info!(files, bytes, "stale temporary files removed"),
             Err(e) => tracing::warn!(error = %e, "cannot sweep tmp/"),
         }
+    }
+
+    /// The filesystem blobstore of an existing data directory.
+    pub fn existing_fs_store(&self) -> Result<FsStore> {
+        if !self.data.is_dir() {
+            bail!("data directory {} does not exist", self.data.display());
+        }
+        self.fs_store()
     }
 
     /// State in an existing data directory, for commands that only read.
@@ -104,6 +113,12 @@ enum Command {
     /// System stacks: promote, roll out, roll back, states, cells' status.
     #[command(subcommand)]
     Stack(stack::StackCmd),
+    /// Remove what no kept generation reaches (blobs, documents, links, temporary files).
+    Gc(ops::GcArgs),
+    /// Check the state and the stored content; `--deep` re-hashes every blob.
+    Fsck(ops::FsckArgs),
+    /// Make an earlier generation current again (as a new generation).
+    Rollback(ops::RollbackArgs),
     /// Serve the OCI distribution API.
     Serve(serve::ServeArgs),
     /// The torcx remote: host remote.json, profile checks, listing, deprecation.
@@ -190,6 +205,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::History(args) => data::history(args).await,
         Command::Stack(cmd) => stack::run(cmd).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Gc(args) => ops::gc(args).await,
+        Command::Fsck(args) => ops::fsck(args).await,
+        Command::Rollback(args) => ops::rollback(args).await,
         Command::Torcx(cmd) => torcx::run(cmd).await,
     }
 }

@@ -63,6 +63,12 @@ pub struct ServeArgs {
     /// `REMOTE=KEY.sec.asc` (repeatable; one per remote).
     #[arg(long = "torcx-key", value_name = "REMOTE=KEY.sec.asc")]
     torcx_keys: Vec<String>,
+    /// Run garbage collection every interval inside the server (`24h`,
+    /// `0` = never); retention and grace as `airlock gc`'s flags.
+    #[arg(long, env = "AIRLOCK_GC_INTERVAL", default_value = "0", value_parser = airlock::ops::parse_duration)]
+    gc_interval: Duration,
+    #[command(flatten)]
+    gc: super::ops::GcPolicy,
 }
 
 pub async fn run(args: ServeArgs) -> Result<()> {
@@ -72,7 +78,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             anyhow::anyhow!("--mirror-namespace {ns:?} cannot prefix a repository name")
         })?;
     }
-    let state = args.data.state()?;
+    let fs = args.data.fs_store()?;
+    args.data.sweep_tmp(&fs);
+    let state = airlock::state::StateStore::new(Arc::new(fs.clone()));
     let config = airlock::registry::RegistryConfig {
         allow_push: args.allow_push,
         allow_delete: args.allow_delete,
@@ -106,5 +114,17 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         max_connections: args.max_connections as usize,
         ..airlock::server::Limits::default()
     };
-    airlock::server::serve(args.listen, app, limits).await
+    let gc = (!args.gc_interval.is_zero()).then(|| {
+        airlock::ops::gc::spawn_periodic(
+            fs,
+            app.state.clone(),
+            args.gc.options(false),
+            args.gc_interval,
+        )
+    });
+    let result = airlock::server::serve(args.listen, app, limits).await;
+    if let Some(task) = gc {
+        task.abort();
+    }
+    result
 }

@@ -8,7 +8,8 @@
 //! manifest or room document names is present. With `deep`, every stored
 //! blob is re-hashed, and one that does not match its digest is moved to
 //! `quarantine/` so it is never served (a later import or push of the same
-//! digest writes it anew). Every problem is reported, none stops the check.
+//! digest writes it anew). Every problem is reported, none stops the check;
+//! problems met only in older generations are warnings.
 
 use std::collections::HashSet;
 
@@ -49,8 +50,11 @@ pub struct FsckReport {
     pub blobs_rehashed: u64,
     /// Blobs moved to quarantine by this run.
     pub quarantined: Vec<Digest>,
-    /// Every problem found.
+    /// Every problem found in the current generation, or with stored blobs.
     pub problems: Vec<Problem>,
+    /// Problems of older generations only (they matter only to a rollback
+    /// to them, which refuses a generation it cannot restore).
+    pub warnings: Vec<Problem>,
 }
 
 impl FsckReport {
@@ -81,8 +85,9 @@ pub async fn run(fs: &FsStore, state: &StateStore, deep: bool) -> Result<FsckRep
     let mut reached: HashSet<Digest> = HashSet::new();
     let mut blobs: Vec<Digest> = Vec::new();
     let mut rooms_seen: HashSet<Digest> = HashSet::new();
-    for (digest, doc) in &history {
+    for (i, (digest, doc)) in history.iter().enumerate() {
         report.generations_checked += 1;
+        let before = report.problems.len();
         let problems = state
             .walk(digest, &mut |r: Reached| {
                 let fresh = reached.insert(r.digest().clone());
@@ -117,6 +122,10 @@ pub async fn run(fs: &FsStore, state: &StateStore, deep: bool) -> Result<FsckRep
                 },
                 Err(e) => report.problem("missing", d, format!("room document {name}: {e}")),
             }
+        }
+        if i > 0 {
+            let old = report.problems.split_off(before);
+            report.warnings.extend(old);
         }
     }
     report.objects_checked = reached.len();

@@ -135,7 +135,16 @@ struct Marks {
 }
 
 impl Marks {
-    async fn generation(&mut self, state: &StateStore, digest: &Digest, doc: &StateDoc) -> Result<()> {
+    /// Marks one generation. Problems in the current one (`strict`) stop
+    /// GC; in an older one they are logged (what it cannot reach, it could
+    /// not restore either: rollback refuses it).
+    async fn generation(
+        &mut self,
+        state: &StateStore,
+        digest: &Digest,
+        doc: &StateDoc,
+        strict: bool,
+    ) -> Result<()> {
         let (reached, descended) = (&mut self.reached, &mut self.descended);
         let problems = state
             .walk(digest, &mut |r: Reached| {
@@ -146,7 +155,11 @@ impl Marks {
                 }
             })
             .await?;
-        if let Some(p) = problems.first() {
+        if let Some(p) = problems.first()
+            && !strict
+        {
+            tracing::warn!(generation = doc.generation, problem = %p, count = problems.len(), "gc: older generation damaged; marking what it reaches");
+        } else if let Some(p) = problems.first() {
             bail!(
                 "generation {}: {p} ({} problems); nothing swept: run `airlock fsck`",
                 doc.generation,
@@ -197,7 +210,7 @@ impl Marks {
             let Some(j) = Journal::get(fs, &key).await else {
                 continue;
             };
-            if j.is_dead() && since.is_none() {
+            if (journal::is_failed_key(&key) || j.is_dead()) && since.is_none() {
                 self.failed.extend(j.blobs);
                 self.dead_journals.push(path);
             } else {
@@ -281,8 +294,8 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
     let kept = kept_generations(state, opts.retention).await?;
     report.generation = kept.first().map_or(0, |(_, d)| d.generation);
     report.generations_kept = kept.len();
-    for (digest, doc) in &kept {
-        marks.generation(state, digest, doc).await?;
+    for (i, (digest, doc)) in kept.iter().enumerate() {
+        marks.generation(state, digest, doc, i == 0).await?;
     }
     marks.links(fs.dir(), cutoff, None)?;
     marks.journals(fs, None).await?;
@@ -291,7 +304,7 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
         && !marks.descended.contains(&now)
     {
         let doc = state.state_doc(&now).await?;
-        marks.generation(state, &now, &doc).await?;
+        marks.generation(state, &now, &doc, true).await?;
     }
     marks.links(fs.dir(), cutoff, Some(mark_start))?;
     marks.journals(fs, Some(mark_start)).await?;
@@ -310,7 +323,7 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
             report.journals_removed += 1;
         }
     }
-    let (files, bytes) = fs.sweep_tmp(Duration::from_secs(60), !opts.dry_run)?;
+    let (files, bytes) = fs.sweep_tmp(crate::store::fs::TMP_MIN_AGE, !opts.dry_run)?;
     report.tmp_files_removed += files;
     report.tmp_bytes_freed += bytes;
     for (path, mtime) in files_under(&fs.dir().join("stacks/scratch"))? {

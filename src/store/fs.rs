@@ -29,6 +29,10 @@ fn page_size() -> u64 {
     if n > 0 { n as u64 } else { 4096 }
 }
 
+/// `tmp/` files untouched for less than this are never swept, whatever
+/// their lock says (a writer locks its file right after creating it).
+pub const TMP_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Reads of at most this many bytes are done inline in one `read(2)`, not streamed.
 const INLINE_READ_MAX: u64 = 64 * 1024;
 
