@@ -1,6 +1,6 @@
 //! Crash safety of import (issue 13): `airlock import` killed (SIGKILL,
 //! through the test-only failpoint `AIRLOCK_FAILPOINT=import:after_bytes=N`)
-//! at 20 points spread over a 24 MiB import. Each time: the root is
+//! at 20 points spread over a 16 MiB import. Each time: the root is
 //! unchanged, `fsck` is clean, `gc` reclaims what the killed import wrote at
 //! once (no grace), and the same import then succeeds. Temporary files are
 //! swept by the next GC.
@@ -10,33 +10,52 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-use common::{airlock, airlock_ok, synth, import_bundle, root_of, test_key};
+use common::{airlock, airlock_ok, import_bundle, root_of, synth, test_key};
 
 #[test]
 fn an_import_killed_anywhere_leaves_the_store_consistent_and_reclaimable() {
     let dir = tempfile::tempdir().unwrap();
     let (_, keyring) = test_key();
     let (base, _) = synth::bundle(dir.path(), "base", 1, 1);
-    let (big, _) = synth::bundle(dir.path(), "big", 24, 2);
+    let (big, _) = synth::bundle(dir.path(), "big", 16, 2);
     let seed = dir.path().join("seed");
     import_bundle(&seed, &keyring, &base);
     let root = root_of(&seed);
     let base_blobs = synth::blob_files(&seed);
-    let total: u64 = 24 << 20;
+    let total: u64 = 16 << 20;
     for i in 1..=20u64 {
         let data = dir.path().join(format!("data-{i}"));
-        let o = Command::new("cp").arg("-a").arg(&seed).arg(&data).output().unwrap();
+        let o = Command::new("cp")
+            .arg("-a")
+            .arg(&seed)
+            .arg(&data)
+            .output()
+            .unwrap();
         assert!(o.status.success());
         let d = data.to_str().unwrap();
         let at = total * i / 20;
         let o = Command::new(env!("CARGO_BIN_EXE_airlock"))
-            .args(["import", "--data", d, "--keyring", keyring.to_str().unwrap()])
+            .args([
+                "import",
+                "--data",
+                d,
+                "--keyring",
+                keyring.to_str().unwrap(),
+            ])
             .arg(&big)
             .env("AIRLOCK_FAILPOINT", format!("import:after_bytes={at}"))
             .output()
             .unwrap();
-        assert_eq!(o.status.signal(), Some(9), "kill point {i} ({at} bytes): {o:?}");
-        assert_eq!(root_of(&data), root, "root changed by an import killed at {at} bytes");
+        assert_eq!(
+            o.status.signal(),
+            Some(9),
+            "kill point {i} ({at} bytes): {o:?}"
+        );
+        assert_eq!(
+            root_of(&data),
+            root,
+            "root changed by an import killed at {at} bytes"
+        );
         airlock_ok(&["fsck", "--data", d]);
         assert!(
             !synth::files(&data.join("imports")).is_empty(),
@@ -65,6 +84,10 @@ fn an_import_killed_anywhere_leaves_the_store_consistent_and_reclaimable() {
         }
     }
     // The failpoint is inert without the variable: a plain import of the same bundle works.
-    let o = airlock(&["history", "--data", dir.path().join("data-1").to_str().unwrap()]);
+    let o = airlock(&[
+        "history",
+        "--data",
+        dir.path().join("data-1").to_str().unwrap(),
+    ]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("import bundle"));
 }

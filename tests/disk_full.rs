@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 
 use airlock::store::{self, Blobstore, ObjectWriter, RootVersion, StoreError, fs::FsStore};
-use common::{airlock, airlock_ok, synth, http, import_bundle, root_of, serve, test_key};
+use common::{airlock, airlock_ok, http, import_bundle, root_of, serve, synth, test_key};
 
 /// A filesystem store whose writes fail with ENOSPC once `budget` bytes are written.
 struct Full {
@@ -59,7 +59,11 @@ impl Blobstore for Full {
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> store::Result<store::BoxRead> {
         self.inner.read(key, range).await
     }
-    async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> store::Result<store::ByteStream> {
+    async fn stream(
+        &self,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> store::Result<store::ByteStream> {
         self.inner.stream(key, range).await
     }
     async fn writer(&self, key: &str) -> store::Result<Box<dyn ObjectWriter>> {
@@ -70,6 +74,9 @@ impl Blobstore for Full {
     }
     async fn delete(&self, key: &str) -> store::Result<()> {
         self.inner.delete(key).await
+    }
+    async fn rename(&self, from: &str, to: &str) -> store::Result<()> {
+        self.inner.rename(from, to).await
     }
     async fn list(&self, prefix: &str) -> store::Result<Vec<String>> {
         self.inner.list(prefix).await
@@ -120,7 +127,11 @@ fn a_store_that_fills_up_fails_imports_and_pushes_cleanly() {
     let text = format!("{err:#}");
     assert!(text.contains("No space left on device"), "{text}");
     assert_eq!(root_of(&data), root);
-    assert_eq!(synth::files(&data.join("tmp")), Vec::<String>::new(), "temporary files left");
+    assert_eq!(
+        synth::files(&data.join("tmp")),
+        Vec::<String>::new(),
+        "temporary files left"
+    );
     // The failed import marked its journal: gc frees what it wrote at once.
     airlock_ok(&["gc", "--data", data.to_str().unwrap()]);
     assert_eq!(synth::blob_files(&data), blobs);
@@ -136,7 +147,10 @@ fn a_store_that_fills_up_fails_imports_and_pushes_cleanly() {
         let router = airlock::server::router(Arc::new(app));
         budget.store(10, Ordering::SeqCst);
         let body = vec![7u8; 4096];
-        let digest = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body)));
+        let digest = format!(
+            "sha256:{}",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body))
+        );
         let r = common::router::send_body(
             &router,
             "POST",
@@ -146,7 +160,10 @@ fn a_store_that_fills_up_fails_imports_and_pushes_cleanly() {
         )
         .await;
         r.error(507, "INSUFFICIENT_STORAGE");
-        let detail = r.json()["errors"][0]["detail"]["reason"].as_str().unwrap().to_string();
+        let detail = r.json()["errors"][0]["detail"]["reason"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(detail.contains("No space left"), "{detail}");
         common::router::get(&router, "/v2/small/img-00/manifests/latest")
             .await
@@ -165,17 +182,33 @@ fn the_free_space_floor_refuses_writes_with_507() {
     import_bundle(&data, &keyring, &small);
     let root = root_of(&data);
     let d = data.to_str().unwrap();
-    let o = airlock(&["import", "--data", d, "--min-free-space", "99%", "--keyring", keyring.to_str().unwrap(), other.to_str().unwrap()]);
+    let o = airlock(&[
+        "import",
+        "--data",
+        d,
+        "--min-free-space",
+        "99%",
+        "--keyring",
+        keyring.to_str().unwrap(),
+        other.to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("below the floor"), "{err}");
     assert_eq!(root_of(&data), root);
     let server = serve(&data, &["--allow-push", "--min-free-space", "99%"]);
-    let (status, _, body) = http(&server.addr, "POST", "/v2/small/img-00/blobs/uploads/", &[]).unwrap();
+    let (status, _, body) =
+        http(&server.addr, "POST", "/v2/small/img-00/blobs/uploads/", &[]).unwrap();
     assert_eq!(status, 507, "{}", String::from_utf8_lossy(&body));
     let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["errors"][0]["code"], "INSUFFICIENT_STORAGE");
-    let (status, _, _) = http(&server.addr, "GET", "/v2/small/img-00/manifests/latest", &[]).unwrap();
+    let (status, _, _) = http(
+        &server.addr,
+        "GET",
+        "/v2/small/img-00/manifests/latest",
+        &[],
+    )
+    .unwrap();
     assert_eq!(status, 200);
 }
 
@@ -208,7 +241,16 @@ fn a_real_small_filesystem() {
     let data = mnt.join("data");
     let d = data.to_str().unwrap();
     let k = keyring.to_str().unwrap();
-    let o = airlock(&["import", "--data", d, "--min-free-space", "0", "--keyring", k, big.to_str().unwrap()]);
+    let o = airlock(&[
+        "import",
+        "--data",
+        d,
+        "--min-free-space",
+        "0",
+        "--keyring",
+        k,
+        big.to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("No space left on device"), "{err}");
@@ -216,6 +258,15 @@ fn a_real_small_filesystem() {
     assert_eq!(synth::files(&data.join("tmp")), Vec::<String>::new());
     airlock_ok(&["gc", "--data", d]);
     // What the failed import wrote is gone, so a smaller import fits.
-    airlock_ok(&["import", "--data", d, "--min-free-space", "0", "--keyring", k, small.to_str().unwrap()]);
+    airlock_ok(&[
+        "import",
+        "--data",
+        d,
+        "--min-free-space",
+        "0",
+        "--keyring",
+        k,
+        small.to_str().unwrap(),
+    ]);
     airlock_ok(&["fsck", "--data", d, "--deep"]);
 }

@@ -8,13 +8,22 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{airlock_ok, synth, http, import_bundle, require_tool, serve, test_key};
+use common::{airlock_ok, http, import_bundle, require_tool, serve, synth, test_key};
 
 /// Ages every file below `dir` by two hours.
 fn age(dir: &Path) {
     let o = Command::new("find")
         .arg(dir)
-        .args(["-type", "f", "-exec", "touch", "-d", "2 hours ago", "{}", "+"])
+        .args([
+            "-type",
+            "f",
+            "-exec",
+            "touch",
+            "-d",
+            "2 hours ago",
+            "{}",
+            "+",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success());
@@ -82,31 +91,77 @@ fn gc_during_pushes_and_pulls_keeps_everything_live_and_sweeps_the_rest() {
     // and everything aged past the grace, its blobs and older documents go.
     let (status, h, _) = http(&server.addr, "HEAD", "/v2/b/img-00/manifests/latest", &[]).unwrap();
     assert_eq!(status, 200);
-    let digest = common::header(&h, "docker-content-digest").unwrap().to_string();
-    let (status, _, _) = http(&server.addr, "DELETE", &format!("/v2/b/img-00/manifests/{digest}"), &[]).unwrap();
+    let digest = common::header(&h, "docker-content-digest")
+        .unwrap()
+        .to_string();
+    let (status, _, _) = http(
+        &server.addr,
+        "DELETE",
+        &format!("/v2/b/img-00/manifests/{digest}"),
+        &[],
+    )
+    .unwrap();
     assert_eq!(status, 202);
     let before = synth::blob_files(&data).len();
-    let dry: serde_json::Value =
-        serde_json::from_str(&airlock_ok(&["gc", "--data", d, "--keep-generations", "1", "--keep-days", "0", "--dry-run", "--json"])).unwrap();
-    assert_eq!(synth::blob_files(&data).len(), before, "dry run removed files");
+    let dry: serde_json::Value = serde_json::from_str(&airlock_ok(&[
+        "gc",
+        "--data",
+        d,
+        "--keep-generations",
+        "1",
+        "--keep-days",
+        "0",
+        "--dry-run",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        synth::blob_files(&data).len(),
+        before,
+        "dry run removed files"
+    );
     age(&data);
-    let report: serde_json::Value =
-        serde_json::from_str(&airlock_ok(&["gc", "--data", d, "--keep-generations", "1", "--keep-days", "0", "--json"])).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&airlock_ok(&[
+        "gc",
+        "--data",
+        d,
+        "--keep-generations",
+        "1",
+        "--keep-days",
+        "0",
+        "--json",
+    ]))
+    .unwrap();
     let removed = report["blobs_removed"].as_u64().unwrap();
     assert!(removed > 0, "{report}");
     assert!(dry["blobs_removed"].as_u64().unwrap() <= removed);
     assert!(report["bytes_freed"].as_u64().unwrap() > 0);
     let hex = digest.strip_prefix("sha256:").unwrap();
-    assert!(!data.join("blobs/sha256").join(&hex[..2]).join(hex).exists(), "deleted manifest kept");
+    assert!(
+        !data.join("blobs/sha256").join(&hex[..2]).join(hex).exists(),
+        "deleted manifest kept"
+    );
     airlock_ok(&["fsck", "--data", d, "--deep"]);
-    for path in ["/v2/a/img-00/manifests/latest", "/v2/pushed/img/manifests/2"] {
+    for path in [
+        "/v2/a/img-00/manifests/latest",
+        "/v2/pushed/img/manifests/2",
+    ] {
         let (status, _, _) = http(&server.addr, "GET", path, &[]).unwrap();
         assert_eq!(status, 200, "{path} after gc");
     }
     let history = airlock_ok(&["history", "--data", d]);
     assert!(history.contains("removed by gc"), "{history}");
     // A second GC finds nothing more.
-    let again: serde_json::Value =
-        serde_json::from_str(&airlock_ok(&["gc", "--data", d, "--keep-generations", "1", "--keep-days", "0", "--json"])).unwrap();
+    let again: serde_json::Value = serde_json::from_str(&airlock_ok(&[
+        "gc",
+        "--data",
+        d,
+        "--keep-generations",
+        "1",
+        "--keep-days",
+        "0",
+        "--json",
+    ]))
+    .unwrap();
     assert_eq!(again["blobs_removed"], 0, "{again}");
 }

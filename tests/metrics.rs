@@ -33,9 +33,18 @@ print(json.dumps(out))
         .stderr(Stdio::piped())
         .spawn()
         .expect("python3 (apt-get install python3)");
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "parser refused the exposition: {}\n{text}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "parser refused the exposition: {}\n{text}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let rows: Vec<(String, serde_json::Value, f64)> = serde_json::from_slice(&o.stdout).unwrap();
     rows
 }
@@ -105,8 +114,9 @@ fn metrics_count_imports_pulls_and_pushes() {
         .status(201);
         get(&router, "/v2/m/img-00/manifests/nope").await.status(404);
         let r = get(&router, "/metrics").await;
-        r.status(200);
-        assert!(r.header("content-type").starts_with("application/openmetrics-text"));
+        assert_eq!(r.status.as_u16(), 200);
+        let ct = r.headers.get("content-type").unwrap().to_str().unwrap();
+        assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
         let text = String::from_utf8(r.body.clone()).unwrap();
         let s = parse(&text);
         let req = "airlock_http_requests_total";
@@ -131,7 +141,12 @@ fn metrics_count_imports_pulls_and_pushes() {
     let (status, _, body) = http(&server.addr, "GET", "/metrics", &[]).unwrap();
     assert_eq!(status, 200);
     let s = parse(&String::from_utf8(body).unwrap());
-    assert_eq!(value(&s, "airlock_http_open_connections", &[]), 1.0);
-    assert_eq!(value(&s, "airlock_http_requests_total", &[("route", "probe")]), 2.0);
+    // The scrape's own connection, and perhaps a probe's still closing.
+    let open = value(&s, "airlock_http_open_connections", &[]);
+    assert!((1.0..=3.0).contains(&open), "open connections {open}");
+    assert_eq!(
+        value(&s, "airlock_http_requests_total", &[("route", "probe")]),
+        2.0
+    );
     assert_eq!(value(&s, "airlock_state_generation", &[]), 2.0);
 }

@@ -425,7 +425,10 @@ async fn write_blobs(
                     };
                     if let (Some(s), Some(key)) = (store, journal) {
                         let all = doc.blobs.iter().chain(&doc.required);
-                        let j = super::journal::Journal::new(&doc.id, all.map(|b| b.digest.clone()).collect());
+                        let j = super::journal::Journal::new(
+                            &doc.id,
+                            all.map(|b| b.digest.clone()).collect(),
+                        );
                         j.put(s, key).await.context("writing the import journal")?;
                     }
                     let _ = reply.send(present);
@@ -712,8 +715,14 @@ async fn import_journaled(
     progress: indicatif::ProgressBar,
 ) -> Result<(BundleDoc, Written, crate::state::Commit)> {
     let store = state.blobstore().clone();
-    let (doc, w) =
-        run_pipeline(Some(store.clone()), Some(journal), keyring, reader, progress).await?;
+    let (doc, w) = run_pipeline(
+        Some(store.clone()),
+        Some(journal),
+        keyring,
+        reader,
+        progress,
+    )
+    .await?;
     let mut ops = Vec::new();
     for img in &doc.images {
         ops.extend(image_ops(&*store, img).await?);

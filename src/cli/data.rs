@@ -100,7 +100,10 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
     if let Some(e) = broken {
         // Older generations removed by `gc` retention end the list quietly;
         // anything else is damage `fsck` should look at.
-        let missing = matches!(e, airlock::state::StateError::Store(airlock::store::StoreError::NotFound(_)));
+        let missing = matches!(
+            e,
+            airlock::state::StateError::Store(airlock::store::StoreError::NotFound(_))
+        );
         if missing && !history.is_empty() {
             println!("{:>10}  (older generations removed by gc)", "...");
         } else {

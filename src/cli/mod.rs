@@ -154,7 +154,9 @@ pub fn parse_floor(s: &str) -> std::result::Result<FreeSpaceFloor, String> {
     if let Some(p) = s.strip_suffix('%') {
         return match p.trim().parse::<f64>() {
             Ok(v) if v > 0.0 && v < 100.0 => Ok(FreeSpaceFloor::Percent(v)),
-            _ => Err(format!("invalid free-space floor {s:?}: a percentage is above 0 and below 100")),
+            _ => Err(format!(
+                "invalid free-space floor {s:?}: a percentage is above 0 and below 100"
+            )),
         };
     }
     parse_size(s).map(FreeSpaceFloor::Bytes)

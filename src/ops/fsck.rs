@@ -103,7 +103,11 @@ pub async fn run(fs: &FsStore, state: &StateStore, deep: bool) -> Result<FsckRep
             } else {
                 "unreadable"
             };
-            report.problem(kind, &p.digest, format!("{} (generation {}): {}", p.what, doc.generation, p.cause));
+            report.problem(
+                kind,
+                &p.digest,
+                format!("{} (generation {}): {}", p.what, doc.generation, p.cause),
+            );
         }
         for (name, d) in &doc.documents {
             if !rooms_seen.insert(d.clone()) {

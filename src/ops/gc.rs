@@ -101,7 +101,11 @@ impl std::fmt::Display for GcReport {
         write!(
             f,
             "{}{} blobs removed ({} from failed imports), {} links, {} journals, {} temporary files; {:.1} MB freed; {} kept in grace; {} reachable in {} generations (mark {} ms, sweep {} ms)",
-            if self.dry_run { "dry run: would remove: " } else { "" },
+            if self.dry_run {
+                "dry run: would remove: "
+            } else {
+                ""
+            },
             self.blobs_removed,
             self.failed_import_blobs_removed,
             self.links_removed,
@@ -247,7 +251,10 @@ fn files_under(dir: &Path) -> Result<Vec<(PathBuf, SystemTime)>> {
             if meta.is_dir() {
                 stack.push(entry.path());
             } else if meta.is_file() {
-                out.push((entry.path(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+                out.push((
+                    entry.path(),
+                    meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                ));
             }
         }
     }
@@ -312,7 +319,14 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
     report.mark_ms = started.elapsed().as_millis() as u64;
 
     let sweep_started = Instant::now();
-    sweep_blobs(fs.dir(), &marks, mark_start, cutoff, opts.dry_run, &mut report)?;
+    sweep_blobs(
+        fs.dir(),
+        &marks,
+        mark_start,
+        cutoff,
+        opts.dry_run,
+        &mut report,
+    )?;
     for path in &marks.old_links {
         if remove(path, opts.dry_run).is_some() {
             report.links_removed += 1;

@@ -47,8 +47,7 @@ pub async fn rollback(state: &StateStore, to: u64, reason: &str, who: &str) -> R
         if to == current.generation {
             bail!("generation {to} is already the current one");
         }
-        let Some((target_digest, target)) = history.iter().find(|(_, d)| d.generation == to)
-        else {
+        let Some((target_digest, target)) = history.iter().find(|(_, d)| d.generation == to) else {
             bail!(
                 "generation {to} is not in history (generations {}..={} are; older ones were removed by gc)",
                 history.last().map_or(0, |(_, d)| d.generation),

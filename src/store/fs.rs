@@ -131,8 +131,12 @@ impl FsStore {
             .map_or(Ok(()), std::fs::create_dir_all)
             .and_then(|()| std::fs::rename(&from, &to));
         match moved {
-            Ok(()) => tracing::error!(%digest, %actual, quarantine = %to.display(), "corrupt blob quarantined: its content does not match its digest"),
-            Err(e) => tracing::error!(%digest, %actual, error = %e, "corrupt blob found; moving it to quarantine failed"),
+            Ok(()) => {
+                tracing::error!(%digest, %actual, quarantine = %to.display(), "corrupt blob quarantined: its content does not match its digest")
+            }
+            Err(e) => {
+                tracing::error!(%digest, %actual, error = %e, "corrupt blob found; moving it to quarantine failed")
+            }
         }
     }
 

@@ -172,9 +172,10 @@ mod tests {
                 Ok(bytes::Bytes::from_static(b)),
             ]))
         };
-        let good: Vec<_> = hashing_stream(chunks(b"hello ", b"world"), d.clone(), 11, Box::new(|_| {}))
-            .collect()
-            .await;
+        let good: Vec<_> =
+            hashing_stream(chunks(b"hello ", b"world"), d.clone(), 11, Box::new(|_| {}))
+                .collect()
+                .await;
         assert!(good.iter().all(|c| c.is_ok()));
         let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let f = flag.clone();

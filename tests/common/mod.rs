@@ -2,8 +2,8 @@
 //! running the `airlock` binary, required external tools.
 #![allow(dead_code)]
 
-pub mod synth;
 pub mod router;
+pub mod synth;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
