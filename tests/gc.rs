@@ -10,6 +10,16 @@ use std::process::Command;
 
 use common::{airlock_ok, http, import_bundle, require_tool, serve, synth, test_key};
 
+/// Retention of the current generation only.
+const KEEP_ONE: &[&str] = &["--keep-generations", "1", "--keep-days", "0"];
+
+/// `airlock gc --data DATA ARGS --json`, parsed.
+fn gc_json(data: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["gc", "--data", data, "--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&airlock_ok(&all)).unwrap()
+}
+
 /// Ages every file below `dir` by two hours.
 fn age(dir: &Path) {
     let o = Command::new("find")
@@ -103,35 +113,14 @@ fn gc_during_pushes_and_pulls_keeps_everything_live_and_sweeps_the_rest() {
     .unwrap();
     assert_eq!(status, 202);
     let before = synth::blob_files(&data).len();
-    let dry: serde_json::Value = serde_json::from_str(&airlock_ok(&[
-        "gc",
-        "--data",
-        d,
-        "--keep-generations",
-        "1",
-        "--keep-days",
-        "0",
-        "--dry-run",
-        "--json",
-    ]))
-    .unwrap();
+    let dry = gc_json(d, &[KEEP_ONE, &["--dry-run"]].concat());
     assert_eq!(
         synth::blob_files(&data).len(),
         before,
         "dry run removed files"
     );
     age(&data);
-    let report: serde_json::Value = serde_json::from_str(&airlock_ok(&[
-        "gc",
-        "--data",
-        d,
-        "--keep-generations",
-        "1",
-        "--keep-days",
-        "0",
-        "--json",
-    ]))
-    .unwrap();
+    let report = gc_json(d, KEEP_ONE);
     let removed = report["blobs_removed"].as_u64().unwrap();
     assert!(removed > 0, "{report}");
     assert!(dry["blobs_removed"].as_u64().unwrap() <= removed);
@@ -152,16 +141,6 @@ fn gc_during_pushes_and_pulls_keeps_everything_live_and_sweeps_the_rest() {
     let history = airlock_ok(&["history", "--data", d]);
     assert!(history.contains("removed by gc"), "{history}");
     // A second GC finds nothing more.
-    let again: serde_json::Value = serde_json::from_str(&airlock_ok(&[
-        "gc",
-        "--data",
-        d,
-        "--keep-generations",
-        "1",
-        "--keep-days",
-        "0",
-        "--json",
-    ]))
-    .unwrap();
+    let again = gc_json(d, KEEP_ONE);
     assert_eq!(again["blobs_removed"], 0, "{again}");
 }

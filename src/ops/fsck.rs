@@ -154,56 +154,48 @@ pub async fn run(fs: &FsStore, state: &StateStore, deep: bool) -> Result<FsckRep
 /// Re-hashes every file under `blobs/`; quarantines the ones that do not match.
 async fn rehash_all(fs: &FsStore, report: &mut FsckReport) -> Result<()> {
     use crate::store::Blobstore;
-    let root = fs.dir().join("blobs");
-    let Ok(algs) = std::fs::read_dir(&root) else {
-        return Ok(());
-    };
-    for alg in algs.flatten() {
-        let alg_name = alg.file_name().to_string_lossy().into_owned();
-        for fan in std::fs::read_dir(alg.path())?.flatten() {
-            for entry in std::fs::read_dir(fan.path())?.flatten() {
-                let hex = entry.file_name().to_string_lossy().into_owned();
-                let Ok(digest) = format!("{alg_name}:{hex}").parse::<Digest>() else {
-                    report.problem("unreadable", entry.path().display(), "not a blob name");
-                    continue;
-                };
-                let path = entry.path();
-                let alg = digest.algorithm();
-                let actual = tokio::task::spawn_blocking(move || -> std::io::Result<Digest> {
-                    use std::io::Read;
-                    let mut f = std::fs::File::open(&path)?;
-                    let mut h = Hasher::new(alg);
-                    let mut buf = vec![0u8; 1 << 20];
-                    loop {
-                        let n = f.read(&mut buf)?;
-                        if n == 0 {
-                            return Ok(h.finish());
-                        }
-                        h.update(&buf[..n]);
+    for (alg_name, fan) in super::fan_dirs(fs.dir())? {
+        for (digest, entry) in super::blob_entries(&alg_name, &fan)? {
+            let Some(digest) = digest else {
+                report.problem("unreadable", entry.path().display(), "not a blob name");
+                continue;
+            };
+            let path = entry.path();
+            let alg = digest.algorithm();
+            let actual = tokio::task::spawn_blocking(move || -> std::io::Result<Digest> {
+                use std::io::Read;
+                let mut f = std::fs::File::open(&path)?;
+                let mut h = Hasher::new(alg);
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let n = f.read(&mut buf)?;
+                    if n == 0 {
+                        return Ok(h.finish());
                     }
-                })
-                .await?;
-                let actual = match actual {
-                    Ok(a) => a,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(e.into()),
-                };
-                report.blobs_rehashed += 1;
-                if actual != digest {
-                    let moved = fs
-                        .rename(&blob_key(&digest), &verify::quarantine_key(&digest))
-                        .await;
-                    let detail = match moved {
-                        Ok(()) => {
-                            report.quarantined.push(digest.clone());
-                            format!("content hashes to {actual}; moved to quarantine/")
-                        }
-                        Err(StoreError::NotFound(_)) => continue,
-                        Err(e) => format!("content hashes to {actual}; quarantine failed: {e}"),
-                    };
-                    tracing::error!(%digest, %actual, "fsck: corrupt blob");
-                    report.problem("corrupt", &digest, detail);
+                    h.update(&buf[..n]);
                 }
+            })
+            .await?;
+            let actual = match actual {
+                Ok(a) => a,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
+            report.blobs_rehashed += 1;
+            if actual != digest {
+                let moved = fs
+                    .rename(&blob_key(&digest), &verify::quarantine_key(&digest))
+                    .await;
+                let detail = match moved {
+                    Ok(()) => {
+                        report.quarantined.push(digest.clone());
+                        format!("content hashes to {actual}; moved to quarantine/")
+                    }
+                    Err(StoreError::NotFound(_)) => continue,
+                    Err(e) => format!("content hashes to {actual}; quarantine failed: {e}"),
+                };
+                tracing::error!(%digest, %actual, "fsck: corrupt blob");
+                report.problem("corrupt", &digest, detail);
             }
         }
     }

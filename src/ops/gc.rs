@@ -368,39 +368,29 @@ fn sweep_blobs(
     dry_run: bool,
     report: &mut GcReport,
 ) -> Result<()> {
-    let blobs = root.join("blobs");
-    let algs = match std::fs::read_dir(&blobs) {
-        Ok(a) => a,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).context("listing blobs/"),
-    };
-    for alg in algs.flatten() {
-        let alg_name = alg.file_name().to_string_lossy().into_owned();
-        for fan in std::fs::read_dir(alg.path())?.flatten() {
-            for entry in std::fs::read_dir(fan.path())?.flatten() {
-                let hex = entry.file_name().to_string_lossy().into_owned();
-                let Ok(digest) = format!("{alg_name}:{hex}").parse::<Digest>() else {
-                    continue;
-                };
-                if marks.reached.contains(&digest) {
-                    continue;
-                }
-                let Ok(meta) = entry.metadata() else { continue };
-                let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                if mtime >= mark_start {
-                    continue;
-                }
-                let failed = marks.failed.contains(&digest);
-                if mtime >= cutoff && !failed {
-                    report.blobs_in_grace += 1;
-                    continue;
-                }
-                if let Some(n) = remove(&entry.path(), dry_run) {
-                    report.blobs_removed += 1;
-                    report.blob_bytes_freed += n;
-                    if failed && mtime >= cutoff {
-                        report.failed_import_blobs_removed += 1;
-                    }
+    for (alg_name, fan) in super::fan_dirs(root).context("listing blobs/")? {
+        for (digest, entry) in super::blob_entries(&alg_name, &fan)? {
+            let Some(digest) = digest else {
+                continue;
+            };
+            if marks.reached.contains(&digest) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            if mtime >= mark_start {
+                continue;
+            }
+            let failed = marks.failed.contains(&digest);
+            if mtime >= cutoff && !failed {
+                report.blobs_in_grace += 1;
+                continue;
+            }
+            if let Some(n) = remove(&entry.path(), dry_run) {
+                report.blobs_removed += 1;
+                report.blob_bytes_freed += n;
+                if failed && mtime >= cutoff {
+                    report.failed_import_blobs_removed += 1;
                 }
             }
         }

@@ -13,6 +13,7 @@ pub mod gc;
 pub mod rollback;
 pub mod rooms;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::digest::Digest;
@@ -68,6 +69,39 @@ fn younger(doc: &StateDoc, horizon: SystemTime) -> bool {
         Ok(t) => SystemTime::from(t) > horizon,
         Err(_) => true,
     }
+}
+
+/// The fan-out directories `blobs/<alg>/<2 hex>/` of the data directory
+/// `root`, with their algorithm name (none when there is no `blobs/`).
+fn fan_dirs(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let algs = match std::fs::read_dir(root.join("blobs")) {
+        Ok(a) => a,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for alg in algs.flatten() {
+        let name = alg.file_name().to_string_lossy().into_owned();
+        for fan in std::fs::read_dir(alg.path())?.flatten() {
+            out.push((name.clone(), fan.path()));
+        }
+    }
+    Ok(out)
+}
+
+/// The files of one fan-out directory (see [`fan_dirs`]) with the digest
+/// each names (`None`: not a blob name), one directory in memory at a time.
+fn blob_entries(
+    alg: &str,
+    fan: &Path,
+) -> std::io::Result<Vec<(Option<Digest>, std::fs::DirEntry)>> {
+    Ok(std::fs::read_dir(fan)?
+        .flatten()
+        .map(|e| {
+            let hex = e.file_name().to_string_lossy().into_owned();
+            (format!("{alg}:{hex}").parse().ok(), e)
+        })
+        .collect())
 }
 
 /// Parses a duration: `90s`, `15m`, `1h`, `7d`, or plain seconds.
