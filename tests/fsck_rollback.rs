@@ -13,10 +13,13 @@ use common::{
 
 /// The image of a generated layout holding its largest layer: (repository
 /// path `/v2/<name>/<ref>`, manifest digest, layers as (digest, size) smallest first).
-fn biggest_image(layout: &Path, name: &str) -> (String, String, Vec<(String, u64)>) {
+/// (repository path, manifest digest, layers as (digest, size)).
+type Image = (String, String, Vec<(String, u64)>);
+
+fn biggest_image(layout: &Path, name: &str) -> Image {
     let index: serde_json::Value =
         serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
-    let mut best: Option<(String, String, Vec<(String, u64)>)> = None;
+    let mut best: Option<Image> = None;
     for m in index["manifests"].as_array().unwrap() {
         let digest = m["digest"].as_str().unwrap().to_string();
         let r = m["annotations"]["org.opencontainers.image.ref.name"]
@@ -37,7 +40,7 @@ fn biggest_image(layout: &Path, name: &str) -> (String, String, Vec<(String, u64
             })
             .collect();
         layers.sort_by_key(|(_, s)| *s);
-        let max = |b: &Option<(String, String, Vec<(String, u64)>)>| {
+        let max = |b: &Option<Image>| {
             b.as_ref()
                 .map_or(0, |(_, _, l)| l.last().map_or(0, |x| x.1))
         };
@@ -193,9 +196,7 @@ fn fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains(&table));
     let history = airlock_ok(&["history", "--data", d]);
-    for g in ["import bundle"] {
-        assert!(history.contains(g), "{history}");
-    }
+    assert!(history.contains("import bundle"), "{history}");
     assert_eq!(
         history.lines().count(),
         3,
