@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every tool the tests use: Debian packages with apt-get and the
-# oras client (tests/push_clients.rs) with pip. The one list of test
+# oras client (tests/push_clients.rs) and the Prometheus text-format parser
+# (tests/metrics.rs) with pip. The one list of test
 # dependencies: .ci/run and scripts/test.sh both call this.
 #
 #   scripts/install-test-deps.sh               # install (needs root)
@@ -8,7 +9,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby iproute2)
-PIP_PACKAGES=(oras==0.2.43)
+PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1)
 prog=$(basename "$0")
 die() {
     echo "$prog: error: $*" >&2
@@ -19,7 +20,7 @@ all_present() {
     for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby ss; do
         command -v "$tool" >/dev/null 2>&1 || return 1
     done
-    [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras' 2>/dev/null
+    [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras, prometheus_client' 2>/dev/null
 }
 
 case "${1:-}" in

@@ -2,7 +2,7 @@
 //!
 //! | surface | request | needs |
 //! | --- | --- | --- |
-//! | probes | `/healthz`, `/readyz` | nothing |
+//! | probes | `/healthz`, `/readyz`, `/metrics` | nothing |
 //! | registry | `/v2/` GET/HEAD | `Pull` (so clients learn the auth scheme from its 401) |
 //! | registry | `/v2/...` GET/HEAD | `Pull` on the repository (as `?ns=` qualifies it) |
 //! | registry | blob uploads (POST/PATCH/PUT/DELETE of `.../blobs/uploads/...`), manifest PUT | `Push` on the repository |
@@ -42,7 +42,7 @@ impl Requirement {
 pub fn required(method: &Method, uri: &Uri) -> Option<Requirement> {
     let path = uri.path();
     let read = matches!(*method, Method::GET | Method::HEAD);
-    if matches!(path, "/healthz" | "/readyz") {
+    if matches!(path, "/healthz" | "/readyz" | "/metrics") {
         return None;
     }
     if path == "/v2" || path.starts_with("/v2/") {

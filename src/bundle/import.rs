@@ -13,8 +13,10 @@
 //!    repositories, and the bundle's stack candidates recorded in the stack
 //!    table, with one root swap.
 //!
-//! Any failure leaves the state root as it was. Blobs written before a
-//! failure are unreferenced and left to garbage collection.
+//! Any failure leaves the state root as it was. Before its first blob is
+//! written an import records a journal ([`super::journal`]); blobs written
+//! before a failure (or a kill) are unreferenced and `gc` reclaims them at
+//! once through it.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
@@ -364,9 +366,11 @@ async fn present_blobs(store: &dyn Blobstore, doc: &BundleDoc) -> Result<HashSet
             ),
         }
     }
+    // `check` verifies small blobs (quarantining a corrupt copy): a bundle
+    // carrying a blob the store holds damaged or quarantined repairs it.
     let mut present = HashSet::new();
     for b in &doc.blobs {
-        if store.stat(&blob_key(&b.digest)).await? == Some(b.size) {
+        if store::check(store, &b.digest).await? == Some(b.size) {
             present.insert(b.digest.clone());
         }
     }
@@ -404,9 +408,11 @@ async fn join_commit(commits: &mut JoinSet<store::Result<()>>) -> Result<()> {
 /// commits it only when its digest matched.
 async fn write_blobs(
     store: Option<&dyn Blobstore>,
+    journal: Option<&str>,
     rx: &mut mpsc::Receiver<Msg>,
     w: &mut Written,
 ) -> Result<()> {
+    let failpoint = failpoint_after_bytes();
     let mut current: Option<Current> = None;
     let mut commits = JoinSet::new();
     let result = async {
@@ -417,6 +423,14 @@ async fn write_blobs(
                         Some(s) => present_blobs(s, &doc).await?,
                         None => HashSet::new(),
                     };
+                    if let (Some(s), Some(key)) = (store, journal) {
+                        let all = doc.blobs.iter().chain(&doc.required);
+                        let j = super::journal::Journal::new(
+                            &doc.id,
+                            all.map(|b| b.digest.clone()).collect(),
+                        );
+                        j.put(s, key).await.context("writing the import journal")?;
+                    }
                     let _ = reply.send(present);
                 }
                 Msg::Begin(digest) => {
@@ -442,6 +456,9 @@ async fn write_blobs(
                             let (written, ()) =
                                 tokio::join!(out.write(b.clone()), async { hasher.update(&b) });
                             written?;
+                            if failpoint.is_some_and(|n| w.bytes_new >= n) {
+                                crash_here();
+                            }
                         }
                         None => hasher.update(&b),
                     }
@@ -482,9 +499,30 @@ async fn write_blobs(
     result
 }
 
-/// Runs the reader thread and the writer together. `store = None` verifies only.
+/// `AIRLOCK_FAILPOINT=import:after_bytes=N`, for crash tests only: the
+/// import process kills itself (SIGKILL) once it has written N blob bytes.
+fn failpoint_after_bytes() -> Option<u64> {
+    std::env::var("AIRLOCK_FAILPOINT")
+        .ok()?
+        .strip_prefix("import:after_bytes=")?
+        .parse()
+        .ok()
+}
+
+/// Ends the process as `kill -9` would (crash tests, see [`failpoint_after_bytes`]).
+fn crash_here() {
+    tracing::warn!("AIRLOCK_FAILPOINT reached: killing this process");
+    // SAFETY: sending a signal to our own process has no memory-safety preconditions.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+}
+
+/// Runs the reader thread and the writer together. `store = None` verifies
+/// only; `journal` is the key of the import's journal.
 async fn run_pipeline(
     store: Option<Arc<dyn Blobstore>>,
+    journal: Option<&str>,
     keyring: Keyring,
     reader: Box<dyn Read + Send>,
     progress: indicatif::ProgressBar,
@@ -492,7 +530,7 @@ async fn run_pipeline(
     let (tx, mut rx) = mpsc::channel(IN_FLIGHT);
     let handle = tokio::task::spawn_blocking(move || read_bundle(reader, &keyring, tx, &progress));
     let mut written = Written::default();
-    let wrote = write_blobs(store.as_deref(), &mut rx, &mut written).await;
+    let wrote = write_blobs(store.as_deref(), journal, &mut rx, &mut written).await;
     drop(rx);
     let read = handle
         .await
@@ -631,7 +669,60 @@ pub async fn import(
 ) -> Result<ImportReport> {
     let start = Instant::now();
     let store = state.blobstore().clone();
-    let (doc, w) = run_pipeline(Some(store.clone()), keyring, reader, progress).await?;
+    let journal = store::journal_key(&uuid::Uuid::new_v4().to_string());
+    let result = import_journaled(state, &journal, keyring, reader, who, progress).await;
+    match &result {
+        Ok(_) => {
+            if let Err(e) = store.delete(&journal).await {
+                tracing::warn!(error = %e, %journal, "import journal not removed (gc removes it)");
+            }
+        }
+        Err(_) => {
+            // `gc` frees what it wrote at once. A rename needs no free space;
+            // a journal left as it was is recognised by its dead process.
+            let failed = super::journal::failed_key(&journal);
+            match store.rename(&journal, &failed).await {
+                Ok(()) | Err(store::StoreError::NotFound(_)) => {}
+                Err(e) => tracing::warn!(error = %e, %journal, "import journal not marked failed"),
+            }
+        }
+    }
+    crate::metrics::global().import_done(
+        result.is_ok(),
+        result.as_ref().map_or(0, |(_, w, _)| w.bytes_new),
+    );
+    let (doc, w, commit) = result?;
+    Ok(ImportReport {
+        id: doc.id,
+        images: doc.images.len(),
+        blobs_new: w.new,
+        blobs_skipped: w.skipped,
+        bytes_new: w.bytes_new,
+        bytes_read: w.bytes_read,
+        generation: commit.generation,
+        changed: commit.changed,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// The import proper, under the journal `journal`.
+async fn import_journaled(
+    state: &StateStore,
+    journal: &str,
+    keyring: Keyring,
+    reader: Box<dyn Read + Send>,
+    who: &str,
+    progress: indicatif::ProgressBar,
+) -> Result<(BundleDoc, Written, crate::state::Commit)> {
+    let store = state.blobstore().clone();
+    let (doc, w) = run_pipeline(
+        Some(store.clone()),
+        Some(journal),
+        keyring,
+        reader,
+        progress,
+    )
+    .await?;
     let mut ops = Vec::new();
     for img in &doc.images {
         ops.extend(image_ops(&*store, img).await?);
@@ -658,17 +749,7 @@ pub async fn import(
         }),
     )
     .await;
-    Ok(ImportReport {
-        id: doc.id,
-        images: doc.images.len(),
-        blobs_new: w.new,
-        blobs_skipped: w.skipped,
-        bytes_new: w.bytes_new,
-        bytes_read: w.bytes_read,
-        generation: commit.generation,
-        changed: commit.changed,
-        elapsed: start.elapsed(),
-    })
+    Ok((doc, w, commit))
 }
 
 /// Verifies a bundle without a store: signature, every entry, every digest.
@@ -678,7 +759,7 @@ pub async fn verify(
     reader: Box<dyn Read + Send>,
     progress: indicatif::ProgressBar,
 ) -> Result<BundleDoc> {
-    let (doc, _) = run_pipeline(None, keyring, reader, progress).await?;
+    let (doc, _) = run_pipeline(None, None, keyring, reader, progress).await?;
     Ok(doc)
 }
 

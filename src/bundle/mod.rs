@@ -8,6 +8,7 @@
 pub mod create;
 pub mod format;
 pub mod import;
+pub mod journal;
 pub mod sign;
 pub mod source;
 pub mod volume;

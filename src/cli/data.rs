@@ -42,7 +42,9 @@ pub struct HistoryArgs {
 pub async fn import(args: ImportArgs) -> Result<()> {
     let keyring = sign::Keyring::load(&args.keyring)?;
     let reader = bundle_reader(&args.bundles)?;
-    let state = args.data.state()?;
+    let fs = args.data.fs_store()?;
+    args.data.sweep_tmp(&fs);
+    let state = airlock::state::StateStore::new(std::sync::Arc::new(fs));
     let pb = progress_bar();
     let report = bundle_import::import(
         &state,
@@ -85,7 +87,7 @@ pub async fn inventory(args: InventoryArgs) -> Result<()> {
 
 pub async fn history(args: HistoryArgs) -> Result<()> {
     let state = args.data.existing_state()?;
-    let history = state.history().await?;
+    let (history, broken) = state.history_partial().await?;
     if args.json {
         let rows: Vec<_> = history
             .iter()
@@ -103,14 +105,14 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    if history.is_empty() {
+    if history.is_empty() && broken.is_none() {
         println!("no generations yet (empty store)");
     }
     println!(
         "{:>10}  {:<25}  {:<20}  {:<21}  reason",
         "generation", "time", "who", "address"
     );
-    for (_, doc) in history {
+    for (_, doc) in &history {
         println!(
             "{:>10}  {:<25}  {:<20}  {:<21}  {}",
             doc.generation,
@@ -119,6 +121,22 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
             doc.address.as_deref().unwrap_or("-"),
             doc.reason
         );
+    }
+    if let Some(e) = broken {
+        // Older generations removed by `gc` retention end the list quietly;
+        // anything else is damage `fsck` should look at.
+        let missing = matches!(
+            e,
+            airlock::state::StateError::Store(airlock::store::StoreError::NotFound(_))
+        );
+        if missing && !history.is_empty() {
+            println!("{:>10}  (older generations removed by gc)", "...");
+        } else {
+            eprintln!("airlock: warning: history ends early: {e} (run `airlock fsck`)");
+            if history.is_empty() {
+                anyhow::bail!("the current generation cannot be read: {e}");
+            }
+        }
     }
     Ok(())
 }

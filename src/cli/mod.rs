@@ -3,7 +3,7 @@
 //! one-line result, and turns any error into a one-line cause and exit code 1.
 //!
 //! One file per command group: [`keys`], [`bundle`], [`data`] (import,
-//! inventory, history), [`stack`], [`cell`] and [`serve`]; shared argument types and helpers live
+//! inventory, history), [`ops`] (gc, fsck, rollback), [`stack`], [`cell`] and [`serve`]; shared argument types and helpers live
 //! here.
 
 mod bundle;
@@ -11,6 +11,7 @@ mod cell;
 mod data;
 mod events;
 mod keys;
+mod ops;
 mod serve;
 mod stack;
 mod torcx;
@@ -25,6 +26,7 @@ use clap::{Parser, Subcommand};
 
 use airlock::state::StateStore;
 use airlock::store::fs::FsStore;
+use airlock::store::space::FreeSpaceFloor;
 
 #[derive(Parser)]
 #[command(
@@ -49,14 +51,43 @@ pub struct DataArg {
     /// Data directory of the filesystem blobstore.
     #[arg(long, env = "AIRLOCK_DATA", default_value = "./airlock-data")]
     pub data: PathBuf,
+    /// Refuse writes (HTTP 507, failed import) that would leave less free
+    /// space on the data directory's file system: a size (`512M`, `2G`), a
+    /// share (`5%`), `default` (the smaller of 1 GiB and 1 %) or `0` (off).
+    #[arg(long, env = "AIRLOCK_MIN_FREE_SPACE", default_value = "default", value_parser = parse_floor)]
+    pub min_free_space: FreeSpaceFloor,
 }
 
 impl DataArg {
     /// State in the data directory, created if missing (for commands that write).
     pub fn state(&self) -> Result<StateStore> {
-        let store = FsStore::open(&self.data)
-            .with_context(|| format!("opening data directory {}", self.data.display()))?;
-        Ok(StateStore::new(Arc::new(store)))
+        Ok(StateStore::new(Arc::new(self.fs_store()?)))
+    }
+
+    /// The filesystem blobstore itself (created if missing), for the
+    /// commands that manage its files (`gc`, `fsck`, start-up sweeps).
+    pub fn fs_store(&self) -> Result<FsStore> {
+        Ok(FsStore::open(&self.data)
+            .with_context(|| format!("opening data directory {}", self.data.display()))?
+            .with_min_free_space(self.min_free_space))
+    }
+
+    /// Removes what killed writers left in `tmp/` (files no live writer
+    /// holds, untouched for [`airlock::store::fs::TMP_MIN_AGE`]); logged, never fatal.
+    pub fn sweep_tmp(&self, store: &FsStore) {
+        match store.sweep_tmp(airlock::store::fs::TMP_MIN_AGE, true) {
+            Ok((0, _)) => {}
+            Ok((files, bytes)) => tracing::info!(files, bytes, "stale temporary files removed"),
+            Err(e) => tracing::warn!(error = %e, "cannot sweep tmp/"),
+        }
+    }
+
+    /// The filesystem blobstore of an existing data directory.
+    pub fn existing_fs_store(&self) -> Result<FsStore> {
+        if !self.data.is_dir() {
+            bail!("data directory {} does not exist", self.data.display());
+        }
+        self.fs_store()
     }
 
     /// State in an existing data directory, for commands that only read.
@@ -87,6 +118,12 @@ enum Command {
     /// System stacks: promote, roll out, roll back, states, cells' status.
     #[command(subcommand)]
     Stack(stack::StackCmd),
+    /// Remove what no kept generation reaches (blobs, documents, links, temporary files).
+    Gc(ops::GcArgs),
+    /// Check the state and the stored content; `--deep` re-hashes every blob.
+    Fsck(ops::FsckArgs),
+    /// Make an earlier generation current again (as a new generation).
+    Rollback(ops::RollbackArgs),
     /// Serve the OCI distribution API (and stacks, torcx, admin) over HTTP or HTTPS.
     Serve(Box<serve::ServeArgs>),
     /// Users of the serve config: password hashes.
@@ -102,6 +139,11 @@ enum Command {
 
 /// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024).
 pub use airlock::config::parse_size;
+
+/// Parses a free-space floor (see [`FreeSpaceFloor::parse`]).
+pub fn parse_floor(s: &str) -> std::result::Result<FreeSpaceFloor, String> {
+    FreeSpaceFloor::parse(s)
+}
 
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
 pub fn progress_bar() -> indicatif::ProgressBar {
@@ -151,6 +193,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve::run(*args).await,
         Command::User(cmd) => user::run(cmd),
         Command::Cell(cmd) => cell::run(cmd).await,
+        Command::Gc(args) => ops::gc(args).await,
+        Command::Fsck(args) => ops::fsck(args).await,
+        Command::Rollback(args) => ops::rollback(args).await,
         Command::Torcx(cmd) => torcx::run(cmd).await,
     }
 }

@@ -50,9 +50,15 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let store = FsStore::open(&resolved.data)
-        .with_context(|| format!("opening data directory {}", resolved.data.display()))?;
-    let state = StateStore::new(Arc::new(store));
+    let fs = FsStore::open(&resolved.data)
+        .with_context(|| format!("opening data directory {}", resolved.data.display()))?
+        .with_min_free_space(resolved.min_free_space);
+    match fs.sweep_tmp(airlock::store::fs::TMP_MIN_AGE, true) {
+        Ok((0, _)) => {}
+        Ok((files, bytes)) => tracing::info!(files, bytes, "stale temporary files removed"),
+        Err(e) => tracing::warn!(error = %e, "cannot sweep tmp/"),
+    }
+    let state = StateStore::new(Arc::new(fs.clone()));
     if !resolved.webhooks.is_empty() {
         let deliverer = airlock::events::deliver::Deliverer::new(
             state.blobstore().clone(),
@@ -62,6 +68,13 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
         tokio::spawn(deliverer.run());
     }
+    let gc = resolved.gc.clone().map(|(opts, interval)| {
+        airlock::ops::gc::spawn_periodic(fs, state.clone(), opts, interval)
+    });
     let (app, limits, listen, tls) = resolved.into_app(state);
-    airlock::server::serve(&listen, Arc::new(app), limits, tls).await
+    let result = airlock::server::serve(&listen, Arc::new(app), limits, tls).await;
+    if let Some(task) = gc {
+        task.abort();
+    }
+    result
 }

@@ -38,6 +38,11 @@ pub struct Resolved {
     pub import_keyring: Option<PathBuf>,
     /// Where events are delivered (checked).
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
+    /// The free-space floor of the filesystem blobstore.
+    pub min_free_space: crate::store::space::FreeSpaceFloor,
+    /// Garbage collection inside the server: its options and interval
+    /// (`None`: never).
+    pub gc: Option<(crate::ops::gc::GcOptions, Duration)>,
 }
 
 fn get(v: Option<NonZeroU64>, default: u64) -> u64 {
@@ -160,6 +165,24 @@ impl Settings {
             })?;
         }
 
+        let min_free_space = crate::store::space::FreeSpaceFloor::parse(
+            self.store.min_free_space.as_deref().unwrap_or("default"),
+        )
+        .map_err(|e| ConfigError::value("store.min_free_space", e))?;
+        let duration = |key: &str, v: &Option<String>, default: &str| {
+            crate::ops::parse_duration(v.as_deref().unwrap_or(default))
+                .map_err(|e| ConfigError::value(key, e))
+        };
+        let interval = duration("gc.interval", &self.gc.interval, "0")?;
+        let gc_options = crate::ops::gc::GcOptions {
+            retention: crate::ops::Retention {
+                keep_generations: get(self.gc.keep_generations, 50) as usize,
+                keep_days: self.gc.keep_days.unwrap_or(30),
+            },
+            grace: duration("gc.grace", &self.gc.grace, "1h")?,
+            dry_run: false,
+        };
+        let gc = (!interval.is_zero()).then_some((gc_options, interval));
         for (i, w) in self.webhooks.iter().enumerate() {
             w.check()
                 .map_err(|e| ConfigError::value(&format!("webhook[{i}]"), e))?;
@@ -197,6 +220,8 @@ impl Settings {
             policy,
             import_keyring: self.import.keyring,
             webhooks: self.webhooks,
+            min_free_space,
+            gc,
         })
     }
 }

@@ -62,6 +62,9 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default)]
     pub torcx: TorcxSection,
+    #[command(flatten)]
+    #[serde(default)]
+    pub gc: GcSection,
     /// `[[webhook]]` entries (file only): where events are POSTed.
     #[arg(skip)]
     #[serde(default, rename = "webhook", skip_serializing_if = "Vec::is_empty")]
@@ -84,6 +87,33 @@ pub struct StoreSection {
     /// S3 region for `url`.
     #[arg(long, env = "AIRLOCK_S3_REGION")]
     pub s3_region: Option<String>,
+    /// Refuse writes (HTTP 507) that would leave less free space: a size
+    /// (`512M`, `2G`), a share (`5%`), `default` (the smaller of 1 GiB and
+    /// 1 %) or `0` (off) [default: default].
+    #[arg(long, env = "AIRLOCK_MIN_FREE_SPACE")]
+    pub min_free_space: Option<String>,
+}
+
+/// `[gc]`: retention and garbage collection inside the server (`airlock
+/// gc` takes the same values as flags).
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcSection {
+    /// Run garbage collection every interval inside the server (`24h`;
+    /// `0` = never) [default: 0].
+    #[arg(long = "gc-interval", env = "AIRLOCK_GC_INTERVAL")]
+    pub interval: Option<String>,
+    /// Keep the newest N generations (and everything they reach)
+    /// [default: 50].
+    #[arg(long, env = "AIRLOCK_GC_KEEP_GENERATIONS")]
+    pub keep_generations: Option<NonZeroU64>,
+    /// Keep every generation committed in the last D days too [default: 30].
+    #[arg(long, env = "AIRLOCK_GC_KEEP_DAYS")]
+    pub keep_days: Option<u64>,
+    /// Keep unreferenced blobs, pushed-blob links and scratch files younger
+    /// than this (`90s`, `15m`, `1h`, `7d`) [default: 1h].
+    #[arg(long, env = "AIRLOCK_GC_GRACE")]
+    pub grace: Option<String>,
 }
 
 /// `[tls]`: serve HTTPS.

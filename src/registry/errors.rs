@@ -55,6 +55,11 @@ pub enum ErrorCode {
     Unsupported,
     /// code-15 `TOOMANYREQUESTS`, 429.
     TooManyRequests,
+    /// `INSUFFICIENT_STORAGE`, 507 (RFC 4918 §11.5; not in the spec's
+    /// table, whose clients treat unknown codes as generic failures): the
+    /// store's disk is full or below its free-space floor. Nothing was
+    /// stored; reads still work.
+    InsufficientStorage,
 }
 
 /// One row of the error code table.
@@ -90,6 +95,7 @@ impl ErrorCode {
             Denied =>              ("DENIED",                StatusCode::FORBIDDEN,          "requested access to the resource is denied"),
             Unsupported =>         ("UNSUPPORTED",           StatusCode::METHOD_NOT_ALLOWED, "the operation is unsupported"),
             TooManyRequests =>     ("TOOMANYREQUESTS",       StatusCode::TOO_MANY_REQUESTS,  "too many requests"),
+            InsufficientStorage => ("INSUFFICIENT_STORAGE",  StatusCode::INSUFFICIENT_STORAGE, "insufficient storage: the registry's disk is full"),
         };
         CodeInfo {
             code,
@@ -179,6 +185,16 @@ impl RegistryError {
     /// (as opposed to content that does not match a valid one).
     pub fn invalid_digest(detail: Value) -> RegistryError {
         RegistryError::with_message(ErrorCode::DigestInvalid, INVALID_DIGEST_MESSAGE, detail)
+    }
+
+    /// 507 `INSUFFICIENT_STORAGE` for a write refused because the disk is
+    /// full or below the free-space floor; `detail.reason` names the cause.
+    pub fn no_space(cause: &dyn std::fmt::Display) -> RegistryError {
+        tracing::error!(%cause, "write refused: store out of space");
+        RegistryError::new(
+            ErrorCode::InsufficientStorage,
+            json!({ "reason": cause.to_string() }),
+        )
     }
 
     /// The error as answered to `method`: a reference that is no tag or
@@ -297,12 +313,20 @@ impl From<StoreError> for RegistryError {
     /// For content reads only. `NotFound`: the state links content the store
     /// does not hold (logged, sent as 404 `BLOB_UNKNOWN`); everything else is
     /// internal.
+    /// A corrupt blob (quarantined on the spot) is absent from now on: 404
+    /// `BLOB_UNKNOWN` too. A full disk is 507 `INSUFFICIENT_STORAGE`
+    /// ([`RegistryError::no_space`]).
     fn from(e: StoreError) -> RegistryError {
         match e {
             StoreError::NotFound(key) => {
                 tracing::warn!(%key, "content recorded in state is missing from the blobstore");
                 RegistryError::new(ErrorCode::BlobUnknown, Value::Null)
             }
+            StoreError::Corrupt(cause) => {
+                tracing::error!(%cause, "corrupt content not served");
+                RegistryError::new(ErrorCode::BlobUnknown, Value::Null)
+            }
+            e if e.is_no_space() => RegistryError::no_space(&e),
             other => RegistryError::Internal(other.to_string()),
         }
     }
@@ -313,7 +337,10 @@ impl From<StateError> for RegistryError {
     /// (store failure, a missing or corrupt document), never that the
     /// client asked for something absent; handlers report absence themselves.
     fn from(e: StateError) -> RegistryError {
-        RegistryError::Internal(e.to_string())
+        match e {
+            StateError::Store(s) if s.is_no_space() => RegistryError::no_space(&s),
+            other => RegistryError::Internal(other.to_string()),
+        }
     }
 }
 
@@ -338,6 +365,7 @@ mod tests {
             (ErrorCode::Denied, "DENIED", 403),
             (ErrorCode::Unsupported, "UNSUPPORTED", 405),
             (ErrorCode::TooManyRequests, "TOOMANYREQUESTS", 429),
+            (ErrorCode::InsufficientStorage, "INSUFFICIENT_STORAGE", 507),
         ];
         for (code, name, status) in rows {
             assert_eq!(code.info().code, name);

@@ -67,7 +67,15 @@ pub async fn manifest(
             "stored media type of {digest} is not a header value"
         ))
     })?;
+    let missing = || {
+        tracing::warn!(%digest, %name, "manifest recorded in state is missing from the blobstore (or was quarantined)");
+        unknown()
+    };
     if head {
+        // HEAD checks the stored bytes too: a corrupt manifest is never announced.
+        if store::check(&**state.blobstore(), &digest).await?.is_none() {
+            return Err(missing());
+        }
         return Ok(ManifestResponse {
             digest,
             media_type,
@@ -78,10 +86,7 @@ pub async fn manifest(
     let bytes = store::get_verified(&**state.blobstore(), &digest)
         .await
         .map_err(|e| match e {
-            StoreError::NotFound(_) => {
-                tracing::warn!(%digest, %name, "manifest recorded in state is missing from the blobstore");
-                unknown()
-            }
+            StoreError::NotFound(_) | StoreError::Corrupt(_) | StoreError::Mismatch(_) => missing(),
             other => other.into(),
         })?;
     Ok(ManifestResponse {
@@ -129,7 +134,13 @@ pub async fn blob(
         });
     }
     let key = blob_key(digest);
-    let Some(size) = store.stat(&key).await? else {
+    // HEAD verifies blobs small enough to verify whole; GET verifies as it streams.
+    let size = if head {
+        store::check(&**store, digest).await?
+    } else {
+        store.stat(&key).await?
+    };
+    let Some(size) = size else {
         tracing::warn!(%digest, %name, "blob linked in state is missing from the blobstore");
         return Err(unknown());
     };

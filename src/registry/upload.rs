@@ -93,6 +93,7 @@ fn upload_error(e: UploadError, name: &RepositoryName, id: Option<&UploadId>) ->
         UploadError::Body(reason) => {
             RegistryError::new(ErrorCode::BlobUploadInvalid, json!({ "reason": reason }))
         }
+        UploadError::Store(e) if e.is_no_space() => RegistryError::no_space(&e),
         UploadError::Store(e) => RegistryError::Internal(e.to_string()),
     }
 }

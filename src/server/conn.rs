@@ -158,6 +158,7 @@ pub(super) async fn run(
         let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _open = crate::metrics::ConnectionGuard::open();
             serve_connection(tcp, peer, tls, builder, router, &limits, watcher).await;
         });
     }

@@ -11,6 +11,7 @@
 pub mod access;
 mod conn;
 pub mod health;
+pub mod metrics;
 pub mod tls;
 pub mod trace;
 
@@ -146,14 +147,15 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The whole HTTP surface: `/healthz`, `/readyz`, the OCI `/v2` API, the
-/// torcx remote `/torcx`, the `/stacks/v1` API and the `/admin/v1` API,
-/// behind the [`access`] layer (users and roles), with a request log
+/// The whole HTTP surface: `/healthz`, `/readyz`, `/metrics`, the OCI `/v2`
+/// API, the torcx remote `/torcx`, the `/stacks/v1` API and the `/admin/v1`
+/// API, behind the [`access`] layer (users and roles), with a request log
 /// (method, path, status, duration) around every route.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
         .with_state(app.clone())
         .merge(crate::torcx::api::router(app.clone()))
         .merge(stacks::api::router(app.clone()))
@@ -161,6 +163,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(registry::router(app.clone()))
         .layer(axum::middleware::from_fn_with_state(app, access::check))
         .layer(axum::middleware::from_fn(trace::log_request))
+        .layer(axum::middleware::from_fn(metrics::record))
 }
 
 /// Binds every address of `listen` and serves [`router`] on each (over TLS

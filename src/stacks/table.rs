@@ -481,6 +481,17 @@ pub struct PromotionInput {
 }
 
 impl StackTable {
+    /// Every blob the table keeps: the flattened rootfs of every promotion
+    /// (rolled back or not: a rollback may bring it back). For garbage
+    /// collection, which marks them ([`crate::ops::gc`]).
+    pub fn blobs(&self) -> impl Iterator<Item = &Digest> {
+        self.stacks
+            .values()
+            .flat_map(|s| &s.promotions)
+            .flat_map(|p| &p.rootfs)
+            .map(|r| &r.sha256)
+    }
+
     /// The stack `name`. Errors: [`StackError::NotFound`].
     pub fn get(&self, name: &StackName) -> Result<&Stack, StackError> {
         self.stacks

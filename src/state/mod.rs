@@ -10,6 +10,7 @@ pub mod audit;
 mod commit;
 pub mod docs;
 mod ops;
+pub mod walk;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use std::sync::{Arc, Mutex};
 pub use audit::Actor;
 pub use docs::{ManifestInfo, RepoTable, Repository, STATE_KIND, StateDoc};
 pub use ops::{DocumentChange, Op};
+pub use walk::{Reached, WalkProblem};
 
 use crate::digest::Digest;
 use crate::names::RepositoryName;
@@ -238,15 +240,57 @@ impl StateStore {
     }
 
     /// Every generation from the current one back to the first, newest first.
-    pub async fn history(&self) -> Result<Vec<(Digest, StateDoc)>> {
-        let snap = self.snapshot().await?;
+    ///
+    /// Reads only the chain of [`StateDoc`]s (not the repository tables), so
+    /// history still lists when a generation's other documents are damaged.
+    /// The list ends early, with the cause, at the first generation whose
+    /// document cannot be read (removed by `gc` retention, or damaged):
+    /// `(generations, Some(cause))`.
+    ///
+    /// Errors: `refs/root` cannot be read or does not hold a digest.
+    pub async fn history_partial(&self) -> Result<(Vec<(Digest, StateDoc)>, Option<StateError>)> {
         let mut out = Vec::new();
-        let mut next = snap.digest.clone();
+        let mut next = self.root_digest().await?;
         while let Some(d) = next {
-            let doc: StateDoc = load_doc(&*self.store, &d).await?;
-            next = doc.parent.clone();
-            out.push((d, doc));
+            match load_doc::<StateDoc>(&*self.store, &d).await {
+                Ok(doc) => {
+                    next = doc.parent.clone();
+                    out.push((d, doc));
+                }
+                Err(e) => return Ok((out, Some(e))),
+            }
         }
-        Ok(out)
+        Ok((out, None))
+    }
+
+    /// Every generation from the current one back to the first, newest
+    /// first. Errors: any generation's document cannot be read (see
+    /// [`StateStore::history_partial`] for a listing that degrades).
+    pub async fn history(&self) -> Result<Vec<(Digest, StateDoc)>> {
+        match self.history_partial().await? {
+            (out, None) => Ok(out),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// The `StateDoc` digest `refs/root` names, `None` for an empty store.
+    /// Errors: the root cannot be read or is not a digest.
+    pub async fn root_digest(&self) -> Result<Option<Digest>> {
+        let Some(root) = self.store.read_root().await? else {
+            return Ok(None);
+        };
+        root.value
+            .parse()
+            .map(Some)
+            .map_err(|e: crate::digest::DigestError| StateError::Corrupt {
+                digest: "refs/root".into(),
+                cause: e.to_string(),
+            })
+    }
+
+    /// The [`StateDoc`] stored under `digest`.
+    /// Errors: missing, corrupt or not a state document.
+    pub async fn state_doc(&self, digest: &Digest) -> Result<StateDoc> {
+        load_doc(&*self.store, digest).await
     }
 }

@@ -13,7 +13,10 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
+use super::space::FreeSpaceFloor;
+use super::verify::{self, VERIFY_WHOLE_MAX};
 use super::{BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key};
+use crate::digest::Digest;
 
 const ROOT_KEY: &str = "refs/root";
 /// Size of one mapped chunk of a body: also the most of one response that
@@ -26,6 +29,10 @@ fn page_size() -> u64 {
     if n > 0 { n as u64 } else { 4096 }
 }
 
+/// `tmp/` files untouched for less than this are never swept, whatever
+/// their lock says (a writer locks its file right after creating it).
+pub const TMP_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Reads of at most this many bytes are done inline in one `read(2)`, not streamed.
 const INLINE_READ_MAX: u64 = 64 * 1024;
 
@@ -36,6 +43,7 @@ pub struct FsStore {
     root: Arc<PathBuf>,
     dirty_dirs: Arc<Mutex<HashSet<PathBuf>>>,
     root_cache: Arc<Mutex<Option<CachedRoot>>>,
+    min_free: FreeSpaceFloor,
 }
 
 /// The last `refs/root` read, with the file it was read from held open.
@@ -60,7 +68,118 @@ impl FsStore {
             root: Arc::new(dir.to_path_buf()),
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
             root_cache: Arc::new(Mutex::new(None)),
+            min_free: FreeSpaceFloor::Off,
         })
+    }
+
+    /// The same store refusing writes that would leave less free space than
+    /// `floor` (see [`super::space`]).
+    pub fn with_min_free_space(mut self, floor: FreeSpaceFloor) -> FsStore {
+        self.min_free = floor;
+        self
+    }
+
+    /// Removes files under `tmp/` that no live writer holds (each writer
+    /// holds an exclusive `flock` on its file until it commits or cancels;
+    /// a killed process's locks are gone) and that were last modified more
+    /// than `min_age` ago. Returns the files and bytes removed (`remove =
+    /// false`: that would be). Run at start-up of `serve` and `import`, and
+    /// by `gc`.
+    ///
+    /// Errors: `tmp/` cannot be listed.
+    pub fn sweep_tmp(
+        &self,
+        min_age: std::time::Duration,
+        remove: bool,
+    ) -> std::io::Result<(u64, u64)> {
+        let cutoff = std::time::SystemTime::now() - min_age;
+        let (mut files, mut bytes) = (0, 0);
+        for entry in std::fs::read_dir(self.root.join("tmp"))? {
+            let Ok(entry) = entry else { continue };
+            let Ok(meta) = entry.metadata() else { continue };
+            if !meta.is_file() || meta.modified().is_ok_and(|m| m > cutoff) {
+                continue;
+            }
+            let Ok(file) = std::fs::File::open(entry.path()) else {
+                continue;
+            };
+            // Held by a live writer: not ours to remove.
+            if file.try_lock().is_err() {
+                continue;
+            }
+            if !remove || std::fs::remove_file(entry.path()).is_ok() {
+                files += 1;
+                bytes += meta.len();
+            }
+        }
+        Ok((files, bytes))
+    }
+
+    /// Moves the blob `digest` to the quarantine prefix, if its key still
+    /// names the file `(dev, ino)` that was found corrupt (a blob written
+    /// anew since is left alone). Logged at error.
+    fn quarantine(&self, digest: &Digest, actual: &Digest, id: (u64, u64)) {
+        use std::os::unix::fs::MetadataExt;
+        let from = self.root.join(super::blob_key(digest));
+        let to = self.root.join(verify::quarantine_key(digest));
+        let same = std::fs::metadata(&from).is_ok_and(|m| (m.dev(), m.ino()) == id);
+        if !same {
+            return;
+        }
+        let moved = to
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::rename(&from, &to));
+        match moved {
+            Ok(()) => {
+                tracing::error!(%digest, %actual, quarantine = %to.display(), "corrupt blob quarantined: its content does not match its digest")
+            }
+            Err(e) => {
+                tracing::error!(%digest, %actual, error = %e, "corrupt blob found; moving it to quarantine failed")
+            }
+        }
+    }
+
+    /// For a blob key: the digest and the file's identity, for verification.
+    fn blob_identity(key: &str, file: &std::fs::File) -> Option<(Digest, (u64, u64))> {
+        use std::os::unix::fs::MetadataExt;
+        let digest = verify::blob_digest(key)?;
+        let m = file.metadata().ok()?;
+        Some((digest, (m.dev(), m.ino())))
+    }
+
+    /// Reads a whole small blob (at most [`VERIFY_WHOLE_MAX`] bytes) and
+    /// verifies it; a mismatch quarantines it and is [`StoreError::Corrupt`].
+    async fn read_verified(
+        &self,
+        file: std::fs::File,
+        size: u64,
+        digest: Digest,
+        id: (u64, u64),
+    ) -> Result<Vec<u8>> {
+        let bytes = if size <= INLINE_READ_MAX {
+            read_at(&file, 0, size)?
+        } else {
+            blocking(move || read_at(&file, 0, size)).await?
+        };
+        let actual = digest.same_alg_of(&bytes);
+        if actual != digest {
+            self.quarantine(&digest, &actual, id);
+            return Err(StoreError::Corrupt(
+                verify::corrupt_error(&digest, &actual).to_string(),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// What to do when a streamed blob turns out corrupt: quarantine it.
+    fn on_mismatch(&self, digest: Digest, id: (u64, u64)) -> verify::OnMismatch {
+        let store = self.clone();
+        Box::new(move |actual| store.quarantine(&digest, actual, id))
+    }
+
+    fn check_space(&self, more: u64) -> std::io::Result<()> {
+        self.min_free.check(&self.root, more)
     }
 
     /// The data directory.
@@ -141,6 +260,15 @@ impl super::Blobstore for FsStore {
 
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
         let (file, start, end) = self.open_range(key, range)?;
+        let size = file.metadata()?.len();
+        let blob = FsStore::blob_identity(key, &file);
+        if let Some((digest, id)) = blob.clone()
+            && size <= VERIFY_WHOLE_MAX
+        {
+            let bytes = self.read_verified(file, size, digest, id).await?;
+            let part = bytes[start as usize..end as usize].to_vec();
+            return Ok(Box::pin(std::io::Cursor::new(part)));
+        }
         if end - start <= INLINE_READ_MAX {
             return Ok(Box::pin(std::io::Cursor::new(read_at(&file, start, end)?)));
         }
@@ -150,11 +278,26 @@ impl super::Blobstore for FsStore {
             file.seek(SeekFrom::Start(start)).await?;
         }
         let reader = tokio::io::BufReader::with_capacity(256 * 1024, file.take(end - start));
-        Ok(Box::pin(reader))
+        match blob {
+            Some((digest, id)) if (start, end) == (0, size) => {
+                let check = self.on_mismatch(digest.clone(), id);
+                Ok(verify::hashing_reader(Box::pin(reader), digest, check))
+            }
+            _ => Ok(Box::pin(reader)),
+        }
     }
 
     async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
         let (file, start, end) = self.open_range(key, range)?;
+        let size = file.metadata()?.len();
+        let blob = FsStore::blob_identity(key, &file);
+        if let Some((digest, id)) = blob.clone()
+            && size <= VERIFY_WHOLE_MAX
+        {
+            let bytes = Bytes::from(self.read_verified(file, size, digest, id).await?);
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
+        }
         if end - start <= INLINE_READ_MAX {
             let chunk = Bytes::from(read_at(&file, start, end)?);
             return Ok(Box::pin(futures_util::stream::once(async { Ok(chunk) })));
@@ -182,14 +325,29 @@ impl super::Blobstore for FsStore {
             let skip = start.saturating_sub(at) as usize;
             Ok(Bytes::from_owner(map).slice(skip..))
         });
-        Ok(Box::pin(futures_util::stream::iter(chunks)))
+        let stream: ByteStream = Box::pin(futures_util::stream::iter(chunks));
+        // A whole large blob is hashed as it is sent; ranges are not verified.
+        match blob {
+            Some((digest, id)) if (start, end) == (0, size) => {
+                let check = self.on_mismatch(digest.clone(), id);
+                Ok(verify::hashing_stream(stream, digest, size, check))
+            }
+            _ => Ok(stream),
+        }
     }
 
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>> {
         let final_path = self.path(key)?;
         let tmp = self.root.join("tmp").join(uuid::Uuid::new_v4().to_string());
         let tmp2 = tmp.clone();
-        let file = blocking(move || std::fs::File::create_new(&tmp2)).await?;
+        self.check_space(0)?;
+        let file = blocking(move || {
+            let f = std::fs::File::create_new(&tmp2)?;
+            // Held until commit or cancel: `sweep_tmp` leaves locked files alone.
+            f.lock()?;
+            Ok(f)
+        })
+        .await?;
         Ok(Box::new(FsWriter {
             file: Some(file),
             tmp,
@@ -374,6 +532,7 @@ impl FsWriter {
 #[async_trait::async_trait]
 impl ObjectWriter for FsWriter {
     async fn write(&mut self, chunk: Bytes) -> Result<()> {
+        self.store.check_space(chunk.len() as u64)?;
         let mut file = self.take_file()?;
         let file = blocking(move || file.write_all(&chunk).map(|()| file)).await?;
         self.file = Some(file);

@@ -10,9 +10,14 @@
 //! - `uploads/<id>`: scratch objects (in-progress uploads), expire,
 //! - `links/<repository>/_blobs/<alg>-<hex>`: blobs pushed into a repository
 //!   and not yet named by a committed manifest (`registry::links`),
-//! - `refs/root`: the digest of the current `State` document.
+//! - `refs/root`: the digest of the current `State` document,
+//! - `quarantine/<alg>/<first 2 hex>/<hex>`: blobs found corrupt, never
+//!   served ([`verify`]),
+//! - `imports/<id>`: the journal of an import in progress ([`journal_key`]).
 
 pub mod fs;
+pub mod space;
+pub mod verify;
 
 use std::pin::Pin;
 
@@ -52,9 +57,25 @@ pub enum StoreError {
     /// Content did not match its digest or size; nothing was committed.
     #[error(transparent)]
     Mismatch(#[from] Mismatch),
-    /// Backend I/O failure.
+    /// Backend I/O failure. A full disk (or free space below the floor,
+    /// see [`space`]) is `ErrorKind::StorageFull`: [`StoreError::is_no_space`].
     #[error("storage I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A blob's content does not match the digest in its key; it was moved
+    /// to the quarantine prefix ([`verify`]) and reads as absent from now on.
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Whether the store is out of space: `ENOSPC`, `EDQUOT`, or free space
+    /// below the configured floor ([`space::FreeSpaceFloor`]).
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            StoreError::Io(e) => space::is_no_space(e),
+            _ => false,
+        }
+    }
 }
 
 /// The result type of store operations.
@@ -186,6 +207,32 @@ pub async fn put_bytes(store: &dyn Blobstore, bytes: &[u8]) -> Result<Digest> {
         w.commit().await?;
     }
     Ok(digest)
+}
+
+/// The size of the blob `digest`, verified against its digest when it is
+/// small enough to be verified whole ([`verify::VERIFY_WHOLE_MAX`]): what a
+/// HEAD answers. `None` when absent (or just found corrupt and quarantined).
+/// Errors: the store failed.
+pub async fn check(store: &dyn Blobstore, digest: &Digest) -> Result<Option<u64>> {
+    let key = blob_key(digest);
+    let Some(size) = store.stat(&key).await? else {
+        return Ok(None);
+    };
+    if size <= verify::VERIFY_WHOLE_MAX {
+        match get_verified(store, digest).await {
+            Ok(_) => {}
+            Err(StoreError::NotFound(_) | StoreError::Corrupt(_) | StoreError::Mismatch(_)) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(size))
+}
+
+/// The key of the journal of the import `id` (see `bundle::journal`).
+pub fn journal_key(id: &str) -> String {
+    format!("imports/{id}")
 }
 
 /// Reads a blob and verifies it against `digest` (any size). For small blobs

@@ -23,6 +23,19 @@ pub struct TorcxDoc {
     pub remotes: BTreeMap<String, RemoteTable>,
 }
 
+impl TorcxDoc {
+    /// Every blob the document keeps: each build's archive and each vendor
+    /// contents document. For garbage collection ([`crate::ops::gc`]).
+    pub fn blobs(&self) -> impl Iterator<Item = &Digest> {
+        self.remotes.values().flat_map(|r| {
+            r.builds
+                .iter()
+                .map(|b| &b.sha256)
+                .chain(r.vendor.iter().map(|v| &v.digest))
+        })
+    }
+}
+
 impl Default for TorcxDoc {
     fn default() -> Self {
         TorcxDoc {

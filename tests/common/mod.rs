@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod router;
+pub mod synth;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,0 +1,198 @@
+//! Process metrics for `/metrics` (OpenMetrics text, the format Prometheus
+//! scrapes), kept with the `prometheus-client` crate.
+//!
+//! Owns: the one registry of this process ([`global`]) and its families:
+//! HTTP requests by route class and status, bytes served, request latency,
+//! open connections, imports (count by outcome, bytes), garbage collection
+//! (runs, bytes freed), store errors (including corrupt blobs found) and
+//! the current generation. Lower layers record into it; `server::metrics`
+//! renders it. Counters live in this process only: an `airlock import` run
+//! as its own process is seen by the server as a new generation, not in
+//! the import counters.
+
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of one HTTP request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Route class: `manifest`, `blob`, `upload`, `tags`, `catalog`,
+    /// `referrers`, `base`, `stacks`, `torcx`, `admin`, `probe`, `metrics`, `other`.
+    pub route: &'static str,
+    /// Method: `GET`, `HEAD`, `PUT`, ... (others: `OTHER`).
+    pub method: &'static str,
+    /// Response status code.
+    pub status: u16,
+}
+
+/// Labels with a route class only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// Route class, as in [`RequestLabels::route`].
+    pub route: &'static str,
+}
+
+/// Labels with an outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `ok` or `failed`.
+    pub outcome: &'static str,
+}
+
+/// Labels of store errors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// `io`, `no_space` or `corrupt`.
+    pub kind: &'static str,
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    registry: Registry,
+    /// `airlock_http_requests_total{route,method,status}`.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `airlock_http_response_bytes_total{route}`: body bytes sent (by `Content-Length`).
+    pub bytes_served: Family<RouteLabels, Counter>,
+    /// `airlock_http_request_duration_seconds{route}`: until the response head is ready.
+    pub latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    /// `airlock_http_open_connections`.
+    pub open_connections: Gauge,
+    /// `airlock_imports_total{outcome}`.
+    pub imports: Family<OutcomeLabels, Counter>,
+    /// `airlock_import_bytes_total`: blob bytes written by imports.
+    pub import_bytes: Counter,
+    /// `airlock_gc_runs_total{outcome}`.
+    pub gc_runs: Family<OutcomeLabels, Counter>,
+    /// `airlock_gc_freed_bytes_total`.
+    pub gc_freed_bytes: Counter,
+    /// `airlock_store_errors_total{kind}`.
+    pub store_errors: Family<ErrorLabels, Counter>,
+    /// `airlock_state_generation`: the generation last read.
+    pub generation: Gauge<u64, AtomicU64>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms .. ~65 s.
+    Histogram::new(exponential_buckets(0.0005, 4.0, 9))
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("airlock");
+        let m = Metrics {
+            requests: Family::default(),
+            bytes_served: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            open_connections: Gauge::default(),
+            imports: Family::default(),
+            import_bytes: Counter::default(),
+            gc_runs: Family::default(),
+            gc_freed_bytes: Counter::default(),
+            store_errors: Family::default(),
+            generation: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "http_requests",
+            "HTTP requests by route class, method and status",
+            m.requests.clone(),
+        );
+        registry.register(
+            "http_response_bytes",
+            "Response body bytes sent, by route class",
+            m.bytes_served.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Time until the response head is ready, by route class",
+            m.latency.clone(),
+        );
+        registry.register(
+            "http_open_connections",
+            "Client connections open",
+            m.open_connections.clone(),
+        );
+        registry.register(
+            "imports",
+            "Bundle imports run in this process, by outcome",
+            m.imports.clone(),
+        );
+        registry.register(
+            "import_bytes",
+            "Blob bytes written by imports in this process",
+            m.import_bytes.clone(),
+        );
+        registry.register(
+            "gc_runs",
+            "Garbage collection runs, by outcome",
+            m.gc_runs.clone(),
+        );
+        registry.register(
+            "gc_freed_bytes",
+            "Bytes freed by garbage collection",
+            m.gc_freed_bytes.clone(),
+        );
+        registry.register(
+            "store_errors",
+            "Blobstore errors seen by requests, by kind (io, no_space, corrupt)",
+            m.store_errors.clone(),
+        );
+        registry.register(
+            "state_generation",
+            "The state generation last read",
+            m.generation.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The OpenMetrics text exposition of every metric (ends with `# EOF`).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Counts one import outcome and the bytes it wrote.
+    pub fn import_done(&self, ok: bool, bytes: u64) {
+        let outcome = if ok { "ok" } else { "failed" };
+        self.imports.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.import_bytes.inc_by(bytes);
+    }
+
+    /// Counts one store error of `kind` (`io`, `no_space`, `corrupt`).
+    pub fn store_error(&self, kind: &'static str) {
+        self.store_errors.get_or_create(&ErrorLabels { kind }).inc();
+    }
+}
+
+/// The process's metrics.
+pub fn global() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(Metrics::new)
+}
+
+/// Keeps [`Metrics::open_connections`] up while it lives (one per connection).
+pub struct ConnectionGuard(());
+
+impl ConnectionGuard {
+    /// Counts a connection as open until the guard is dropped.
+    pub fn open() -> ConnectionGuard {
+        global().open_connections.inc();
+        ConnectionGuard(())
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        global().open_connections.dec();
+    }
+}

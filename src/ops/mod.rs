@@ -1,0 +1,135 @@
+//! Operations on a data directory: garbage collection ([`gc`]), the
+//! consistency check ([`fsck`]) and whole-state rollback ([`rollback`]).
+//!
+//! Owns: what is kept (the retention policy, [`Retention`]), what the rooms
+//! built on the registry keep ([`rooms`]), and the commands' reports. Runs
+//! over the filesystem blobstore ([`crate::store::fs::FsStore`]): it reads
+//! object times and sweeps `tmp/`, which only that backend has. Never
+//! changes a generation: GC removes only what no kept generation reaches,
+//! rollback adds a generation.
+
+pub mod fsck;
+pub mod gc;
+pub mod rollback;
+pub mod rooms;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::digest::Digest;
+use crate::state::{StateDoc, StateError, StateStore};
+use crate::store::StoreError;
+
+/// Which generations GC keeps: the current one always, the last
+/// `keep_generations`, and every one younger than `keep_days`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// The newest N generations are kept (at least 1: the current one).
+    pub keep_generations: usize,
+    /// Generations committed in the last D days are kept too.
+    pub keep_days: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            keep_generations: 50,
+            keep_days: 30,
+        }
+    }
+}
+
+/// The generations `retention` keeps, newest first, as (digest, document);
+/// the history ends at the first generation already removed.
+///
+/// Errors: the current generation cannot be read, or an older one is
+/// damaged (not merely removed): GC must not sweep what it cannot see.
+pub async fn kept_generations(
+    state: &StateStore,
+    retention: Retention,
+) -> anyhow::Result<Vec<(Digest, StateDoc)>> {
+    let (history, broken) = state.history_partial().await?;
+    match broken {
+        None => {}
+        Some(StateError::Store(StoreError::NotFound(_))) if !history.is_empty() => {}
+        Some(e) => anyhow::bail!("state history cannot be read ({e}); run `airlock fsck`"),
+    }
+    let horizon = SystemTime::now() - Duration::from_secs(retention.keep_days * 86_400);
+    Ok(history
+        .into_iter()
+        .enumerate()
+        .filter(|(i, (_, doc))| *i < retention.keep_generations.max(1) || younger(doc, horizon))
+        .map(|(_, g)| g)
+        .collect())
+}
+
+/// Whether `doc` was committed after `horizon` (an unreadable time counts as young).
+fn younger(doc: &StateDoc, horizon: SystemTime) -> bool {
+    match time::OffsetDateTime::parse(&doc.time, &time::format_description::well_known::Rfc3339) {
+        Ok(t) => SystemTime::from(t) > horizon,
+        Err(_) => true,
+    }
+}
+
+/// The fan-out directories `blobs/<alg>/<2 hex>/` of the data directory
+/// `root`, with their algorithm name (none when there is no `blobs/`).
+fn fan_dirs(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let algs = match std::fs::read_dir(root.join("blobs")) {
+        Ok(a) => a,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for alg in algs.flatten() {
+        let name = alg.file_name().to_string_lossy().into_owned();
+        for fan in std::fs::read_dir(alg.path())?.flatten() {
+            out.push((name.clone(), fan.path()));
+        }
+    }
+    Ok(out)
+}
+
+/// The files of one fan-out directory (see [`fan_dirs`]) with the digest
+/// each names (`None`: not a blob name), one directory in memory at a time.
+fn blob_entries(
+    alg: &str,
+    fan: &Path,
+) -> std::io::Result<Vec<(Option<Digest>, std::fs::DirEntry)>> {
+    Ok(std::fs::read_dir(fan)?
+        .flatten()
+        .map(|e| {
+            let hex = e.file_name().to_string_lossy().into_owned();
+            (format!("{alg}:{hex}").parse().ok(), e)
+        })
+        .collect())
+}
+
+/// Parses a duration: `90s`, `15m`, `1h`, `7d`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('s') => (&s[..s.len() - 1], 1),
+        Some('m') => (&s[..s.len() - 1], 60),
+        Some('h') => (&s[..s.len() - 1], 3600),
+        Some('d') => (&s[..s.len() - 1], 86_400),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("invalid duration {s:?} (e.g. 90s, 15m, 1h, 7d)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        assert!(parse_duration("x").is_err());
+    }
+}

@@ -1,0 +1,66 @@
+//! What the rooms built on the registry keep outside repositories: the
+//! blobs a room document names (stacks: flattened rootfs; torcx: addon
+//! archives and vendor contents). Each room says it ([`StackTable::blobs`],
+//! [`TorcxDoc::blobs`]); `state` never knows.
+//!
+//! A document of a room this version does not know is scanned for every
+//! string that is a digest (`sha256:<64 hex>`), so GC never frees what a
+//! newer room keeps.
+
+use crate::digest::Digest;
+use crate::stacks::table::StackTable;
+use crate::torcx::table::TorcxDoc;
+
+/// The blobs kept by the room document `name` with content `bytes`.
+/// Errors: the document does not parse as its room's schema.
+pub fn room_blobs(name: &str, bytes: &[u8]) -> Result<Vec<Digest>, String> {
+    let parse_err = |e: serde_json::Error| format!("room document {name:?}: {e}");
+    match name {
+        crate::stacks::table::DOC_NAME => {
+            let t: StackTable = serde_json::from_slice(bytes).map_err(parse_err)?;
+            Ok(t.blobs().cloned().collect())
+        }
+        crate::torcx::DOCUMENT => {
+            let t: TorcxDoc = serde_json::from_slice(bytes).map_err(parse_err)?;
+            Ok(t.blobs().cloned().collect())
+        }
+        _ => {
+            let v: serde_json::Value = serde_json::from_slice(bytes).map_err(parse_err)?;
+            let mut out = Vec::new();
+            digests_in(&v, &mut out);
+            Ok(out)
+        }
+    }
+}
+
+fn digests_in(v: &serde_json::Value, out: &mut Vec<Digest>) {
+    match v {
+        serde_json::Value::String(s) => {
+            if let Ok(d) = s.parse() {
+                out.push(d);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| digests_in(x, out)),
+        serde_json::Value::Object(o) => o.iter().for_each(|(k, x)| {
+            if let Ok(d) = k.parse() {
+                out.push(d);
+            }
+            digests_in(x, out)
+        }),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_rooms_keep_every_digest_they_name() {
+        let d = Digest::sha256_of(b"a");
+        let doc = serde_json::json!({"x": [{"y": d.to_string()}], d.to_string(): 1});
+        let got = room_blobs("future", &serde_json::to_vec(&doc).unwrap()).unwrap();
+        assert_eq!(got, vec![d.clone(), d]);
+        assert!(room_blobs("stacks", b"[").is_err());
+    }
+}

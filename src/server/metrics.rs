@@ -1,0 +1,133 @@
+//! `/metrics`: the process's metrics ([`crate::metrics`]) in the OpenMetrics
+//! text format, and the middleware that counts every request.
+//!
+//! Owns: the route class of a path (a small fixed set, so the label never
+//! grows with repository names), the request counters, bytes served (by
+//! `Content-Length`) and the latency histogram (until the response head is
+//! ready). Never exposes anything per repository or per client.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::App;
+use crate::metrics::{RequestLabels, RouteLabels, global};
+
+/// `Content-Type` of the exposition (OpenMetrics 1.0 text).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The route class of `path` (see [`RequestLabels::route`]).
+pub fn route_class(path: &str) -> &'static str {
+    if let Some(rest) = path.strip_prefix("/v2") {
+        return if rest.is_empty() || rest == "/" {
+            "base"
+        } else if rest == "/_catalog" {
+            "catalog"
+        } else if rest.contains("/blobs/uploads") {
+            "upload"
+        } else if rest.contains("/blobs/") {
+            "blob"
+        } else if rest.contains("/manifests/") {
+            "manifest"
+        } else if rest.ends_with("/tags/list") {
+            "tags"
+        } else if rest.contains("/referrers/") {
+            "referrers"
+        } else {
+            "other"
+        };
+    }
+    match path {
+        "/healthz" | "/readyz" => "probe",
+        "/metrics" => "metrics",
+        p if p.starts_with("/stacks") => "stacks",
+        p if p.starts_with("/torcx") => "torcx",
+        p if p.starts_with("/admin") => "admin",
+        _ => "other",
+    }
+}
+
+fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+/// Middleware: counts the request by route class, method and status, its
+/// body bytes (HEAD sends none) and its latency.
+pub async fn record(req: Request, next: Next) -> Response {
+    let route = route_class(req.uri().path());
+    let method = method_label(req.method());
+    let started = Instant::now();
+    let res = next.run(req).await;
+    let m = global();
+    let status = res.status().as_u16();
+    m.requests
+        .get_or_create(&RequestLabels {
+            route,
+            method,
+            status,
+        })
+        .inc();
+    let labels = RouteLabels { route };
+    m.latency
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    if method != "HEAD"
+        && let Some(len) = res
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    {
+        m.bytes_served.get_or_create(&labels).inc_by(len);
+    }
+    if status == 507 {
+        m.store_error("no_space");
+    } else if status >= 500 {
+        m.store_error("io");
+    }
+    res
+}
+
+/// `GET /metrics`: every metric, after refreshing the generation gauge from
+/// the current root (a failure to read it is logged, the rest still sent).
+pub async fn metrics(State(app): State<Arc<App>>) -> Response {
+    match app.state.snapshot().await {
+        Ok(snap) => {
+            global().generation.set(snap.generation());
+        }
+        Err(e) => tracing::warn!(error = %e, "metrics: state cannot be read"),
+    }
+    let mut res = global().render().into_response();
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_classed() {
+        assert_eq!(route_class("/v2/"), "base");
+        assert_eq!(route_class("/v2/a/b/blobs/sha256:00"), "blob");
+        assert_eq!(route_class("/v2/a/blobs/uploads/x"), "upload");
+        assert_eq!(route_class("/v2/a/manifests/latest"), "manifest");
+        assert_eq!(route_class("/v2/a/tags/list"), "tags");
+        assert_eq!(route_class("/v2/_catalog"), "catalog");
+        assert_eq!(route_class("/readyz"), "probe");
+        assert_eq!(route_class("/stacks/v1/x"), "stacks");
+    }
+}
