@@ -55,10 +55,31 @@ pub struct ServeArgs {
     /// this many seconds.
     #[arg(long, env = "AIRLOCK_IDLE_TIMEOUT", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout_secs: u64,
-    /// Connections open at once; at the cap, new clients wait until one
-    /// closes.
+    /// Connections open at once; at the cap, the oldest connection that
+    /// has not sent a request is closed for a new client, and if there is
+    /// none new clients wait until one closes.
     #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections: u64,
+    /// Connections open at once from one client IP address; more are
+    /// closed as soon as they are accepted.
+    #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections_per_address: u64,
+    /// Minimum average rate of a request body in bytes per second, after
+    /// a grace of the header timeout; slower: 408. 0 = no minimum.
+    #[arg(long, env = "AIRLOCK_MIN_BODY_RATE", default_value_t = 1024)]
+    min_body_rate: u64,
+    /// A manifest PUT's body must arrive within this many seconds of its
+    /// head, else 408.
+    #[arg(long, env = "AIRLOCK_MANIFEST_PUT_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    manifest_put_timeout_secs: u64,
+    /// Largest request head in bytes (K, M suffixes are powers of 1024;
+    /// at least 8K); larger: 431.
+    #[arg(long, env = "AIRLOCK_MAX_REQUEST_HEAD", default_value = "64K", value_parser = super::parse_size)]
+    max_request_head: u64,
+    /// Bytes of responses held in memory at once over all clients (K, M,
+    /// G suffixes); at the cap, responses wait for slow readers to drain.
+    #[arg(long, env = "AIRLOCK_MAX_RESPONSE_BUFFER", default_value = "256M", value_parser = super::parse_size)]
+    max_response_buffer: u64,
     /// Sign the torcx contents of REMOTE with this RSA key:
     /// `REMOTE=KEY.sec.asc` (repeatable; one per remote).
     #[arg(long = "torcx-key", value_name = "REMOTE=KEY.sec.asc")]
@@ -104,6 +125,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         header_timeout: Duration::from_secs(args.header_timeout_secs),
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
         max_connections: args.max_connections as usize,
+        max_connections_per_address: args.max_connections_per_address as usize,
+        min_body_rate: args.min_body_rate,
+        manifest_put_timeout: Duration::from_secs(args.manifest_put_timeout_secs),
+        max_request_head: args.max_request_head.clamp(8 << 10, 64 << 20) as usize,
+        max_response_buffer: args.max_response_buffer,
         ..airlock::server::Limits::default()
     };
     airlock::server::serve(args.listen, app, limits).await

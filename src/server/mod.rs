@@ -7,10 +7,13 @@
 //! logs). Never implements an API itself: `/v2` lives in `registry`,
 //! `/torcx` in `torcx`, `/stacks/v1` in `stacks::api`, liveness and readiness in [`health`].
 
+mod body;
 mod conn;
 pub mod health;
+mod slots;
 pub mod trace;
 
+pub use body::BodyTooSlow;
 pub use conn::Limits;
 
 use std::future::Future;
