@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// Upload sessions open at once in one repository; more: 429 TOOMANYREQUESTS.
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_REPOSITORY", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     max_upload_sessions_per_repository: u64,
+    /// Upload sessions open at once opened by one client IP address; more:
+    /// 429 TOOMANYREQUESTS.
+    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_CLIENT", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_upload_sessions_per_client: u64,
     /// Most entries per page of `tags/list` and `_catalog` (a larger or
     /// absent `n` is clamped; `Link` names the next page).
     #[arg(long, env = "AIRLOCK_MAX_PAGE", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -104,6 +108,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             max_blob_size: args.max_blob_size,
             max_sessions: args.max_upload_sessions as usize,
             max_sessions_per_repository: args.max_upload_sessions_per_repository as usize,
+            max_sessions_per_client: args.max_upload_sessions_per_client as usize,
         },
     };
     let mut torcx_keys = std::collections::BTreeMap::new();
