@@ -8,7 +8,6 @@
 
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde_json::json;
 
 use super::errors::{ErrorCode, RegistryError, Result};
@@ -34,8 +33,8 @@ pub async fn repository(
 
 /// GET/HEAD `/v2/<name>/manifests/<reference>` (end-3).
 ///
-/// Resolves a tag or digest in `name` and returns the stored bytes, verified
-/// against their digest (GET), or just the headers (HEAD, `head = true`),
+/// Resolves a tag or digest in `name` and streams the stored bytes from the
+/// store (GET), or just the headers (HEAD, `head = true`),
 /// with the media type they were stored as. `Accept` is not consulted: the
 /// stored bytes are never converted and never hidden, so a client that does
 /// not know the type fails with a clear media-type error rather than a
@@ -67,6 +66,13 @@ pub async fn manifest(
             "stored media type of {digest} is not a header value"
         ))
     })?;
+    let missing = |e: StoreError| match e {
+        StoreError::NotFound(_) => {
+            tracing::warn!(%digest, %name, "manifest recorded in state is missing from the blobstore");
+            unknown()
+        }
+        other => other.into(),
+    };
     if head {
         return Ok(ManifestResponse {
             digest,
@@ -75,20 +81,18 @@ pub async fn manifest(
             body: None,
         });
     }
-    let bytes = store::get_verified(&**state.blobstore(), &digest)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(_) => {
-                tracing::warn!(%digest, %name, "manifest recorded in state is missing from the blobstore");
-                unknown()
-            }
-            other => other.into(),
-        })?;
+    // Streamed from the store as blobs are (through the store's read path,
+    // which verifies content), so a slow reader holds at most the chunk in
+    // flight, not the whole manifest.
+    let store = state.blobstore();
+    let key = blob_key(&digest);
+    let length = store.stat(&key).await?.ok_or_else(|| missing(StoreError::NotFound(key.clone())))?;
+    let body = store.stream(&key, None).await.map_err(missing)?;
     Ok(ManifestResponse {
         digest,
         media_type,
-        length: bytes.len() as u64,
-        body: Some(Bytes::from(bytes)),
+        length,
+        body: Some(body),
     })
 }
 
