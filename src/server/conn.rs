@@ -131,6 +131,9 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 /// Pause after an accept error that is not about one failed connection
 /// (e.g. `EMFILE`), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// At the cap, how long an evicted connection gets to close before another
+/// is evicted.
+const EVICT_RETRY: Duration = Duration::from_secs(1);
 /// hyper's smallest HTTP/1 read buffer.
 const MIN_HEAD: usize = 8 << 10;
 
@@ -190,19 +193,7 @@ pub(super) async fn run(
         (Every::default(), Every::default(), Every::default());
     tokio::pin!(shutdown);
 
-    loop {
-        if slots.full() {
-            if !slots.evict_oldest_fresh() && cap_warn.due() {
-                tracing::warn!(
-                    max_connections = limits.max_connections,
-                    "connection limit reached, not accepting until a connection closes"
-                );
-            }
-            tokio::select! {
-                () = slots.wait_freed() => continue,
-                () = &mut shutdown => break,
-            }
-        }
+    'accept: loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(accepted) => accepted,
@@ -219,6 +210,27 @@ pub(super) async fn run(
             },
             () = &mut shutdown => break,
         };
+        // At the cap, a client is waiting (this one): close the oldest
+        // connection without a request, or wait for one to close (later
+        // clients wait in the backlog meanwhile). One eviction at a time:
+        // the evicted connection's slot is freed when its task ends.
+        let mut evicted = false;
+        while slots.full() {
+            if !evicted {
+                evicted = slots.evict_oldest_fresh();
+                if !evicted && cap_warn.due() {
+                    tracing::warn!(
+                        max_connections = limits.max_connections,
+                        "connection limit reached, not accepting until a connection closes"
+                    );
+                }
+            }
+            tokio::select! {
+                () = slots.wait_freed() => {}
+                () = tokio::time::sleep(EVICT_RETRY) => evicted = false,
+                () = &mut shutdown => break 'accept,
+            }
+        }
         let activity = Arc::new(Activity::new());
         let slot = match slots.admit(peer.ip(), &activity) {
             Ok(slot) => slot,
