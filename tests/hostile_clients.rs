@@ -13,7 +13,8 @@ use airlock::registry::RegistryConfig;
 use airlock::registry::uploads::UploadLimits;
 use airlock::server::Limits;
 use common::listener::{
-    GET_HEALTHZ, closed_within, get_healthz, read_response, request, start, start_with,
+    GET_HEALTHZ, closed_within, get_healthz, h2_healthz_then_closed, read_response, request, start,
+    start_with,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -181,31 +182,14 @@ async fn http2_connection_sending_only_pings_is_closed_at_idle_timeout() {
         ..base()
     })
     .await;
-    let tcp = TcpStream::connect(srv.addr).await.unwrap();
     // hyper's HTTP/2 client sends a PING every 200 ms, idle or not.
-    let (mut send, conn) =
-        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .timer(hyper_util::rt::TokioTimer::new())
-            .keep_alive_interval(Duration::from_millis(200))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true)
-            .handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .unwrap();
-    let conn = tokio::spawn(conn);
-    let req = hyper::Request::get("http://t/healthz")
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let res = send.send_request(req).await.unwrap();
-    assert_eq!(res.status(), 200);
-    drop(res);
-    let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), conn)
-        .await
-        .expect("PING-only HTTP/2 connection closed within 5 s")
-        .unwrap()
-        .ok();
-    let took = started.elapsed();
+    let mut client = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    client
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(200))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    let took = h2_healthz_then_closed(&client, srv.addr).await;
     assert!(took >= Duration::from_millis(800), "too early: {took:?}");
 }
 

@@ -6,10 +6,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock::server::Limits;
-use common::listener::{GET_HEALTHZ, closed_within, get_healthz, read_response, start};
+use common::listener::{
+    GET_HEALTHZ, closed_within, get_healthz, h2_healthz_then_closed, read_response, start,
+};
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -89,27 +91,8 @@ async fn idle_keep_alive_is_also_bounded_by_header_timeout() {
 async fn idle_http2_connection_is_closed_after_idle_timeout() {
     // hyper has no HTTP/2 idle timeout; the listener's own timer closes it.
     let srv = start(limits(Duration::from_secs(20), Duration::from_secs(1), 16)).await;
-    let tcp = TcpStream::connect(srv.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    let conn = tokio::spawn(conn);
-    let req = hyper::Request::get("http://test/healthz")
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let res = send.send_request(req).await.unwrap();
-    assert_eq!(res.status(), 200);
-    drop(res);
-    let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), conn)
-        .await
-        .expect("server closed the HTTP/2 connection in time")
-        .unwrap()
-        .ok();
-    let took = started.elapsed();
+    let client = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let took = h2_healthz_then_closed(&client, srv.addr).await;
     assert!(
         took >= Duration::from_millis(800),
         "closed too early: {took:?}"

@@ -31,13 +31,13 @@ pub mod uploads;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::ConnectInfo;
-use axum::{Extension, Router};
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
+use axum::{Extension, Router};
 use serde_json::json;
 
 pub use self::config::RegistryConfig;

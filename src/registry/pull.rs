@@ -86,7 +86,10 @@ pub async fn manifest(
     // flight, not the whole manifest.
     let store = state.blobstore();
     let key = blob_key(&digest);
-    let length = store.stat(&key).await?.ok_or_else(|| missing(StoreError::NotFound(key.clone())))?;
+    let length = store
+        .stat(&key)
+        .await?
+        .ok_or_else(|| missing(StoreError::NotFound(key.clone())))?;
     let body = store.stream(&key, None).await.map_err(missing)?;
     Ok(ManifestResponse {
         digest,

@@ -108,7 +108,10 @@ impl RequestBody {
 impl Watch {
     /// The earliest deadline in force now, with its reason.
     fn deadline(&self) -> (Instant, &'static str) {
-        let mut at = (self.last + self.pace.idle, "no progress for the idle timeout");
+        let mut at = (
+            self.last + self.pace.idle,
+            "no progress for the idle timeout",
+        );
         if self.pace.min_rate > 0 {
             let allowed = self.pace.grace
                 + Duration::from_secs_f64(self.received as f64 / self.pace.min_rate as f64);

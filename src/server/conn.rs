@@ -335,8 +335,7 @@ fn handle(
     let router = shared.router.clone();
     let (activity, budget) = (activity.clone(), shared.budget.clone());
     async move {
-        let res = match tower::ServiceExt::oneshot(router, Request::from_parts(parts, body)).await
-        {
+        let res = match tower::ServiceExt::oneshot(router, Request::from_parts(parts, body)).await {
             Ok(res) => res,
             Err(never) => match never {},
         };

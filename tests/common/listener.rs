@@ -118,3 +118,31 @@ pub async fn closed_within(s: &mut TcpStream, within: Duration) -> Duration {
     .expect("server closed the connection in time");
     started.elapsed()
 }
+
+/// Connects to `addr` with the HTTP/2 client `builder`, sends one GET
+/// /healthz (must answer 200), then waits at most 5 s for the server to
+/// close the connection; returns how long that took.
+pub async fn h2_healthz_then_closed(
+    builder: &hyper::client::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
+    addr: SocketAddr,
+) -> Duration {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = builder
+        .handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::get("http://test/healthz")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let res = send.send_request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    drop(res);
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("server closed the HTTP/2 connection within 5 s")
+        .unwrap()
+        .ok();
+    started.elapsed()
+}
