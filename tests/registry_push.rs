@@ -1458,6 +1458,7 @@ async fn upload_caps() {
             max_blob_size: 1000,
             max_sessions: 3,
             max_sessions_per_repository: 2,
+            max_sessions_per_client: 100,
         },
         ..RegistryConfig::default()
     });

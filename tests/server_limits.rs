@@ -4,112 +4,27 @@
 //! connection cap, and graceful shutdown with a request in flight. Every
 //! test is bounded by explicit timeouts.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
-use airlock::registry::RegistryConfig;
-use airlock::server::{self, App, Limits};
-use airlock::state::StateStore;
-use airlock::store::{Blobstore, fs::FsStore};
+use std::time::Duration;
+
+use airlock::server::Limits;
+use common::listener::{
+    GET_HEALTHZ, closed_within, get_healthz, h2_healthz_then_closed, read_response, start,
+};
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
-struct Running {
-    _dir: tempfile::TempDir,
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<anyhow::Result<()>>,
-}
-
-async fn start(limits: Limits) -> Running {
-    let tmp = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Blobstore> = Arc::new(FsStore::open(tmp.path()).unwrap());
-    let config = RegistryConfig {
-        allow_push: true,
-        ..RegistryConfig::default()
-    };
-    let app = Arc::new(App::with_config(StateStore::new(store), config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server::serve_on(listener, app, limits, async {
-        let _ = stopped.await;
-    }));
-    Running {
-        _dir: tmp,
-        addr,
-        stop: Some(stop),
-        task,
-    }
-}
 
 fn limits(header: Duration, idle: Duration, max_connections: usize) -> Limits {
     Limits {
         header_timeout: header,
         idle_timeout: idle,
         max_connections,
+        max_connections_per_address: 1000,
         shutdown_timeout: Duration::from_secs(5),
+        ..Limits::default()
     }
-}
-
-const GET_HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n";
-
-/// Reads one HTTP/1.1 response (head and `Content-Length` body); returns the
-/// head (lower-cased) and body.
-async fn read_response(s: &mut TcpStream) -> (String, Vec<u8>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = s.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "EOF before response head: {buf:?}");
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = s.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "EOF in response body");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    (head, buf[head_end..head_end + len].to_vec())
-}
-
-async fn get_healthz(s: &mut TcpStream) -> String {
-    s.write_all(GET_HEALTHZ).await.unwrap();
-    let (head, _) = tokio::time::timeout(Duration::from_secs(5), read_response(s))
-        .await
-        .expect("response within 5 s");
-    assert!(head.starts_with("http/1.1 200"), "{head}");
-    head
-}
-
-/// Waits (at most `within`) for the server to close `s`; returns how long
-/// that took. Any bytes the server sends first (e.g. a 408) are skipped.
-async fn closed_within(s: &mut TcpStream, within: Duration) -> Duration {
-    let started = Instant::now();
-    let mut chunk = [0u8; 1024];
-    tokio::time::timeout(within, async {
-        loop {
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .expect("server closed the connection in time");
-    started.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,27 +91,8 @@ async fn idle_keep_alive_is_also_bounded_by_header_timeout() {
 async fn idle_http2_connection_is_closed_after_idle_timeout() {
     // hyper has no HTTP/2 idle timeout; the listener's own timer closes it.
     let srv = start(limits(Duration::from_secs(20), Duration::from_secs(1), 16)).await;
-    let tcp = TcpStream::connect(srv.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    let conn = tokio::spawn(conn);
-    let req = hyper::Request::get("http://test/healthz")
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let res = send.send_request(req).await.unwrap();
-    assert_eq!(res.status(), 200);
-    drop(res);
-    let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), conn)
-        .await
-        .expect("server closed the HTTP/2 connection in time")
-        .unwrap()
-        .ok();
-    let took = started.elapsed();
+    let client = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let took = h2_healthz_then_closed(&client, srv.addr).await;
     assert!(
         took >= Duration::from_millis(800),
         "closed too early: {took:?}"
@@ -233,7 +129,11 @@ async fn connection_cap_queues_the_next_client_until_one_closes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_idle_keep_alive_connections_stay_served() {
-    let srv = start(Limits::default()).await;
+    let srv = start(Limits {
+        max_connections_per_address: 1000,
+        ..Limits::default()
+    })
+    .await;
     let mut conns = Vec::new();
     for _ in 0..500 {
         let mut s = TcpStream::connect(srv.addr).await.unwrap();

@@ -132,12 +132,21 @@ impl Settings {
                 max_sessions: get(l.max_upload_sessions, 4096) as usize,
                 max_sessions_per_repository: get(l.max_upload_sessions_per_repository, 256)
                     as usize,
+                max_sessions_per_client: get(l.max_upload_sessions_per_client, 128) as usize,
             },
         };
         let limits = Limits {
             header_timeout: Duration::from_secs(get(l.header_timeout_secs, 30)),
             idle_timeout: Duration::from_secs(get(l.idle_timeout_secs, 120)),
             max_connections: get(l.max_connections, 4096) as usize,
+            max_connections_per_address: get(l.max_connections_per_address, 256) as usize,
+            min_body_rate: l.min_body_rate.unwrap_or(1024),
+            manifest_put_timeout: Duration::from_secs(get(l.manifest_put_timeout_secs, 60)),
+            max_request_head: l
+                .max_request_head
+                .map_or(64 << 10, |s| s.0)
+                .clamp(8 << 10, 64 << 20) as usize,
+            max_response_buffer: l.max_response_buffer.map_or(256 << 20, |s| s.0),
             ..Limits::default()
         };
         let stacks = StacksConfig {

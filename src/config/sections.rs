@@ -208,6 +208,10 @@ pub struct LimitsSection {
     /// configured); more: 429 TOOMANYREQUESTS [default: 64].
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_USER")]
     pub max_upload_sessions_per_user: Option<NonZeroU64>,
+    /// Upload sessions open at once opened by one client IP address; more:
+    /// 429 TOOMANYREQUESTS [default: 128].
+    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_CLIENT")]
+    pub max_upload_sessions_per_client: Option<NonZeroU64>,
     /// Most entries per page of `tags/list` and `_catalog` (a larger or
     /// absent `n` is clamped; `Link` names the next page) [default: 1000].
     #[arg(long, env = "AIRLOCK_MAX_PAGE")]
@@ -221,10 +225,33 @@ pub struct LimitsSection {
     /// this many seconds [default: 120].
     #[arg(long, env = "AIRLOCK_IDLE_TIMEOUT")]
     pub idle_timeout_secs: Option<NonZeroU64>,
-    /// Connections open at once; at the cap, new clients wait until one
-    /// closes [default: 4096].
+    /// Connections open at once; at the cap, the oldest connection that
+    /// has not sent a request is closed for a new client, and if there is
+    /// none new clients wait until one closes [default: 4096].
     #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS")]
     pub max_connections: Option<NonZeroU64>,
+    /// Connections open at once from one client IP address; more are
+    /// closed as soon as they are accepted [default: 256].
+    #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS_PER_ADDRESS")]
+    pub max_connections_per_address: Option<NonZeroU64>,
+    /// Minimum average rate of a request body in bytes per second, after a
+    /// grace of the header timeout; slower: 408. 0 = no minimum
+    /// [default: 1024].
+    #[arg(long, env = "AIRLOCK_MIN_BODY_RATE")]
+    pub min_body_rate: Option<u64>,
+    /// A manifest PUT's body must arrive within this many seconds of its
+    /// head, else 408 [default: 60].
+    #[arg(long, env = "AIRLOCK_MANIFEST_PUT_TIMEOUT")]
+    pub manifest_put_timeout_secs: Option<NonZeroU64>,
+    /// Largest request head in bytes (K, M suffixes; at least 8K); larger:
+    /// 431 [default: 64K].
+    #[arg(long, env = "AIRLOCK_MAX_REQUEST_HEAD")]
+    pub max_request_head: Option<Size>,
+    /// Bytes of responses held in memory at once over all clients (K, M, G
+    /// suffixes); at the cap, responses wait for slow readers to drain
+    /// [default: 256M].
+    #[arg(long, env = "AIRLOCK_MAX_RESPONSE_BUFFER")]
+    pub max_response_buffer: Option<Size>,
 }
 
 /// `[stacks]`: the `/stacks/v1` API.

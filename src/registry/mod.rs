@@ -28,14 +28,16 @@ pub mod routes;
 pub mod upload;
 pub mod uploads;
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
+use axum::{Extension, Router};
 use serde_json::json;
 
 pub use self::config::RegistryConfig;
@@ -72,10 +74,12 @@ async fn v2(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     body: Body,
 ) -> Response {
     let mut body = body.into_data_stream();
-    let mut res = dispatch(&*ctx, &method, &uri, &headers, &mut body)
+    let client = peer.map(|Extension(ConnectInfo(a))| a.ip());
+    let mut res = dispatch(&*ctx, &method, &uri, &headers, client, &mut body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     res.headers_mut()
@@ -102,12 +106,14 @@ fn allow(route: &Route, cfg: &RegistryConfig) -> &'static str {
     }
 }
 
-/// The (route, method) dispatch table.
+/// The (route, method) dispatch table; `client` is the client's IP address
+/// when the listener knows it.
 async fn dispatch(
     ctx: &dyn Context,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    client: Option<IpAddr>,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Response> {
     let mut route = Route::parse(uri.path()).map_err(|e| e.for_method(method))?;
@@ -165,7 +171,7 @@ async fn dispatch(
                 session: None,
             },
             Method::POST,
-        ) if push => upload::start(ctx, &name, &query, body).await?,
+        ) if push => upload::start(ctx, &name, &query, client, body).await?,
         (
             Route::Upload {
                 name,

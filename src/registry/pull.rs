@@ -8,7 +8,6 @@
 
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde_json::json;
 
 use super::errors::{ErrorCode, RegistryError, Result};
@@ -34,8 +33,8 @@ pub async fn repository(
 
 /// GET/HEAD `/v2/<name>/manifests/<reference>` (end-3).
 ///
-/// Resolves a tag or digest in `name` and returns the stored bytes, verified
-/// against their digest (GET), or just the headers (HEAD, `head = true`),
+/// Resolves a tag or digest in `name` and streams the stored bytes from the
+/// store (GET), or just the headers (HEAD, `head = true`),
 /// with the media type they were stored as. `Accept` is not consulted: the
 /// stored bytes are never converted and never hidden, so a client that does
 /// not know the type fails with a clear media-type error rather than a
@@ -67,14 +66,17 @@ pub async fn manifest(
             "stored media type of {digest} is not a header value"
         ))
     })?;
-    let missing = || {
-        tracing::warn!(%digest, %name, "manifest recorded in state is missing from the blobstore (or was quarantined)");
-        unknown()
+    let missing = |e: StoreError| match e {
+        StoreError::NotFound(_) | StoreError::Corrupt(_) | StoreError::Mismatch(_) => {
+            tracing::warn!(%digest, %name, "manifest recorded in state is missing from the blobstore (or was quarantined)");
+            unknown()
+        }
+        other => other.into(),
     };
     if head {
         // HEAD checks the stored bytes too: a corrupt manifest is never announced.
         if store::check(&**state.blobstore(), &digest).await?.is_none() {
-            return Err(missing());
+            return Err(missing(StoreError::NotFound(blob_key(&digest))));
         }
         return Ok(ManifestResponse {
             digest,
@@ -83,17 +85,21 @@ pub async fn manifest(
             body: None,
         });
     }
-    let bytes = store::get_verified(&**state.blobstore(), &digest)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(_) | StoreError::Corrupt(_) | StoreError::Mismatch(_) => missing(),
-            other => other.into(),
-        })?;
+    // Streamed from the store as blobs are (through the store's read path,
+    // which verifies content), so a slow reader holds at most the chunk in
+    // flight, not the whole manifest.
+    let store = state.blobstore();
+    let key = blob_key(&digest);
+    let length = store
+        .stat(&key)
+        .await?
+        .ok_or_else(|| missing(StoreError::NotFound(key.clone())))?;
+    let body = store.stream(&key, None).await.map_err(missing)?;
     Ok(ManifestResponse {
         digest,
         media_type,
-        length: bytes.len() as u64,
-        body: Some(Bytes::from(bytes)),
+        length,
+        body: Some(body),
     })
 }
 

@@ -9,7 +9,6 @@ use axum::Json;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 
 use crate::digest::Digest;
 use crate::store::ByteStream;
@@ -49,7 +48,6 @@ impl IntoResponse for ApiBase {
 
 /// A manifest, sent as stored (end-3): 200, `Content-Type` = the stored media
 /// type, `Content-Length`, `Docker-Content-Digest`; no body for HEAD.
-#[derive(Debug)]
 pub struct ManifestResponse {
     /// The manifest digest.
     pub digest: Digest,
@@ -57,14 +55,15 @@ pub struct ManifestResponse {
     pub media_type: HeaderValue,
     /// Size in bytes.
     pub length: u64,
-    /// The stored bytes; `None` for HEAD.
-    pub body: Option<Bytes>,
+    /// The stored bytes, streamed from the store like a blob (never held
+    /// whole in memory per reader); `None` for HEAD.
+    pub body: Option<ByteStream>,
 }
 
 impl IntoResponse for ManifestResponse {
     fn into_response(self) -> Response {
         let mut res = match self.body {
-            Some(bytes) => Response::new(Body::from(bytes)),
+            Some(s) => Response::new(Body::from_stream(s)),
             None => Response::new(Body::empty()),
         };
         entity_headers(

@@ -155,10 +155,13 @@ async fn link(
 ///   `DIGEST_INVALID` (nothing stored) when the body does not match.
 /// - otherwise: 202, `Location` of a new session, `Range: 0-0`,
 ///   `Docker-Upload-UUID`.
+///
+/// `client` is the client's IP address, for the per-client session cap.
 pub async fn start(
     ctx: &dyn Context,
     name: &RepositoryName,
     query: &QueryParams,
+    client: Option<std::net::IpAddr>,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Response> {
     if let Some(mount) = query.get("mount") {
@@ -189,7 +192,7 @@ pub async fn start(
     }
     let id = ctx
         .uploads()
-        .create(name)
+        .create(name, client)
         .await
         .map_err(|e| upload_error(e, name, None))?;
     Ok(status(StatusCode::ACCEPTED, name, &id, 0).into_response())

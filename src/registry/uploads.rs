@@ -18,6 +18,7 @@
 //! unless the whole content matches the client's digest.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -86,6 +87,10 @@ pub struct SessionInfo {
     pub started: String,
     /// When the session was opened, seconds since the Unix epoch (for expiry).
     pub started_unix: u64,
+    /// The IP address of the client that opened it, when known (for the
+    /// per-client session cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<IpAddr>,
 }
 
 /// Why an upload operation failed.
@@ -131,8 +136,8 @@ pub enum UploadError {
     /// stored.
     #[error("blob larger than the maximum of {0} bytes")]
     TooLarge(u64),
-    /// Too many open sessions (`scope`: `repository` or `registry`, with
-    /// the cap).
+    /// Too many open sessions (`scope`: `repository`, `client` or
+    /// `registry`, with the cap).
     #[error("too many open upload sessions in the {scope} (at most {cap})")]
     TooMany {
         /// Which cap was hit.
@@ -161,15 +166,18 @@ pub struct UploadLimits {
     pub max_sessions: usize,
     /// Sessions open at once in one repository.
     pub max_sessions_per_repository: usize,
+    /// Sessions open at once opened by one client IP address.
+    pub max_sessions_per_client: usize,
 }
 
 impl Default for UploadLimits {
-    /// 64 GiB blobs, 4,096 sessions, 256 per repository.
+    /// 64 GiB blobs, 4,096 sessions, 256 per repository, 128 per client.
     fn default() -> UploadLimits {
         UploadLimits {
             max_blob_size: 64 << 30,
             max_sessions: 4096,
             max_sessions_per_repository: 256,
+            max_sessions_per_client: 128,
         }
     }
 }
@@ -181,8 +189,31 @@ pub struct Uploads {
     limits: UploadLimits,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Sessions this process opened and has not finished, cancelled or
-    /// swept, per repository (sessions from before a restart are not counted).
-    open_sessions: Mutex<HashMap<RepositoryName, usize>>,
+    /// swept (sessions from before a restart are not counted).
+    open_sessions: Mutex<OpenSessions>,
+}
+
+/// Counts of open sessions, in total, per repository and per client.
+#[derive(Default)]
+struct OpenSessions {
+    total: usize,
+    per_repository: HashMap<RepositoryName, usize>,
+    per_client: HashMap<IpAddr, usize>,
+}
+
+/// Adds one to `map[key]`.
+fn count_up<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: K) {
+    *map.entry(key).or_default() += 1;
+}
+
+/// Takes one from `map[key]`, forgetting keys that reach 0.
+fn count_down<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
 }
 
 /// Holds one session's in-process lock; forgets the lock when the last holder goes.
@@ -265,12 +296,26 @@ impl Sink {
         Ok(())
     }
 
-    async fn copy_body(&mut self, body: &mut (impl BodyStream + ?Sized)) -> Result<()> {
-        while let Some(chunk) = body.next().await {
+    /// Copies `body` in; past `expires` (the session's expiry, checked
+    /// while the body streams) the copy stops with `Unknown`.
+    async fn copy_body(
+        &mut self,
+        body: &mut (impl BodyStream + ?Sized),
+        expires: Option<tokio::time::Instant>,
+    ) -> Result<()> {
+        loop {
+            let next = match expires {
+                Some(at) => tokio::time::timeout_at(at, body.next())
+                    .await
+                    .map_err(|_| UploadError::Unknown)?,
+                None => body.next().await,
+            };
+            let Some(chunk) = next else {
+                return Ok(());
+            };
             let chunk = chunk.map_err(|e| UploadError::Body(e.to_string()))?;
             self.write(&chunk).await?;
         }
-        Ok(())
     }
 
     async fn copy_object(&mut self, store: &dyn Blobstore, key: &str) -> Result<u64> {
@@ -311,43 +356,73 @@ impl Uploads {
             expiry,
             limits,
             locks: Mutex::new(HashMap::new()),
-            open_sessions: Mutex::new(HashMap::new()),
+            open_sessions: Mutex::new(OpenSessions::default()),
         }
     }
 
-    /// Counts a new session in `repo`; `TooMany` at a cap.
-    fn admit(&self, repo: &RepositoryName) -> Result<()> {
+    /// Counts a new session in `repo` opened by `client`; `TooMany` at a cap.
+    fn admit(&self, repo: &RepositoryName, client: Option<IpAddr>) -> Result<()> {
         let Ok(mut open) = self.open_sessions.lock() else {
             return Ok(());
         };
-        let total: usize = open.values().sum();
-        if total >= self.limits.max_sessions {
-            return Err(UploadError::TooMany {
-                scope: "registry",
-                cap: self.limits.max_sessions,
-            });
+        let too_many = |scope, cap| Err(UploadError::TooMany { scope, cap });
+        if open.total >= self.limits.max_sessions {
+            return too_many("registry", self.limits.max_sessions);
         }
-        let n = open.entry(repo.clone()).or_default();
-        if *n >= self.limits.max_sessions_per_repository {
-            return Err(UploadError::TooMany {
-                scope: "repository",
-                cap: self.limits.max_sessions_per_repository,
-            });
+        let cap = self.limits.max_sessions_per_repository;
+        if open.per_repository.get(repo).is_some_and(|n| *n >= cap) {
+            return too_many("repository", cap);
         }
-        *n += 1;
+        let cap = self.limits.max_sessions_per_client;
+        if let Some(ip) = client
+            && open.per_client.get(&ip).is_some_and(|n| *n >= cap)
+        {
+            return too_many("client", cap);
+        }
+        open.total += 1;
+        count_up(&mut open.per_repository, repo.clone());
+        if let Some(ip) = client {
+            count_up(&mut open.per_client, ip);
+        }
         Ok(())
     }
 
-    /// Forgets a session of `repo` that ended.
-    fn release(&self, repo: &RepositoryName) {
-        if let Ok(mut open) = self.open_sessions.lock()
-            && let Some(n) = open.get_mut(repo)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.remove(repo);
+    /// Forgets a session of `repo` opened by `client` that ended.
+    fn release(&self, repo: &RepositoryName, client: Option<IpAddr>) {
+        if let Ok(mut open) = self.open_sessions.lock() {
+            open.total = open.total.saturating_sub(1);
+            count_down(&mut open.per_repository, repo);
+            if let Some(ip) = client {
+                count_down(&mut open.per_client, &ip);
             }
         }
+    }
+
+    /// The session's lock if no one holds it (the sweeper never waits).
+    fn try_lock(&self, id: &UploadId) -> Option<SessionGuard<'_>> {
+        let lock = self
+            .locks
+            .lock()
+            .ok()?
+            .entry(id.0.clone())
+            .or_default()
+            .clone();
+        // On failure, dropping the guard forgets the lock entry if it was
+        // the last holder.
+        let mut guard = SessionGuard {
+            guard: None,
+            id: id.0.clone(),
+            uploads: self,
+        };
+        guard.guard = Some(lock.try_lock_owned().ok()?);
+        Some(guard)
+    }
+
+    /// When the session opened at `info.started_unix` expires, as a timer instant.
+    fn expires_at(&self, info: &SessionInfo) -> tokio::time::Instant {
+        let age = now_unix().saturating_sub(info.started_unix);
+        let left = self.expiry.as_secs().saturating_add(1).saturating_sub(age);
+        tokio::time::Instant::now() + Duration::from_secs(left)
     }
 
     async fn lock(&self, id: &UploadId) -> SessionGuard<'_> {
@@ -411,21 +486,28 @@ impl Uploads {
     }
 
     /// Opens a session in `repo` (POST, end-4a).
-    pub async fn create(&self, repo: &RepositoryName) -> Result<UploadId> {
-        self.admit(repo)?;
-        let created = self.create_admitted(repo).await;
+    /// `client`: the IP address of the client, counted against the
+    /// per-client cap when known.
+    pub async fn create(&self, repo: &RepositoryName, client: Option<IpAddr>) -> Result<UploadId> {
+        self.admit(repo, client)?;
+        let created = self.create_admitted(repo, client).await;
         if created.is_err() {
-            self.release(repo);
+            self.release(repo, client);
         }
         created
     }
 
-    async fn create_admitted(&self, repo: &RepositoryName) -> Result<UploadId> {
+    async fn create_admitted(
+        &self,
+        repo: &RepositoryName,
+        client: Option<IpAddr>,
+    ) -> Result<UploadId> {
         let id = UploadId::new();
         let info = SessionInfo {
             repository: repo.clone(),
             started: crate::state::now_rfc3339(),
             started_unix: now_unix(),
+            client,
         };
         let bytes = serde_json::to_vec(&info).map_err(|e| StoreError::Io(e.into()))?;
         let mut w = self.store.writer(&id.info_key()).await?;
@@ -453,7 +535,7 @@ impl Uploads {
         body: &mut (impl BodyStream + ?Sized),
     ) -> Result<u64> {
         let _g = self.lock(id).await;
-        self.open(id, repo).await?;
+        let info = self.open(id, repo).await?;
         let offset = self.size(id).await?;
         let expected = check_range(range, offset)?;
         let max = self.limits.max_blob_size;
@@ -462,7 +544,7 @@ impl Uploads {
         }
         let writer = self.store.writer(&id.part_key(offset)).await?;
         let mut sink = Sink::new(writer, None, max.saturating_sub(offset), max);
-        if let Err(e) = sink.copy_body(body).await {
+        if let Err(e) = sink.copy_body(body, Some(self.expires_at(&info))).await {
             sink.cancel().await;
             return Err(e);
         }
@@ -503,13 +585,14 @@ impl Uploads {
         body: &mut (impl BodyStream + ?Sized),
     ) -> Result<u64> {
         let _g = self.lock(id).await;
-        self.open(id, repo).await?;
+        let info = self.open(id, repo).await?;
         let parts = self.parts(id).await?;
         let offset = self.size(id).await?;
         let expected = check_range(range, offset)?;
-        let result = self.assemble(&parts, digest, expected, body).await;
+        let expires = Some(self.expires_at(&info));
+        let result = self.assemble(&parts, digest, expected, body, expires).await;
         self.remove(id).await?;
-        self.release(repo);
+        self.release(repo, info.client);
         result
     }
 
@@ -519,6 +602,7 @@ impl Uploads {
         digest: &Digest,
         expected: Option<u64>,
         body: &mut (impl BodyStream + ?Sized),
+        expires: Option<tokio::time::Instant>,
     ) -> Result<u64> {
         let writer = self.store.writer(&blob_key(digest)).await?;
         let max = self.limits.max_blob_size;
@@ -533,7 +617,7 @@ impl Uploads {
                 sink.copy_object(&*self.store, key).await?;
             }
             let before = sink.count;
-            sink.copy_body(body).await?;
+            sink.copy_body(body, expires).await?;
             if let Some(expected) = expected
                 && expected != sink.count - before
             {
@@ -576,15 +660,15 @@ impl Uploads {
         digest: &Digest,
         body: &mut (impl BodyStream + ?Sized),
     ) -> Result<u64> {
-        self.assemble(&[], digest, None, body).await
+        self.assemble(&[], digest, None, body, None).await
     }
 
     /// Cancels a session (DELETE): removes all its objects.
     pub async fn cancel(&self, id: &UploadId, repo: &RepositoryName) -> Result<()> {
         let _g = self.lock(id).await;
-        self.open(id, repo).await?;
+        let info = self.open(id, repo).await?;
         self.remove(id).await?;
-        self.release(repo);
+        self.release(repo, info.client);
         Ok(())
     }
 
@@ -598,8 +682,10 @@ impl Uploads {
     }
 
     /// Removes every session opened more than the expiry ago, and chunks
-    /// left behind by a session that no longer exists. Returns how many
-    /// sessions were removed.
+    /// left behind by a session that no longer exists. A session whose
+    /// lock is held (a request on it in progress) is skipped, never waited
+    /// for: it is swept at a later run, and a PATCH or PUT on it is refused
+    /// at its expiry. Returns how many sessions were removed.
     pub async fn sweep(&self) -> Result<usize> {
         let keys = self.store.list(UPLOADS_PREFIX).await?;
         let mut ids: Vec<String> = keys
@@ -614,15 +700,17 @@ impl Uploads {
             let Some(id) = UploadId::parse(&raw) else {
                 continue;
             };
-            let _g = self.lock(&id).await;
-            let (stale, repo) = match self.info(&id).await? {
-                Some(info) => (self.expired(&info, now), Some(info.repository)),
+            let Some(_g) = self.try_lock(&id) else {
+                continue;
+            };
+            let (stale, info) = match self.info(&id).await? {
+                Some(info) => (self.expired(&info, now), Some(info)),
                 None => (true, None),
             };
             if stale {
                 self.remove(&id).await?;
-                if let Some(repo) = repo {
-                    self.release(&repo);
+                if let Some(info) = info {
+                    self.release(&info.repository, info.client);
                 }
                 removed += 1;
             }

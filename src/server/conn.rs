@@ -2,7 +2,8 @@
 //! top of `hyper_util`'s HTTP/1 + HTTP/2 (`auto`) connection builder.
 //!
 //! Owns: [`Limits`] and their enforcement, so that slow, idle or numerous
-//! clients can neither hold sockets forever nor exhaust file descriptors:
+//! clients can neither hold sockets forever, exhaust file descriptors and
+//! memory, nor lock other clients out:
 //!
 //! - header timeout: hyper's own HTTP/1 `header_read_timeout`. hyper 1.x
 //!   starts this timer whenever it waits for a request head, including on a
@@ -10,80 +11,162 @@
 //!   is closed after it too. A connection that has not started a request
 //!   within the header timeout after accept is closed here as well (hyper's
 //!   protocol sniffing, which runs before its HTTP/1 timer, has no timer).
-//! - idle timeout: a connection with no request in progress and no byte read
-//!   or written for this long is closed (covers HTTP/2, where hyper has no
-//!   idle timeout, and any HTTP/1 case the header timer does not).
-//! - connection cap: one semaphore permit per open connection; at the cap
-//!   the loop stops accepting (clients wait in the kernel's backlog) until a
-//!   connection closes.
+//! - request head size: hyper's HTTP/1 `max_buf_size` and HTTP/2
+//!   `max_header_list_size` (`max_request_head`); a larger head is refused
+//!   (431) and its buffer never grows past the cap.
+//! - idle timeout: a connection with no request in progress and no
+//!   activity for this long is closed. Over HTTP/1 any byte read or written
+//!   is activity; over HTTP/2 only requests are (a request starting or
+//!   ending, request and response body data): PINGs, SETTINGS and
+//!   WINDOW_UPDATEs never keep a connection open. (Neither hyper nor h2
+//!   can rate-limit PINGs; h2 answers one at a time and keeps at most one
+//!   answer pending, so a PING flood costs CPU, not memory.)
+//! - request bodies: see [`super::body::RequestBody`]: no progress for the
+//!   idle timeout, or slower than `min_body_rate` after the header timeout,
+//!   or a manifest PUT past `manifest_put_timeout`, is answered 408 (with
+//!   an OCI error body under `/v2/`) and the connection closed.
+//! - response bodies: at most `max_response_buffer` bytes of responses are
+//!   held in memory at once ([`super::body::ResponseBudget`]).
+//! - connection cap ([`super::slots`]): at the cap, the oldest connection
+//!   that has not sent a request yet is closed to make room for the next
+//!   client; when every connection has sent one, the loop stops accepting
+//!   (clients wait in the kernel's backlog) until one closes. A client IP
+//!   address holding `max_connections_per_address` connections has further
+//!   ones closed at once.
 //!
 //! - TLS ([`super::tls`]): when a [`Tls`] is given, each accepted socket
-//!   first completes a handshake within the header timeout (counted against
-//!   the same connection permit); the limits above then apply to the TLS
-//!   connection, and a verified client certificate's names go into every
-//!   request's extensions.
+//!   first completes a handshake within the header timeout (under the same
+//!   connection slot); the limits above then apply to the TLS connection,
+//!   and a verified client certificate's names go into every request's
+//!   extensions.
 //!
 //! Never routes or logs requests (that is [`super::router`]).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use axum::response::IntoResponse;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::tls::Tls;
+use super::body::{Pace, RequestBody, ResponseBody, ResponseBudget};
+use super::slots::{Refused, Slot, Slots};
+use super::tls::{ClientCertNames, Tls};
+use crate::registry::errors::{ErrorCode, RegistryError};
+use crate::registry::routes::Route;
 
 /// Connection limits and timeouts of the HTTP listener (`airlock serve`
 /// flags `--header-timeout-secs`, `--idle-timeout-secs`,
-/// `--max-connections`).
+/// `--max-connections`, `--max-connections-per-address`,
+/// `--min-body-rate`, `--manifest-put-timeout-secs`, `--max-request-head`,
+/// `--max-response-buffer`).
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// A client must send a complete request head within this time (from
     /// accept, or from the end of the previous response on a keep-alive
-    /// connection), or the connection is closed.
+    /// connection), or the connection is closed. Also the grace period
+    /// before `min_body_rate` applies to a request body.
     pub header_timeout: Duration,
-    /// A connection with no request in progress and no traffic for this
-    /// long is closed.
+    /// A connection with no request in progress and no activity for this
+    /// long is closed; a request body that makes no progress for this long
+    /// is answered 408.
     pub idle_timeout: Duration,
-    /// Connections open at once; at the cap no more are accepted until one
-    /// closes. Must be at least 1.
+    /// Connections open at once (at least 1). At the cap the oldest
+    /// connection that has not sent a request is closed for a new one; if
+    /// there is none, no more are accepted until one closes.
     pub max_connections: usize,
+    /// Connections open at once from one client IP address (at least 1);
+    /// more are closed as soon as they are accepted.
+    pub max_connections_per_address: usize,
+    /// A request body must average at least this many bytes per second
+    /// after the header timeout (`n` bytes are due `header_timeout + n /
+    /// min_body_rate` after the body started), else 408; 0 = no minimum.
+    pub min_body_rate: u64,
+    /// A manifest PUT's body must have arrived this long after its head,
+    /// else 408.
+    pub manifest_put_timeout: Duration,
+    /// Largest request head in bytes (HTTP/1 read buffer, HTTP/2 header
+    /// list); at least 8 KiB.
+    pub max_request_head: usize,
+    /// Bytes of response bodies held in memory at once, over all
+    /// connections (at least 64 KiB); at the cap, responses wait for room.
+    pub max_response_buffer: u64,
     /// On shutdown, in-flight requests get this long to finish before the
     /// remaining connections are abandoned.
     pub shutdown_timeout: Duration,
 }
 
 impl Default for Limits {
-    /// Header timeout 30 s, idle timeout 120 s, 4096 connections, 30 s
-    /// shutdown grace.
+    /// Header timeout 30 s, idle timeout 120 s, 4096 connections, 256 per
+    /// client address, bodies at least 1 KiB/s, manifest PUTs within 60 s,
+    /// 64 KiB request heads, 256 MiB of buffered responses, 30 s shutdown
+    /// grace.
     fn default() -> Limits {
         Limits {
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
             max_connections: 4096,
+            max_connections_per_address: 256,
+            min_body_rate: 1024,
+            manifest_put_timeout: Duration::from_secs(60),
+            max_request_head: 64 << 10,
+            max_response_buffer: 256 << 20,
             shutdown_timeout: Duration::from_secs(30),
         }
     }
 }
 
-/// Minimum interval between two "connection limit reached" warnings, and
-/// between two logged accept errors.
+/// Minimum interval between two warnings of one kind (cap reached,
+/// per-address cap, accept errors).
 const WARN_EVERY: Duration = Duration::from_secs(10);
 /// Pause after an accept error that is not about one failed connection
 /// (e.g. `EMFILE`), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// At the cap, how long an evicted connection gets to close before another
+/// is evicted.
+const EVICT_RETRY: Duration = Duration::from_secs(1);
+/// hyper's smallest HTTP/1 read buffer.
+const MIN_HEAD: usize = 8 << 10;
+
+/// What every connection task shares.
+struct Shared {
+    builder: Builder<TokioExecutor>,
+    router: Router,
+    limits: Limits,
+    budget: Arc<ResponseBudget>,
+    tls: Option<Arc<Tls>>,
+}
+
+/// Rate-limits one kind of warning to one per [`WARN_EVERY`].
+#[derive(Default)]
+struct Every(Option<Instant>);
+
+impl Every {
+    fn due(&mut self) -> bool {
+        let now = Instant::now();
+        let due = self.0.is_none_or(|t| now.duration_since(t) >= WARN_EVERY);
+        if due {
+            self.0 = Some(now);
+        }
+        due
+    }
+}
 
 /// Accepts on `listener` and serves `router` on every connection under
 /// `limits` until `shutdown` completes; then stops accepting and waits up
@@ -95,49 +178,38 @@ pub(super) async fn run(
     tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    let head = limits.max_request_head.max(MIN_HEAD);
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
-    builder.http2().timer(TokioTimer::new());
-    let builder = Arc::new(builder);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(head);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(head.min(u32::MAX as usize) as u32);
+    let slots = Slots::new(limits.max_connections, limits.max_connections_per_address);
+    let shared = Arc::new(Shared {
+        builder,
+        router,
+        budget: ResponseBudget::new(limits.max_response_buffer),
+        limits,
+        tls,
+    });
+    let limits = &shared.limits;
     let graceful = GracefulShutdown::new();
-    let mut last_cap_warn: Option<Instant> = None;
-    let mut last_accept_warn: Option<Instant> = None;
-    let due = |last: &mut Option<Instant>| {
-        let now = Instant::now();
-        let due = last.is_none_or(|t| now.duration_since(t) >= WARN_EVERY);
-        if due {
-            *last = Some(now);
-        }
-        due
-    };
+    let (mut cap_warn, mut address_warn, mut accept_warn) =
+        (Every::default(), Every::default(), Every::default());
     tokio::pin!(shutdown);
 
-    loop {
-        let permit = match slots.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if due(&mut last_cap_warn) {
-                    tracing::warn!(
-                        max_connections = limits.max_connections,
-                        "connection limit reached, not accepting until a connection closes"
-                    );
-                }
-                tokio::select! {
-                    p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
-                    () = &mut shutdown => break,
-                }
-            }
-        };
+    'accept: loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(accepted) => accepted,
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
-                    if due(&mut last_accept_warn) {
+                    if accept_warn.due() {
                         tracing::warn!(error = %e, "accept error, backing off");
                     }
                     tokio::select! {
@@ -148,18 +220,49 @@ pub(super) async fn run(
             },
             () = &mut shutdown => break,
         };
+        // At the cap, a client is waiting (this one): close the oldest
+        // connection without a request, or wait for one to close (later
+        // clients wait in the backlog meanwhile). One eviction at a time:
+        // the evicted connection's slot is freed when its task ends.
+        let mut evicted = false;
+        while slots.full() {
+            if !evicted {
+                evicted = slots.evict_oldest_fresh();
+                if !evicted && cap_warn.due() {
+                    tracing::warn!(
+                        max_connections = limits.max_connections,
+                        "connection limit reached, not accepting until a connection closes"
+                    );
+                }
+            }
+            tokio::select! {
+                () = slots.wait_freed() => {}
+                () = tokio::time::sleep(EVICT_RETRY) => evicted = false,
+                () = &mut shutdown => break 'accept,
+            }
+        }
+        let activity = Arc::new(Activity::new());
+        let slot = match slots.admit(peer.ip(), &activity) {
+            Ok(slot) => slot,
+            Err(Refused::PerAddress) => {
+                if address_warn.due() {
+                    tracing::warn!(
+                        client = %peer.ip(),
+                        max_connections_per_address = limits.max_connections_per_address,
+                        "connection limit of one client address reached, closing its new connections"
+                    );
+                }
+                continue;
+            }
+        };
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
         let watcher = graceful.watcher();
-        let builder = builder.clone();
-        let router = router.clone();
-        let limits = limits.clone();
-        let tls = tls.clone();
+        let shared = shared.clone();
         tokio::spawn(async move {
-            let _permit = permit;
             let _open = crate::metrics::ConnectionGuard::open();
-            serve_connection(tcp, peer, tls, builder, router, &limits, watcher).await;
+            serve_connection(tcp, peer, shared, activity, slot, watcher).await;
         });
     }
 
@@ -179,28 +282,26 @@ pub(super) async fn run(
     }
 }
 
-/// Serves one connection (after its TLS handshake, when `tls` is given)
-/// until it ends, or closes it when [`idle_deadline`] passes.
+/// Serves one connection (after its TLS handshake, when the server has
+/// TLS) until it ends, or closes it when [`idle_deadline`] passes or the
+/// slots evict it; its slot is freed on return.
 async fn serve_connection(
     tcp: TcpStream,
-    peer: std::net::SocketAddr,
-    tls: Option<Arc<Tls>>,
-    builder: Arc<Builder<TokioExecutor>>,
-    router: Router,
-    limits: &Limits,
-    watcher: hyper_util::server::graceful::Watcher,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    activity: Arc<Activity>,
+    _slot: Slot,
+    watcher: Watcher,
 ) {
-    let activity = Arc::new(Activity::new());
     let tracked = TrackedIo {
         inner: tcp,
         activity: activity.clone(),
     };
-    let Some(tls) = tls else {
-        let io = TokioIo::new(tracked);
-        return serve_io(io, peer, None, activity, builder, router, limits, watcher).await;
+    let Some(tls) = shared.tls.clone() else {
+        return serve_io(TokioIo::new(tracked), peer, None, shared, activity, watcher).await;
     };
     let handshake = tls.acceptor().accept(tracked);
-    let stream = match tokio::time::timeout(limits.header_timeout, handshake).await {
+    let stream = match tokio::time::timeout(shared.limits.header_timeout, handshake).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -212,54 +313,134 @@ async fn serve_connection(
         }
     };
     let names = super::tls::client_names(stream.get_ref().1);
-    let io = TokioIo::new(stream);
-    serve_io(io, peer, names, activity, builder, router, limits, watcher).await;
+    serve_io(TokioIo::new(stream), peer, names, shared, activity, watcher).await;
 }
 
-/// Serves HTTP on `io` under `limits` (see [`serve_connection`]).
-#[allow(clippy::too_many_arguments)]
+/// Serves HTTP on `io` (see [`serve_connection`]).
 async fn serve_io<I>(
     io: TokioIo<I>,
-    peer: std::net::SocketAddr,
-    names: Option<super::tls::ClientCertNames>,
+    peer: SocketAddr,
+    names: Option<ClientCertNames>,
+    shared: Arc<Shared>,
     activity: Arc<Activity>,
-    builder: Arc<Builder<TokioExecutor>>,
-    router: Router,
-    limits: &Limits,
-    watcher: hyper_util::server::graceful::Watcher,
+    watcher: Watcher,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let svc_activity = activity.clone();
-    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-        req.extensions_mut().insert(super::trace::ClientAddr(peer));
-        if let Some(n) = &names {
-            req.extensions_mut().insert(n.clone());
-        }
-        let router = router.clone();
-        let guard = svc_activity.begin_request();
-        async move {
-            let res = tower::ServiceExt::oneshot(router, req).await;
-            drop(guard);
-            res
-        }
+    let (svc_shared, svc_activity) = (shared.clone(), activity.clone());
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        handle(req, peer, names.clone(), &svc_shared, &svc_activity)
     });
-    let conn = watcher.watch(builder.serve_connection_with_upgrades(io, service));
+    let conn = watcher.watch(shared.builder.serve_connection_with_upgrades(io, service));
     tokio::select! {
         res = conn => {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         }
-        () = idle_deadline(&activity, limits) => {
+        () = idle_deadline(&activity, &shared.limits) => {
             tracing::debug!("closing idle connection");
+        }
+        () = activity.close.notified() => {
+            tracing::debug!(client = %peer, "closing a connection without a request to make room");
         }
     }
 }
 
+/// Serves one request: the request body under its [`Pace`], the response
+/// body under the [`ResponseBudget`]; a body found too slow turns the
+/// answer into a 408.
+fn handle(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    names: Option<ClientCertNames>,
+    shared: &Arc<Shared>,
+    activity: &Arc<Activity>,
+) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + use<> {
+    let guard = activity.begin_request();
+    let (mut parts, body) = req.into_parts();
+    if parts.version == Version::HTTP_2 {
+        activity.h2.store(true, Ordering::Release);
+    }
+    parts.extensions.insert(super::trace::ClientAddr(peer));
+    parts.extensions.insert(axum::extract::ConnectInfo(peer));
+    if let Some(n) = names {
+        parts.extensions.insert(n);
+    }
+    let limits = &shared.limits;
+    let manifest_put = parts.method == Method::PUT
+        && matches!(Route::parse(parts.uri.path()), Ok(Route::Manifest { .. }));
+    let pace = Pace {
+        idle: limits.idle_timeout,
+        min_rate: limits.min_body_rate,
+        grace: limits.header_timeout,
+        deadline: manifest_put.then(|| Instant::now() + limits.manifest_put_timeout),
+    };
+    let too_slow = Arc::new(OnceLock::new());
+    let body = RequestBody::new(body, pace, activity.clone(), too_slow.clone());
+    let v2 = parts.uri.path().starts_with("/v2/");
+    let http1 = parts.version < Version::HTTP_2;
+    let router = shared.router.clone();
+    let (activity, budget) = (activity.clone(), shared.budget.clone());
+    async move {
+        let res = match tower::ServiceExt::oneshot(router, Request::from_parts(parts, body)).await {
+            Ok(res) => res,
+            Err(never) => match never {},
+        };
+        drop(guard);
+        let res = match too_slow.get() {
+            Some(reason) => {
+                tracing::info!(client = %peer, reason, "request body too slow, answered 408");
+                too_slow_response(reason, v2, manifest_put, http1)
+            }
+            None => res,
+        };
+        Ok(res.map(|b| ResponseBody::new(b, activity, budget)))
+    }
+}
+
+/// 408 for a request whose body was too slow (`reason`): an OCI error body
+/// under `/v2/` (`MANIFEST_INVALID` for a manifest PUT, else
+/// `BLOB_UPLOAD_INVALID`), plain text elsewhere; HTTP/1 connections are
+/// closed after it.
+fn too_slow_response(
+    reason: &str,
+    v2: bool,
+    manifest: bool,
+    http1: bool,
+) -> axum::response::Response {
+    let reason = format!("request body too slow: {reason}");
+    let mut res = if v2 {
+        let code = if manifest {
+            ErrorCode::ManifestInvalid
+        } else {
+            ErrorCode::BlobUploadInvalid
+        };
+        let mut res = RegistryError::Status {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code,
+            detail: json!({ "reason": reason }),
+            headers: Box::default(),
+        }
+        .into_response();
+        res.headers_mut().insert(
+            crate::registry::responses::DOCKER_DISTRIBUTION_API_VERSION,
+            crate::registry::responses::API_VERSION,
+        );
+        res
+    } else {
+        (StatusCode::REQUEST_TIMEOUT, format!("{reason}\n")).into_response()
+    };
+    if http1 {
+        res.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    res
+}
+
 /// Completes when the connection should be closed: no request started
 /// within the header timeout after accept, or no request in progress and
-/// no traffic for the idle timeout.
+/// no activity for the idle timeout.
 async fn idle_deadline(activity: &Activity, limits: &Limits) {
     loop {
         let now = Instant::now();
@@ -287,9 +468,9 @@ async fn idle_deadline(activity: &Activity, limits: &Limits) {
     }
 }
 
-/// Per-connection bookkeeping shared by [`TrackedIo`], the service and
-/// [`idle_deadline`].
-struct Activity {
+/// Per-connection bookkeeping shared by [`TrackedIo`], the service, the
+/// bodies, the slots and [`idle_deadline`].
+pub(super) struct Activity {
     started: Instant,
     /// Milliseconds after `started` of the last read or write.
     last_ms: AtomicU64,
@@ -299,29 +480,64 @@ struct Activity {
     in_flight: AtomicUsize,
     /// Signalled when a request starts or ends (the deadline changes).
     changed: Notify,
+    /// Set on the first HTTP/2 request: from then on socket traffic is
+    /// not activity, only requests and their bodies are.
+    h2: AtomicBool,
+    /// Signalled when the slots evict this connection.
+    close: Notify,
+    #[cfg_attr(not(test), allow(dead_code))]
+    close_requested: AtomicBool,
 }
 
 impl Activity {
-    fn new() -> Activity {
+    pub(super) fn new() -> Activity {
         Activity {
             started: Instant::now(),
             last_ms: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             changed: Notify::new(),
+            h2: AtomicBool::new(false),
+            close: Notify::new(),
+            close_requested: AtomicBool::new(false),
         }
     }
 
-    fn touch(&self) {
+    /// Whether a request has started on this connection.
+    pub(super) fn has_requests(&self) -> bool {
+        self.requests.load(Ordering::Acquire) > 0
+    }
+
+    /// Asks the connection's task to close it.
+    pub(super) fn close(&self) {
+        self.close_requested.store(true, Ordering::Release);
+        self.close.notify_one();
+    }
+
+    /// Whether [`Activity::close`] was called.
+    #[cfg(test)]
+    pub(super) fn close_requested(&self) -> bool {
+        self.close_requested.load(Ordering::Acquire)
+    }
+
+    /// Records activity now.
+    pub(super) fn touch(&self) {
         let ms = self.started.elapsed().as_millis() as u64;
         self.last_ms.fetch_max(ms, Ordering::Release);
+    }
+
+    /// Socket traffic: activity over HTTP/1 only.
+    fn touch_io(&self) {
+        if !self.h2.load(Ordering::Relaxed) {
+            self.touch();
+        }
     }
 
     fn last(&self) -> Instant {
         self.started + Duration::from_millis(self.last_ms.load(Ordering::Acquire))
     }
 
-    fn begin_request(self: &Arc<Self>) -> RequestGuard {
+    pub(super) fn begin_request(self: &Arc<Self>) -> RequestGuard {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.requests.fetch_add(1, Ordering::AcqRel);
         self.changed.notify_one();
@@ -330,7 +546,7 @@ impl Activity {
 }
 
 /// One request in progress; on drop the idle clock restarts from now.
-struct RequestGuard(Arc<Activity>);
+pub(super) struct RequestGuard(Arc<Activity>);
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
@@ -340,7 +556,8 @@ impl Drop for RequestGuard {
     }
 }
 
-/// A socket that records the time of every successful read and write.
+/// A socket that records the time of every successful read and write as
+/// activity, until the connection turns out to speak HTTP/2.
 struct TrackedIo {
     inner: TcpStream,
     activity: Arc<Activity>,
@@ -355,7 +572,7 @@ impl AsyncRead for TrackedIo {
         let before = buf.filled().len();
         let res = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touch();
+            self.activity.touch_io();
         }
         res
     }
@@ -369,7 +586,7 @@ impl AsyncWrite for TrackedIo {
     ) -> Poll<io::Result<usize>> {
         let res = Pin::new(&mut self.inner).poll_write(cx, buf);
         if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
+            self.activity.touch_io();
         }
         res
     }
@@ -381,7 +598,7 @@ impl AsyncWrite for TrackedIo {
     ) -> Poll<io::Result<usize>> {
         let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
+            self.activity.touch_io();
         }
         res
     }

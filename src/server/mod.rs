@@ -9,12 +9,15 @@
 //! `stacks::api`, `/admin/v1` in `admin`, liveness and readiness in [`health`].
 
 pub mod access;
+mod body;
 mod conn;
 pub mod health;
 pub mod metrics;
+mod slots;
 pub mod tls;
 pub mod trace;
 
+pub use body::BodyTooSlow;
 pub use conn::Limits;
 
 use std::future::Future;

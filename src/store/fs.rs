@@ -32,6 +32,10 @@ fn page_size() -> u64 {
 /// `tmp/` files untouched for less than this are never swept, whatever
 /// their lock says (a writer locks its file right after creating it).
 pub const TMP_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(2);
+/// Directories waiting for the next [`super::Blobstore::sync`] at most; a
+/// commit that finds more syncs them itself, so the wait before a root swap
+/// stays bounded however many objects were written since the last one.
+const MAX_DIRTY_DIRS: usize = 1024;
 
 /// Reads of at most this many bytes are done inline in one `read(2)`, not streamed.
 const INLINE_READ_MAX: u64 = 64 * 1024;
@@ -210,10 +214,20 @@ impl FsStore {
         Ok((file, start, end))
     }
 
-    fn mark_dirty(&self, dir: PathBuf) {
-        if let Ok(mut d) = self.dirty_dirs.lock() {
-            d.insert(dir);
+    /// Records `dir` for the next sync; `true` when the set is over
+    /// [`MAX_DIRTY_DIRS`] (the caller syncs now).
+    fn mark_dirty(&self, dir: PathBuf) -> bool {
+        match self.dirty_dirs.lock() {
+            Ok(mut d) => {
+                d.insert(dir);
+                d.len() > MAX_DIRTY_DIRS
+            }
+            Err(_) => false,
         }
+    }
+
+    fn is_scratch(&self, path: &Path) -> bool {
+        path.starts_with(self.root.join("uploads"))
     }
 }
 
@@ -387,10 +401,14 @@ impl super::Blobstore for FsStore {
             StoreError::Io(io) => not_found(&key, io),
             other => other,
         })?;
+        let mut full = false;
         if let Some(grand) = parent.parent() {
-            self.mark_dirty(grand.to_path_buf());
+            full |= self.mark_dirty(grand.to_path_buf());
         }
-        self.mark_dirty(parent);
+        full |= self.mark_dirty(parent);
+        if full {
+            super::Blobstore::sync(self).await?;
+        }
         Ok(())
     }
 
@@ -543,6 +561,9 @@ impl ObjectWriter for FsWriter {
         let file = self.take_file()?;
         let tmp = std::mem::take(&mut self.tmp);
         let final_path = self.final_path.clone();
+        // Scratch objects (upload chunks) are never made reachable by a root
+        // swap: their directories are synced here, not queued for it.
+        let scratch = self.store.is_scratch(&final_path);
         let parent = blocking(move || {
             file.sync_all()?;
             drop(file);
@@ -552,14 +573,27 @@ impl ObjectWriter for FsWriter {
                 .unwrap_or_default();
             std::fs::create_dir_all(&parent)?;
             std::fs::rename(&tmp, &final_path)?;
+            if scratch {
+                fsync_dir(&parent)?;
+                if let Some(grand) = parent.parent() {
+                    fsync_dir(grand)?;
+                }
+            }
             Ok(parent)
         })
         .await?;
-        // The rename lives in `parent`; a directory created for it lives in the grandparent.
-        if let Some(grand) = parent.parent() {
-            self.store.mark_dirty(grand.to_path_buf());
+        if scratch {
+            return Ok(());
         }
-        self.store.mark_dirty(parent);
+        // The rename lives in `parent`; a directory created for it lives in the grandparent.
+        let mut full = false;
+        if let Some(grand) = parent.parent() {
+            full |= self.store.mark_dirty(grand.to_path_buf());
+        }
+        full |= self.store.mark_dirty(parent);
+        if full {
+            super::Blobstore::sync(&self.store).await?;
+        }
         Ok(())
     }
 

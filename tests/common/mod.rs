@@ -2,6 +2,7 @@
 //! running the `airlock` binary, required external tools.
 #![allow(dead_code)]
 
+pub mod listener;
 pub mod router;
 pub mod synth;
 
