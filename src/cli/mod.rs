@@ -51,9 +51,14 @@ pub struct DataArg {
 impl DataArg {
     /// State in the data directory, created if missing (for commands that write).
     pub fn state(&self) -> Result<StateStore> {
+        self.state_with_cache(airlock::state::DEFAULT_CACHE_BYTES)
+    }
+
+    /// As [`DataArg::state`], with a page cache of `bytes` (`serve --cache-size`).
+    pub fn state_with_cache(&self, bytes: u64) -> Result<StateStore> {
         let store = FsStore::open(&self.data)
             .with_context(|| format!("opening data directory {}", self.data.display()))?;
-        Ok(StateStore::new(Arc::new(store)))
+        Ok(StateStore::with_cache_bytes(Arc::new(store), bytes))
     }
 
     /// State in an existing data directory, for commands that only read.

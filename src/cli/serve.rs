@@ -46,6 +46,18 @@ pub struct ServeArgs {
     /// absent `n` is clamped; `Link` names the next page).
     #[arg(long, env = "AIRLOCK_MAX_PAGE", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_page: u64,
+    /// Most descriptors in one page of the referrers list (a smaller `n`
+    /// lowers it; `Link` names the next page).
+    #[arg(long, env = "AIRLOCK_MAX_REFERRERS_PAGE", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_referrers_page: u64,
+    /// Most bytes of JSON in one page of the referrers list (K, M, G
+    /// suffixes; a single larger descriptor still gets its own page).
+    #[arg(long, env = "AIRLOCK_MAX_REFERRERS_PAGE_BYTES", default_value = "4M", value_parser = super::parse_size)]
+    max_referrers_page_bytes: u64,
+    /// Bytes of metadata pages kept in memory (the state's page cache;
+    /// K, M, G suffixes).
+    #[arg(long, env = "AIRLOCK_CACHE_SIZE", default_value = "64M", value_parser = super::parse_size)]
+    cache_size: u64,
     /// Close a connection whose client has not sent a complete request
     /// head within this many seconds (also bounds HTTP/1.1 keep-alive
     /// idling between requests).
@@ -72,13 +84,17 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             anyhow::anyhow!("--mirror-namespace {ns:?} cannot prefix a repository name")
         })?;
     }
-    let state = args.data.state()?;
+    let state = args.data.state_with_cache(args.cache_size)?;
     let config = airlock::registry::RegistryConfig {
         allow_push: args.allow_push,
         allow_delete: args.allow_delete,
         mirror_namespace: args.mirror_namespace,
         upload_expiry: Duration::from_secs(args.upload_expiry_secs),
         max_page: args.max_page as usize,
+        referrers: airlock::registry::referrers::ReferrersLimits {
+            max_descriptors: args.max_referrers_page as usize,
+            max_bytes: usize::try_from(args.max_referrers_page_bytes).unwrap_or(usize::MAX),
+        },
         uploads: airlock::registry::uploads::UploadLimits {
             max_blob_size: args.max_blob_size,
             max_sessions: args.max_upload_sessions as usize,
