@@ -186,6 +186,7 @@ impl StateStore {
     /// One attempt: `Ok(None)` when another process swapped the root first.
     async fn try_batch(&self, batch: &[Pending]) -> Result<Option<Vec<Result<Commit>>>> {
         let snap = self.snapshot().await?;
+        self.pages.discard();
         let mut work = Working {
             table: self.paged_table(&snap).await?,
             bases: BTreeMap::new(),
@@ -368,6 +369,7 @@ impl StateStore {
             repositories: table,
             documents,
         };
+        self.pages.flush().await?;
         let digest = put_doc(&*self.store, &state).await?;
         Ok(Some((digest, state)))
     }

@@ -205,6 +205,7 @@ impl StateStore {
             pages: page::Pages {
                 store: store.clone(),
                 cache: Arc::new(Mutex::new(cache::ByteLru::new(bytes))),
+                staged: Default::default(),
             },
             store,
             snapshot: Arc::new(Mutex::new(Arc::new(Snapshot::default()))),

@@ -121,11 +121,20 @@ struct Node {
     fresh: Option<usize>,
 }
 
-/// Reads and writes the pages of paged trees, through the byte-bounded cache.
+/// Pages written by a commit and not yet stored: digest → (page, JSON).
+type Staged = std::collections::HashMap<Digest, (Arc<Page>, Vec<u8>)>;
+
+/// Pages stored at once by [`Pages::flush`] (their fsyncs overlap).
+const FLUSH_CONCURRENCY: usize = 16;
+
+/// Reads and writes the pages of paged trees, through the byte-bounded
+/// cache. New pages are staged in memory ([`Pages::apply`]) and stored
+/// together by [`Pages::flush`]; reads see staged pages.
 #[derive(Clone)]
 pub(super) struct Pages {
     pub(super) store: Arc<dyn Blobstore>,
     pub(super) cache: Arc<Mutex<ByteLru>>,
+    pub(super) staged: Arc<Mutex<Staged>>,
 }
 
 impl Pages {
@@ -140,6 +149,9 @@ impl Pages {
     /// every page must not evict the pages readers use).
     pub(super) async fn read(&self, digest: &Digest, keep: bool) -> Result<Arc<Page>> {
         if let Some(Cached::Page(p)) = self.cache.lock().ok().and_then(|mut c| c.get(digest)) {
+            return Ok(p);
+        }
+        if let Some((p, _)) = self.staged.lock().ok().and_then(|s| s.get(digest).cloned()) {
             return Ok(p);
         }
         let bytes = store::get_verified(&*self.store, digest).await?;
@@ -165,23 +177,54 @@ impl Pages {
         }
     }
 
-    /// Writes `page` and names it for its parent.
+    /// Stages `page` for [`Pages::flush`] and names it for its parent.
     async fn write(&self, page: Page) -> Result<Node> {
         let bytes = serde_json::to_vec(&page).map_err(|e| StateError::Corrupt {
             digest: "(new page)".into(),
             cause: e.to_string(),
         })?;
-        let digest = store::put_bytes(&*self.store, &bytes).await?;
+        let digest = Digest::sha256_of(&bytes);
         let key = page.entries.first().map(|e| e.0.clone()).unwrap_or_default();
-        self.remember(&digest, &Arc::new(page), bytes.len());
+        let len = bytes.len();
+        if let Ok(mut s) = self.staged.lock() {
+            s.insert(digest.clone(), (Arc::new(page), bytes));
+        }
         Ok(Node {
             key,
             digest,
-            fresh: Some(bytes.len()),
+            fresh: Some(len),
         })
     }
 
-    /// The digest of the empty tree (the empty leaf page), written if needed.
+    /// Stores every staged page (those already stored are skipped), up to
+    /// 16 at once, and keeps them in the cache. Pages staged but never
+    /// reached by a committed root are left for GC, as any unreferenced blob.
+    pub(super) async fn flush(&self) -> Result<()> {
+        use futures_util::StreamExt;
+        let staged: Vec<(Digest, (Arc<Page>, Vec<u8>))> = match self.staged.lock() {
+            Ok(mut s) => s.drain().collect(),
+            Err(_) => Vec::new(),
+        };
+        let mut writes = futures_util::stream::iter(staged.into_iter().map(|(d, (page, bytes))| async move {
+            store::put_bytes(&*self.store, &bytes).await?;
+            self.remember(&d, &page, bytes.len());
+            Ok::<(), StateError>(())
+        }))
+        .buffer_unordered(FLUSH_CONCURRENCY);
+        while let Some(r) = writes.next().await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Drops staged pages (a commit attempt that will not land).
+    pub(super) fn discard(&self) {
+        if let Ok(mut s) = self.staged.lock() {
+            s.clear();
+        }
+    }
+
+    /// The digest of the empty tree (the empty leaf page), staged if needed.
     pub(super) async fn empty(&self) -> Result<Digest> {
         Ok(self.write(Page::leaf(Vec::new())).await?.digest)
     }
@@ -444,7 +487,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(crate::store::fs::FsStore::open(dir.path()).unwrap());
         let cache = Arc::new(Mutex::new(ByteLru::new(1 << 20)));
-        (dir, Pages { store, cache })
+        let staged = Default::default();
+        (dir, Pages { store, cache, staged })
     }
 
     fn key(i: usize) -> String {
@@ -490,8 +534,9 @@ mod tests {
         for batch in [1, 2, 300, 1, 1000, 7, 1000, 689] {
             let mut delta = Delta::new();
             for _ in 0..batch {
-                delta.insert(key(i), Some(string_value(&format!("v{i}"))));
-                want.insert(key(i), format!("v{i}"));
+                let v = format!("v{i}-{}", "x".repeat(100));
+                delta.insert(key(i), Some(string_value(&v)));
+                want.insert(key(i), v);
                 i += 1;
             }
             root = p.apply(root.as_ref(), &delta).await.unwrap();
@@ -500,13 +545,16 @@ mod tests {
         check(&p, &full, &want).await;
         assert!(p.load(&full).await.unwrap().level >= 2, "a tree of several levels");
         // A no-op delta keeps the root.
-        let same: Delta = [(key(5), Some(string_value("v5")))].into();
+        let same: Delta = [(key(5), Some(string_value(&want[&key(5)])))].into();
         assert_eq!(p.apply(root.as_ref(), &same).await.unwrap(), root);
-        for j in 0..2000 {
-            let delta: Delta = [(key(j), None)].into();
-            want.remove(&key(j));
+        for j in 0..40 {
+            let delta: Delta = (0..50).map(|k| (key(j * 50 + k), None)).collect();
+            for k in delta.keys() {
+                want.remove(k);
+            }
             root = p.apply(root.as_ref(), &delta).await.unwrap();
         }
+        p.flush().await.unwrap();
         check(&p, root.as_ref().unwrap(), &want).await;
         let delta: Delta = want.keys().map(|k| (k.clone(), None)).collect();
         assert_eq!(p.apply(root.as_ref(), &delta).await.unwrap(), None);
