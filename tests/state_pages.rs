@@ -100,6 +100,10 @@ async fn one_push_into_3000_tags_writes_little_and_lists_in_order() {
         .filter(|(p, _)| !before.contains(p))
         .collect();
     let written: u64 = new.iter().map(|f| f.1).sum();
+    eprintln!(
+        "one tag push into 3000 tags wrote {written} bytes in {} files",
+        new.len()
+    );
     assert!(
         written < 64 * 1024,
         "one tag push wrote {written} bytes in {} files",
@@ -139,7 +143,13 @@ async fn one_push_into_3000_tags_writes_little_and_lists_in_order() {
     let page = r.tags(Some("v2998"), 3).await.unwrap();
     let names: Vec<&str> = page.iter().map(|(t, _)| t.as_str()).collect();
     let at = want.iter().position(|t| t == "v2998").unwrap();
-    assert_eq!(names, want[at + 1..at + 4].iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        names,
+        want[at + 1..at + 4]
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+    );
     assert!(page.iter().all(|(_, d)| d == &digest));
 
     let history = state.history().await.unwrap();
@@ -158,7 +168,10 @@ async fn first_layout_store_reads_and_converts_on_the_next_commit() {
     let store: Arc<dyn Blobstore> = Arc::new(FsStore::open(dir.path()).unwrap());
     let put = async |v: serde_json::Value| {
         let bytes = serde_json::to_vec(&v).unwrap();
-        airlock::store::put_bytes(&*store, &bytes).await.unwrap().to_string()
+        airlock::store::put_bytes(&*store, &bytes)
+            .await
+            .unwrap()
+            .to_string()
     };
     let m1 = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[]}"#;
     let m2 = br#"{"schemaVersion":2,"note":"a signature"}"#;
@@ -175,8 +188,11 @@ async fn first_layout_store_reads_and_converts_on_the_next_commit() {
         "blobs": {layer.clone(): 5}
     }))
     .await;
-    let other_doc = put(serde_json::json!({"tags": {}, "manifests": {}, "blobs": {layer.clone(): 5}})).await;
-    let table = put(serde_json::json!({"repositories": {"old/app": repo_doc, "old/other": other_doc}})).await;
+    let other_doc =
+        put(serde_json::json!({"tags": {}, "manifests": {}, "blobs": {layer.clone(): 5}})).await;
+    let table =
+        put(serde_json::json!({"repositories": {"old/app": repo_doc, "old/other": other_doc}}))
+            .await;
     let state_doc = put(serde_json::json!({
         "kind": "airlock.state.v1", "generation": 1, "parent": null,
         "time": "2026-11-01T00:00:00Z", "reason": "import", "who": "t",
@@ -190,20 +206,48 @@ async fn first_layout_store_reads_and_converts_on_the_next_commit() {
         let snap = state.snapshot().await.unwrap();
         let names = state.repositories(&snap, None, 10).await.unwrap();
         assert_eq!(names, vec![name("old/app"), name("old/other")]);
-        assert_eq!(state.repositories(&snap, Some("old/app"), 10).await.unwrap(), vec![name("old/other")]);
-        let r = state.repository(&snap, &name("old/app")).await.unwrap().unwrap();
+        assert_eq!(
+            state
+                .repositories(&snap, Some("old/app"), 10)
+                .await
+                .unwrap(),
+            vec![name("old/other")]
+        );
+        let r = state
+            .repository(&snap, &name("old/app"))
+            .await
+            .unwrap()
+            .unwrap();
         let d1: Digest = d1.parse().unwrap();
         let d2: Digest = d2.parse().unwrap();
-        assert_eq!(r.tag(&"v1".parse().unwrap()).await.unwrap(), Some(d1.clone()));
-        assert_eq!(r.manifest(&d1).await.unwrap().unwrap().size, m1.len() as u64);
+        assert_eq!(
+            r.tag(&"v1".parse().unwrap()).await.unwrap(),
+            Some(d1.clone())
+        );
+        assert_eq!(
+            r.manifest(&d1).await.unwrap().unwrap().size,
+            m1.len() as u64
+        );
         assert_eq!(r.blob(&layer.parse().unwrap()).await.unwrap(), Some(5));
         let refs = r.referrers(&d1, None, 10).await.unwrap();
         assert_eq!(refs.len(), 1);
         assert_eq!(refs[0].0, d2);
-        assert_eq!(refs[0].1.artifact_type.as_deref(), Some("application/x.sig"));
-        let tags: Vec<String> = r.tags(None, 10).await.unwrap().into_iter().map(|t| t.0.to_string()).collect();
-        assert_eq!(tags, ["latest", "v1"]);
-        let router = server::router(Arc::new(App::with_config(state.clone(), RegistryConfig::default())));
+        assert_eq!(
+            refs[0].1.artifact_type.as_deref(),
+            Some("application/x.sig")
+        );
+        let tags: Vec<String> = r
+            .tags(None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.0.to_string())
+            .collect();
+        assert_eq!(tags[..2], ["latest", "v1"], "{tags:?}");
+        let router = server::router(Arc::new(App::with_config(
+            state.clone(),
+            RegistryConfig::default(),
+        )));
         let got = get(&router, "/v2/old/app/manifests/latest").await;
         got.status(200);
         assert_eq!(got.body, m1.to_vec());
@@ -224,7 +268,11 @@ async fn first_layout_store_reads_and_converts_on_the_next_commit() {
     let snap = state.snapshot().await.unwrap();
     assert_eq!(snap.state.as_ref().unwrap().kind, "airlock.state.v2");
     check(&StateStore::new(store.clone())).await;
-    let r = state.repository(&snap, &name("old/app")).await.unwrap().unwrap();
+    let r = state
+        .repository(&snap, &name("old/app"))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(r.root().is_some(), "converted to pages");
     assert_eq!(r.tags(None, 10).await.unwrap().len(), 3);
     let history = state.history().await.unwrap();
@@ -238,9 +286,19 @@ async fn first_layout_store_reads_and_converts_on_the_next_commit() {
     };
     state.commit("delete", "t", &[op]).await.unwrap();
     let snap = state.snapshot().await.unwrap();
-    let r = state.repository(&snap, &name("old/app")).await.unwrap().unwrap();
+    let r = state
+        .repository(&snap, &name("old/app"))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(r.tags(None, 10).await.unwrap().is_empty());
-    assert!(r.referrers(&d1.parse().unwrap(), None, 10).await.unwrap().len() == 1);
+    assert!(
+        r.referrers(&d1.parse().unwrap(), None, 10)
+            .await
+            .unwrap()
+            .len()
+            == 1
+    );
 }
 
 /// `walk` over every generation (one shared `seen` set) reaches every file
@@ -254,9 +312,15 @@ async fn walk_reaches_exactly_what_generations_need() {
     let mut manifests = Vec::new();
     for i in 0..40u32 {
         let body = format!(r#"{{"schemaVersion":2,"n":{i}}}"#);
-        manifests.push(airlock::store::put_bytes(&*store, body.as_bytes()).await.unwrap());
+        manifests.push(
+            airlock::store::put_bytes(&*store, body.as_bytes())
+                .await
+                .unwrap(),
+        );
     }
-    let blob = airlock::store::put_bytes(&*store, b"a layer").await.unwrap();
+    let blob = airlock::store::put_bytes(&*store, b"a layer")
+        .await
+        .unwrap();
     for (i, d) in manifests.iter().enumerate() {
         let repo = name(&format!("team{}/app", i % 4));
         let subject = (i % 5 == 1).then(|| manifests[0].clone());
@@ -269,7 +333,9 @@ async fn walk_reaches_exactly_what_generations_need() {
                 repo,
                 digest: d.clone(),
                 info: info(20, subject.as_ref()),
-                tags: (0..30).map(|t| format!("t{i}-{t}").parse().unwrap()).collect(),
+                tags: (0..30)
+                    .map(|t| format!("t{i}-{t}").parse().unwrap())
+                    .collect(),
             },
         ];
         state.commit("push", "t", &ops).await.unwrap();
@@ -313,7 +379,10 @@ async fn walk_reaches_exactly_what_generations_need() {
         .iter()
         .map(|(p, _)| format!("sha256:{}", p.file_name().unwrap().to_str().unwrap()))
         .collect();
-    assert_eq!(reached, files, "every stored blob is reached by some generation");
+    assert_eq!(
+        reached, files,
+        "every stored blob is reached by some generation"
+    );
 
     // Only what the current generation reaches, in a fresh store.
     let copy = tempfile::tempdir().unwrap();
@@ -326,7 +395,10 @@ async fn walk_reaches_exactly_what_generations_need() {
     let root = store.read_root().await.unwrap().unwrap().value;
     assert!(fresh.swap_root(None, &root).await.unwrap());
     let copy_state = StateStore::new(fresh);
-    let (a, b) = (state.snapshot().await.unwrap(), copy_state.snapshot().await.unwrap());
+    let (a, b) = (
+        state.snapshot().await.unwrap(),
+        copy_state.snapshot().await.unwrap(),
+    );
     let names = copy_state.repositories(&b, None, 100).await.unwrap();
     assert_eq!(names, state.repositories(&a, None, 100).await.unwrap());
     assert_eq!(names.len(), 4);
@@ -335,8 +407,14 @@ async fn walk_reaches_exactly_what_generations_need() {
             state.repository(&a, n).await.unwrap().unwrap(),
             copy_state.repository(&b, n).await.unwrap().unwrap(),
         );
-        assert_eq!(x.tags(None, 10_000).await.unwrap(), y.tags(None, 10_000).await.unwrap());
-        assert_eq!(x.manifests(None, 100).await.unwrap(), y.manifests(None, 100).await.unwrap());
+        assert_eq!(
+            x.tags(None, 10_000).await.unwrap(),
+            y.tags(None, 10_000).await.unwrap()
+        );
+        assert_eq!(
+            x.manifests(None, 100).await.unwrap(),
+            y.manifests(None, 100).await.unwrap()
+        );
         assert_eq!(y.blobs(None, 10).await.unwrap(), vec![(blob.clone(), 7)]);
     }
     let refs = copy_state
@@ -347,7 +425,11 @@ async fn walk_reaches_exactly_what_generations_need() {
         .referrers(&manifests[0], None, 100)
         .await
         .unwrap();
-    assert_eq!(refs.len(), 2, "manifests 1 and 21 are in team1/app with subject 0");
+    assert_eq!(
+        refs.len(),
+        2,
+        "manifests 1 and 21 are in team1/app with subject 0"
+    );
     let doc: serde_json::Value = copy_state.document(&b, "room").await.unwrap().unwrap();
     assert_eq!(doc["a"], 1);
 }
@@ -369,16 +451,33 @@ async fn referrers_are_paged_with_link() {
         },
         ..RegistryConfig::default()
     };
-    let router = server::router(Arc::new(App::with_config(state.clone(), config(5, 1 << 20))));
-    let small = server::router(Arc::new(App::with_config(state.clone(), config(1000, 1200))));
+    let router = server::router(Arc::new(App::with_config(
+        state.clone(),
+        config(5, 1 << 20),
+    )));
+    let small = server::router(Arc::new(App::with_config(
+        state.clone(),
+        config(1000, 1200),
+    )));
     let empty = b"{}".to_vec();
-    let r = send_body(&router, "POST", &format!("/v2/app/blobs/uploads/?digest={}", sha256(&empty)), &[], empty.clone()).await;
+    let r = send_body(
+        &router,
+        "POST",
+        &format!("/v2/app/blobs/uploads/?digest={}", sha256(&empty)),
+        &[],
+        empty.clone(),
+    )
+    .await;
     r.status(201);
     let subject = sha256(b"the subject");
     let mut pushed = Vec::new();
     let mut sigs = Vec::new();
     for i in 0..23 {
-        let at = if i % 3 == 0 { "application/x.sig" } else { "application/x.sbom+json" };
+        let at = if i % 3 == 0 {
+            "application/x.sig"
+        } else {
+            "application/x.sbom+json"
+        };
         let m = serde_json::to_vec(&serde_json::json!({
             "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": at,
             "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha256(&empty), "size": 2},
@@ -388,7 +487,14 @@ async fn referrers_are_paged_with_link() {
         }))
         .unwrap();
         let d = sha256(&m);
-        let r = send_body(&router, "PUT", &format!("/v2/app/manifests/{d}"), &[("content-type", OCI_MANIFEST)], m).await;
+        let r = send_body(
+            &router,
+            "PUT",
+            &format!("/v2/app/manifests/{d}"),
+            &[("content-type", OCI_MANIFEST)],
+            m,
+        )
+        .await;
         r.status(201);
         if i % 3 == 0 {
             sigs.push(d.clone());
@@ -407,7 +513,10 @@ async fn referrers_are_paged_with_link() {
             let v = r.json();
             let list = v["manifests"].as_array().unwrap();
             sizes.push((list.len(), r.body.len()));
-            all.extend(list.iter().map(|m| m["digest"].as_str().unwrap().to_string()));
+            all.extend(
+                list.iter()
+                    .map(|m| m["digest"].as_str().unwrap().to_string()),
+            );
             match r.headers.get("link") {
                 Some(l) => {
                     let l = l.to_str().unwrap();
@@ -421,16 +530,33 @@ async fn referrers_are_paged_with_link() {
     };
     let (all, sizes) = follow(&router, format!("/v2/app/referrers/{subject}")).await;
     assert_eq!(all, pushed);
-    assert_eq!(sizes.iter().map(|s| s.0).collect::<Vec<_>>(), [5, 5, 5, 5, 3]);
-    let (all, sizes) = follow(&router, format!("/v2/app/referrers/{subject}?artifactType=application/x.sig")).await;
+    assert_eq!(
+        sizes.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [5, 5, 5, 5, 3]
+    );
+    let (all, sizes) = follow(
+        &router,
+        format!("/v2/app/referrers/{subject}?artifactType=application/x.sig"),
+    )
+    .await;
     assert_eq!(all, sigs);
     assert_eq!(sizes.iter().map(|s| s.0).collect::<Vec<_>>(), [5, 3]);
-    let (all, _) = follow(&router, format!("/v2/app/referrers/{subject}?n=2&artifactType=application%2Fx.sbom%2Bjson")).await;
-    let sboms: Vec<String> = pushed.iter().filter(|d| !sigs.contains(d)).cloned().collect();
+    let (all, _) = follow(
+        &router,
+        format!("/v2/app/referrers/{subject}?n=2&artifactType=application%2Fx.sbom%2Bjson"),
+    )
+    .await;
+    let sboms: Vec<String> = pushed
+        .iter()
+        .filter(|d| !sigs.contains(d))
+        .cloned()
+        .collect();
     assert_eq!(all, sboms);
     let (all, sizes) = follow(&small, format!("/v2/app/referrers/{subject}")).await;
     assert_eq!(all, pushed);
     assert!(sizes.len() >= 5, "{sizes:?}");
     assert!(sizes.iter().all(|s| s.1 <= 1200 && s.0 >= 1), "{sizes:?}");
-    get(&router, &format!("/v2/app/referrers/{subject}?last=nope")).await.error(400, "DIGEST_INVALID");
+    get(&router, &format!("/v2/app/referrers/{subject}?last=nope"))
+        .await
+        .error(400, "DIGEST_INVALID");
 }

@@ -24,8 +24,8 @@ use tokio::sync::oneshot;
 use super::ops::Edit;
 use super::page::{self, Delta};
 use super::{
-    Commit, Op, Result, STATE_KIND, Snapshot, StateDoc, StateError, StateStore, Table,
-    now_rfc3339, put_doc, repo,
+    Commit, Op, Result, STATE_KIND, Snapshot, StateDoc, StateError, StateStore, Table, now_rfc3339,
+    put_doc, repo,
 };
 use crate::digest::Digest;
 use crate::names::RepositoryName;
@@ -65,6 +65,8 @@ struct Working {
     bases: BTreeMap<RepositoryName, Option<Digest>>,
     /// Changed keys per repository.
     repos: BTreeMap<RepositoryName, Delta>,
+    /// Repository roots made by converting a first-layout snapshot (to store with the table).
+    converted: Vec<Digest>,
     documents: BTreeMap<String, Option<Vec<u8>>>,
 }
 
@@ -187,8 +189,10 @@ impl StateStore {
     async fn try_batch(&self, batch: &[Pending]) -> Result<Option<Vec<Result<Commit>>>> {
         let snap = self.snapshot().await?;
         self.pages.discard();
+        let (table, converted) = self.paged_table(&snap).await?;
         let mut work = Working {
-            table: self.paged_table(&snap).await?,
+            table,
+            converted,
             bases: BTreeMap::new(),
             repos: BTreeMap::new(),
             documents: BTreeMap::new(),
@@ -286,13 +290,14 @@ impl StateStore {
 
     /// The paged repository table of `snap`: the empty tree for an empty
     /// store; for a first-layout snapshot, its documents converted to pages
-    /// (written now, reachable once the commit lands).
-    async fn paged_table(&self, snap: &Snapshot) -> Result<Digest> {
+    /// (staged now, stored with the commit), with the converted repository roots.
+    async fn paged_table(&self, snap: &Snapshot) -> Result<(Digest, Vec<Digest>)> {
         let legacy = match snap.table()? {
-            Table::Empty => return self.pages.empty().await,
-            Table::Paged(d) => return Ok(d),
+            Table::Empty => return Ok((self.pages.empty().await?, Vec::new())),
+            Table::Paged(d) => return Ok((d, Vec::new())),
             Table::Legacy(d) => d,
         };
+        let mut roots = Vec::new();
         let table = self.legacy_table(&legacy).await?;
         let mut delta = Delta::new();
         for (name, doc) in &table.repositories {
@@ -302,13 +307,18 @@ impl StateStore {
                     name.to_string(),
                     Some(page::string_value(&root.to_string())),
                 );
+                roots.push(root);
             }
         }
-        tracing::info!(repositories = delta.len(), "converting first-layout state to pages");
-        match self.pages.apply(None, &delta).await? {
-            Some(root) => Ok(root),
-            None => self.pages.empty().await,
-        }
+        tracing::info!(
+            repositories = delta.len(),
+            "converting first-layout state to pages"
+        );
+        let table = match self.pages.apply(None, &delta).await? {
+            Some(root) => root,
+            None => self.pages.empty().await?,
+        };
+        Ok((table, roots))
     }
 
     async fn document_bytes(&self, snap: &Snapshot, name: &str) -> Result<Option<Vec<u8>>> {
@@ -328,18 +338,22 @@ impl StateStore {
         who: &str,
     ) -> Result<Option<(Digest, StateDoc)>> {
         let mut table_delta = Delta::new();
+        let mut roots = Vec::new();
         for (name, delta) in &work.repos {
             let base = work.bases.get(name).and_then(Option::as_ref);
             let root = self.pages.apply(base, delta).await?;
             if root.as_ref() != base {
-                let value = root.map(|d| page::string_value(&d.to_string()));
+                let value = root.as_ref().map(|d| page::string_value(&d.to_string()));
                 table_delta.insert(name.to_string(), value);
+                roots.extend(root);
             }
         }
         let table = match self.pages.apply(Some(&work.table), &table_delta).await? {
             Some(root) => root,
             None => self.pages.empty().await?,
         };
+        roots.push(table.clone());
+        roots.extend(work.converted.iter().cloned());
         let old_documents = snap
             .state
             .as_ref()
@@ -369,7 +383,7 @@ impl StateStore {
             repositories: table,
             documents,
         };
-        self.pages.flush().await?;
+        self.pages.flush(&roots).await?;
         let digest = put_doc(&*self.store, &state).await?;
         Ok(Some((digest, state)))
     }

@@ -344,7 +344,11 @@ impl StateStore {
         let entries = repo.tags.len() + repo.manifests.len() + repo.blobs.len();
         if let Ok(mut c) = self.pages.cache.lock() {
             let w = cache::weight(bytes.len(), entries);
-            c.insert(digest.clone(), cache::Cached::LegacyRepository(repo.clone()), w);
+            c.insert(
+                digest.clone(),
+                cache::Cached::LegacyRepository(repo.clone()),
+                w,
+            );
         }
         Ok(repo)
     }

@@ -334,11 +334,20 @@ mod tests {
             info: info(media_type),
             tags: vec![tag.parse().unwrap()],
         };
-        state.commit("a", "t", &[put(crate::oci::OCI_MANIFEST, "a")]).await.unwrap();
-        state.commit("b", "t", &[put("text/plain", "b")]).await.unwrap();
+        state
+            .commit("a", "t", &[put(crate::oci::OCI_MANIFEST, "a")])
+            .await
+            .unwrap();
+        state
+            .commit("b", "t", &[put("text/plain", "b")])
+            .await
+            .unwrap();
         let snap = state.snapshot().await.unwrap();
         let r = state.repository(&snap, &repo).await.unwrap().unwrap();
-        assert_eq!(r.manifest(&digest).await.unwrap().unwrap(), info(crate::oci::OCI_MANIFEST));
+        assert_eq!(
+            r.manifest(&digest).await.unwrap().unwrap(),
+            info(crate::oci::OCI_MANIFEST)
+        );
         let tags = r.tags(None, 10).await.unwrap();
         assert_eq!(tags.len(), 2);
         assert!(tags.iter().all(|(_, d)| d == &digest));

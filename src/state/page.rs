@@ -184,7 +184,11 @@ impl Pages {
             cause: e.to_string(),
         })?;
         let digest = Digest::sha256_of(&bytes);
-        let key = page.entries.first().map(|e| e.0.clone()).unwrap_or_default();
+        let key = page
+            .entries
+            .first()
+            .map(|e| e.0.clone())
+            .unwrap_or_default();
         let len = bytes.len();
         if let Ok(mut s) = self.staged.lock() {
             s.insert(digest.clone(), (Arc::new(page), bytes));
@@ -196,21 +200,35 @@ impl Pages {
         })
     }
 
-    /// Stores every staged page (those already stored are skipped), up to
-    /// 16 at once, and keeps them in the cache. Pages staged but never
-    /// reached by a committed root are left for GC, as any unreferenced blob.
-    pub(super) async fn flush(&self) -> Result<()> {
+    /// Stores the staged pages reachable from `roots` (new tree roots) up
+    /// to 16 at once, keeps them in the cache, and drops the other staged
+    /// pages (superseded within the commit: never stored, so no garbage).
+    pub(super) async fn flush(&self, roots: &[Digest]) -> Result<()> {
         use futures_util::StreamExt;
-        let staged: Vec<(Digest, (Arc<Page>, Vec<u8>))> = match self.staged.lock() {
-            Ok(mut s) => s.drain().collect(),
-            Err(_) => Vec::new(),
+        let mut staged: Staged = match self.staged.lock() {
+            Ok(mut s) => std::mem::take(&mut *s),
+            Err(_) => Staged::new(),
         };
-        let mut writes = futures_util::stream::iter(staged.into_iter().map(|(d, (page, bytes))| async move {
-            store::put_bytes(&*self.store, &bytes).await?;
-            self.remember(&d, &page, bytes.len());
-            Ok::<(), StateError>(())
-        }))
-        .buffer_unordered(FLUSH_CONCURRENCY);
+        let mut reached = Vec::new();
+        let mut stack: Vec<Digest> = roots.to_vec();
+        while let Some(d) = stack.pop() {
+            let Some((page, bytes)) = staged.remove(&d) else {
+                continue; // stored already
+            };
+            if page.level > 0 {
+                for i in 0..page.entries.len() {
+                    stack.push(page.child(i)?);
+                }
+            }
+            reached.push((d, page, bytes));
+        }
+        let mut writes =
+            futures_util::stream::iter(reached.into_iter().map(|(d, page, bytes)| async move {
+                store::put_bytes(&*self.store, &bytes).await?;
+                self.remember(&d, &page, bytes.len());
+                Ok::<(), StateError>(())
+            }))
+            .buffer_unordered(FLUSH_CONCURRENCY);
         while let Some(r) = writes.next().await {
             r?;
         }
@@ -295,7 +313,11 @@ impl Pages {
     /// the pages it changes. Returns the new root, `None` when the tree is
     /// left empty. An empty delta, or one that changes no entry, returns
     /// `root` itself and writes nothing.
-    pub(super) async fn apply(&self, root: Option<&Digest>, delta: &Delta) -> Result<Option<Digest>> {
+    pub(super) async fn apply(
+        &self,
+        root: Option<&Digest>,
+        delta: &Delta,
+    ) -> Result<Option<Digest>> {
         let muts: Vec<(&String, &Option<Value>)> = delta.iter().collect();
         let (mut level, mut nodes) = match root {
             None => {
@@ -304,7 +326,11 @@ impl Pages {
             }
             Some(r) => {
                 let page = self.load(r).await?;
-                let key = page.entries.first().map(|e| e.0.clone()).unwrap_or_default();
+                let key = page
+                    .entries
+                    .first()
+                    .map(|e| e.0.clone())
+                    .unwrap_or_default();
                 let level = page.level;
                 (level, self.apply_node(key, r.clone(), page, &muts).await?)
             }
@@ -431,7 +457,10 @@ impl Pages {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
-        let sizes: Vec<usize> = entries.iter().map(|(k, v)| k.len() + v.get().len() + 6).collect();
+        let sizes: Vec<usize> = entries
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 6)
+            .collect();
         let total: usize = PAGE_OVERHEAD + sizes.iter().sum::<usize>();
         let pieces = total.div_ceil(MAX_PAGE_BYTES).max(1);
         let mut chunks: Vec<Vec<(String, Value)>> = vec![Vec::new(); pieces];
@@ -488,7 +517,14 @@ mod tests {
         let store = Arc::new(crate::store::fs::FsStore::open(dir.path()).unwrap());
         let cache = Arc::new(Mutex::new(ByteLru::new(1 << 20)));
         let staged = Default::default();
-        (dir, Pages { store, cache, staged })
+        (
+            dir,
+            Pages {
+                store,
+                cache,
+                staged,
+            },
+        )
     }
 
     fn key(i: usize) -> String {
@@ -543,7 +579,10 @@ mod tests {
         }
         let full = root.clone().unwrap();
         check(&p, &full, &want).await;
-        assert!(p.load(&full).await.unwrap().level >= 2, "a tree of several levels");
+        assert!(
+            p.load(&full).await.unwrap().level >= 2,
+            "a tree of several levels"
+        );
         // A no-op delta keeps the root.
         let same: Delta = [(key(5), Some(string_value(&want[&key(5)])))].into();
         assert_eq!(p.apply(root.as_ref(), &same).await.unwrap(), root);
@@ -554,14 +593,16 @@ mod tests {
             }
             root = p.apply(root.as_ref(), &delta).await.unwrap();
         }
-        p.flush().await.unwrap();
+        p.flush(&[root.clone().unwrap()]).await.unwrap();
         check(&p, root.as_ref().unwrap(), &want).await;
         let delta: Delta = want.keys().map(|k| (k.clone(), None)).collect();
         assert_eq!(p.apply(root.as_ref(), &delta).await.unwrap(), None);
         // Removing an absent key from the empty tree is nothing.
         let empty = p.empty().await.unwrap();
         assert_eq!(
-            p.apply(Some(&empty), &[(key(1), None)].into()).await.unwrap(),
+            p.apply(Some(&empty), &[(key(1), None)].into())
+                .await
+                .unwrap(),
             Some(empty)
         );
     }

@@ -55,7 +55,10 @@ pub(super) fn tagged_key(manifest: &Digest, tag: &str) -> String {
 }
 
 /// The entries that describe a manifest recorded under `digest`.
-pub(super) fn manifest_entries(digest: &Digest, info: &ManifestInfo) -> Result<Vec<(String, Value)>> {
+pub(super) fn manifest_entries(
+    digest: &Digest,
+    info: &ManifestInfo,
+) -> Result<Vec<(String, Value)>> {
     let mut out = vec![(manifest_key(digest), page::json_value(info)?)];
     if let Some(s) = &info.subject {
         out.push((referrer_key(s, digest), page::null()));
@@ -68,7 +71,10 @@ pub(super) fn manifest_entries(digest: &Digest, info: &ManifestInfo) -> Result<V
 pub(super) fn legacy_delta(doc: &RepositoryDoc) -> Result<Delta> {
     let mut delta = Delta::new();
     for (tag, d) in &doc.tags {
-        delta.insert(tag_key(tag.as_str()), Some(page::string_value(&d.to_string())));
+        delta.insert(
+            tag_key(tag.as_str()),
+            Some(page::string_value(&d.to_string())),
+        );
         delta.insert(tagged_key(d, tag.as_str()), Some(page::null()));
     }
     for (d, info) in &doc.manifests {
@@ -233,9 +239,7 @@ impl Repository {
             return Ok(doc
                 .manifests
                 .iter()
-                .filter(|(d, i)| {
-                    i.subject.as_ref() == Some(subject) && last.is_none_or(|l| *d > l)
-                })
+                .filter(|(d, i)| i.subject.as_ref() == Some(subject) && last.is_none_or(|l| *d > l))
                 .take(limit)
                 .map(|(d, i)| (d.clone(), i.clone()))
                 .collect());
@@ -245,10 +249,13 @@ impl Repository {
         let mut out = Vec::new();
         for (k, _) in self.scan(&prefix, last.as_deref(), limit).await? {
             let digest: Digest = suffix(&k, "")?;
-            let info = self.manifest(&digest).await?.ok_or_else(|| StateError::Corrupt {
-                digest: digest.to_string(),
-                cause: "referrers index names a manifest that is not recorded".into(),
-            })?;
+            let info = self
+                .manifest(&digest)
+                .await?
+                .ok_or_else(|| StateError::Corrupt {
+                    digest: digest.to_string(),
+                    cause: "referrers index names a manifest that is not recorded".into(),
+                })?;
             out.push((digest, info));
         }
         Ok(out)
