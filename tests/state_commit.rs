@@ -9,6 +9,12 @@ use airlock::names::RepositoryName;
 use airlock::state::{Op, StateError, StateStore};
 use airlock::store::fs::FsStore;
 
+/// How many repositories `snap` has.
+async fn repositories(state: &StateStore, snap: &airlock::state::Snapshot) -> usize {
+    let all = state.repositories(snap, None, usize::MAX).await.unwrap();
+    all.len()
+}
+
 fn repo(n: usize) -> RepositoryName {
     format!("team{n}/app").parse().unwrap()
 }
@@ -48,14 +54,7 @@ async fn concurrent_commits_are_all_kept() {
     let state = StateStore::new(Arc::new(FsStore::open(dir.path()).unwrap()));
     let snap = state.snapshot().await.unwrap();
     assert_eq!(snap.generation(), 8);
-    assert_eq!(
-        state
-            .repositories(&snap, None, usize::MAX)
-            .await
-            .unwrap()
-            .len(),
-        8
-    );
+    assert_eq!(repositories(&state, &snap).await, 8);
     for i in 0..8 {
         let r = state.repository(&snap, &repo(i)).await.unwrap().unwrap();
         let blob = Digest::sha256_of(format!("blob {i}").as_bytes());
@@ -232,11 +231,7 @@ async fn concurrent_writers_in_one_process_share_root_swaps() {
         "every tag landed"
     );
     assert_eq!(
-        state
-            .repositories(&snap, None, usize::MAX)
-            .await
-            .unwrap()
-            .len(),
+        repositories(&state, &snap).await,
         1 + odd,
         "every repository landed"
     );

@@ -144,7 +144,7 @@ pub async fn referrers(
             let mut url = format!("/v2/{name}/referrers/{subject}?n={}&last={last}", paging.n);
             if let Some(t) = artifact_type {
                 url.push_str("&artifactType=");
-                url.push_str(&query_escape(t));
+                url.extend(form_urlencoded::byte_serialize(t.as_bytes()));
             }
             Some(url)
         }
@@ -181,18 +181,4 @@ async fn descriptor(
         annotations,
     };
     serde_json::to_vec(&d).map_err(|e| super::errors::RegistryError::Internal(e.to_string()))
-}
-
-/// `s` percent-encoded for a query value (everything but RFC 3986
-/// unreserved characters), so `+` in a media type survives form decoding.
-fn query_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

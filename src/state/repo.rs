@@ -268,21 +268,8 @@ impl Repository {
         limit: usize,
     ) -> Result<Vec<(Digest, ManifestInfo)>> {
         match &self.body {
-            Body::Legacy(doc) => Ok(doc
-                .manifests
-                .iter()
-                .filter(|(d, _)| last.is_none_or(|l| *d > l))
-                .take(limit)
-                .map(|(d, i)| (d.clone(), i.clone()))
-                .collect()),
-            Body::Paged(_) => {
-                let last = last.map(|d| d.to_string());
-                self.scan("m/", last.as_deref(), limit)
-                    .await?
-                    .into_iter()
-                    .map(|(d, v)| Ok((suffix(&d, "")?, page::parse_value(&v)?)))
-                    .collect()
-            }
+            Body::Legacy(doc) => Ok(after(&doc.manifests, last, limit)),
+            Body::Paged(_) => self.digests("m/", last, limit).await,
         }
     }
 
@@ -290,21 +277,37 @@ impl Repository {
     /// digest, with their sizes in bytes.
     pub async fn blobs(&self, last: Option<&Digest>, limit: usize) -> Result<Vec<(Digest, u64)>> {
         match &self.body {
-            Body::Legacy(doc) => Ok(doc
-                .blobs
-                .iter()
-                .filter(|(d, _)| last.is_none_or(|l| *d > l))
-                .take(limit)
-                .map(|(d, s)| (d.clone(), *s))
-                .collect()),
-            Body::Paged(_) => {
-                let last = last.map(|d| d.to_string());
-                self.scan("b/", last.as_deref(), limit)
-                    .await?
-                    .into_iter()
-                    .map(|(d, v)| Ok((suffix(&d, "")?, page::parse_value(&v)?)))
-                    .collect()
-            }
+            Body::Legacy(doc) => Ok(after(&doc.blobs, last, limit)),
+            Body::Paged(_) => self.digests("b/", last, limit).await,
         }
     }
+
+    /// Up to `limit` entries `<prefix><digest>` after `last`, parsed.
+    async fn digests<T: serde::de::DeserializeOwned>(
+        &self,
+        prefix: &str,
+        last: Option<&Digest>,
+        limit: usize,
+    ) -> Result<Vec<(Digest, T)>> {
+        let last = last.map(|d| d.to_string());
+        self.scan(prefix, last.as_deref(), limit)
+            .await?
+            .into_iter()
+            .map(|(d, v)| Ok((suffix(&d, "")?, page::parse_value(&v)?)))
+            .collect()
+    }
+}
+
+/// Up to `limit` entries of `map` after `last` (exclusive).
+fn after<V: Clone>(
+    map: &std::collections::BTreeMap<Digest, V>,
+    last: Option<&Digest>,
+    limit: usize,
+) -> Vec<(Digest, V)> {
+    use std::ops::Bound;
+    let start = last.map_or(Bound::Unbounded, Bound::Excluded);
+    map.range::<Digest, _>((start, Bound::Unbounded))
+        .take(limit)
+        .map(|(d, v)| (d.clone(), v.clone()))
+        .collect()
 }
