@@ -383,9 +383,12 @@ impl StateStore {
             repositories: table,
             documents,
         };
-        self.pages.flush(&roots).await?;
-        let digest = put_doc(&*self.store, &state).await?;
-        Ok(Some((digest, state)))
+        // Pages and the state document are stored at once; none is
+        // reachable before the root swap, which waits for all of them.
+        let (flushed, digest) =
+            tokio::join!(self.pages.flush(&roots), put_doc(&*self.store, &state));
+        flushed?;
+        Ok(Some((digest?, state)))
     }
 }
 
