@@ -1434,7 +1434,8 @@ async fn blob_pushes_make_no_generation_and_are_visible_at_once() {
         .unwrap()
         .unwrap();
     for b in layers.iter().chain([&config]) {
-        assert_eq!(repo.blobs[&sha256(b).parse().unwrap()], b.len() as u64);
+        let d = sha256(b).parse().unwrap();
+        assert_eq!(repo.blob(&d).await.unwrap(), Some(b.len() as u64));
     }
     // Deleting a blob that is only linked removes the link: 202, then 404.
     let extra = bytes_of(10, 99);

@@ -9,6 +9,12 @@ use airlock::names::RepositoryName;
 use airlock::state::{Op, StateError, StateStore};
 use airlock::store::fs::FsStore;
 
+/// How many repositories `snap` has.
+async fn repositories(state: &StateStore, snap: &airlock::state::Snapshot) -> usize {
+    let all = state.repositories(snap, None, usize::MAX).await.unwrap();
+    all.len()
+}
+
 fn repo(n: usize) -> RepositoryName {
     format!("team{n}/app").parse().unwrap()
 }
@@ -48,13 +54,11 @@ async fn concurrent_commits_are_all_kept() {
     let state = StateStore::new(Arc::new(FsStore::open(dir.path()).unwrap()));
     let snap = state.snapshot().await.unwrap();
     assert_eq!(snap.generation(), 8);
-    assert_eq!(snap.table.repositories.len(), 8);
+    assert_eq!(repositories(&state, &snap).await, 8);
     for i in 0..8 {
         let r = state.repository(&snap, &repo(i)).await.unwrap().unwrap();
-        assert!(
-            r.blobs
-                .contains_key(&Digest::sha256_of(format!("blob {i}").as_bytes()))
-        );
+        let blob = Digest::sha256_of(format!("blob {i}").as_bytes());
+        assert_eq!(r.blob(&blob).await.unwrap(), Some(6));
     }
     let history = state.history().await.unwrap();
     assert_eq!(history.len(), 8);
@@ -136,7 +140,7 @@ async fn documents_commit_with_repositories_all_or_nothing() {
     let snap = state.snapshot().await.unwrap();
     let doc: BTreeMap<String, u32> = state.document(&snap, "counters").await.unwrap().unwrap();
     assert_eq!(doc, BTreeMap::from([("a".to_string(), 1)]));
-    assert!(snap.table.repositories.contains_key(&repo(1)));
+    assert!(state.repository(&snap, &repo(1)).await.unwrap().is_some());
 
     let fail = Op::Document {
         name: "counters".into(),
@@ -155,7 +159,7 @@ async fn documents_commit_with_repositories_all_or_nothing() {
     assert!(matches!(err, StateError::NotFound(_)), "{err}");
     let snap = state.snapshot().await.unwrap();
     assert_eq!(snap.generation(), 1);
-    assert!(!snap.table.repositories.contains_key(&repo(2)));
+    assert!(state.repository(&snap, &repo(2)).await.unwrap().is_none());
     let doc: BTreeMap<String, u32> = state.document(&snap, "counters").await.unwrap().unwrap();
     assert_eq!(doc.len(), 1);
     // The same value again changes nothing: no new generation.
@@ -221,9 +225,13 @@ async fn concurrent_writers_in_one_process_share_root_swaps() {
     let r0 = state.repository(&snap, &repo(0)).await.unwrap().unwrap();
     let odd = (0..128).filter(|i| i % 2 == 1 && i % 16 != 5).count();
     let even = (0..128).filter(|i| i % 2 == 0).count();
-    assert_eq!(r0.tags.len(), even, "every tag landed");
     assert_eq!(
-        snap.table.repositories.len(),
+        r0.tags(None, usize::MAX).await.unwrap().len(),
+        even,
+        "every tag landed"
+    );
+    assert_eq!(
+        repositories(&state, &snap).await,
         1 + odd,
         "every repository landed"
     );
@@ -272,6 +280,6 @@ async fn contention_between_processes_never_fails() {
     assert_eq!(snap.generation(), 128);
     for w in 0..16 {
         let r = state.repository(&snap, &repo(w)).await.unwrap().unwrap();
-        assert_eq!(r.blobs.len(), 8);
+        assert_eq!(r.blobs(None, usize::MAX).await.unwrap().len(), 8);
     }
 }

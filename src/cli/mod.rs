@@ -61,7 +61,15 @@ pub struct DataArg {
 impl DataArg {
     /// State in the data directory, created if missing (for commands that write).
     pub fn state(&self) -> Result<StateStore> {
-        Ok(StateStore::new(Arc::new(self.fs_store()?)))
+        self.state_with_cache(airlock::state::DEFAULT_CACHE_BYTES)
+    }
+
+    /// As [`DataArg::state`], with a page cache of `bytes` (`serve --cache-size`).
+    pub fn state_with_cache(&self, bytes: u64) -> Result<StateStore> {
+        Ok(StateStore::with_cache_bytes(
+            Arc::new(self.fs_store()?),
+            bytes,
+        ))
     }
 
     /// The filesystem blobstore itself (created if missing), for the

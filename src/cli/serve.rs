@@ -58,7 +58,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         Ok((files, bytes)) => tracing::info!(files, bytes, "stale temporary files removed"),
         Err(e) => tracing::warn!(error = %e, "cannot sweep tmp/"),
     }
-    let state = StateStore::new(Arc::new(fs.clone()));
+    let state = StateStore::with_cache_bytes(Arc::new(fs.clone()), resolved.cache_size);
     if !resolved.webhooks.is_empty() {
         let deliverer = airlock::events::deliver::Deliverer::new(
             state.blobstore().clone(),
@@ -68,7 +68,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
         tokio::spawn(deliverer.run());
     }
-    let gc = resolved.gc.clone().map(|(opts, interval)| {
+    let gc = resolved.gc.map(|(opts, interval)| {
         airlock::ops::gc::spawn_periodic(fs, state.clone(), opts, interval)
     });
     let (app, limits, listen, tls) = resolved.into_app(state);

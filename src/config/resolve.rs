@@ -38,6 +38,8 @@ pub struct Resolved {
     pub import_keyring: Option<PathBuf>,
     /// Where events are delivered (checked).
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
+    /// Bytes of metadata pages kept in memory.
+    pub cache_size: u64,
     /// The free-space floor of the filesystem blobstore.
     pub min_free_space: crate::store::space::FreeSpaceFloor,
     /// Garbage collection inside the server: its options and interval
@@ -127,6 +129,11 @@ impl Settings {
             mirror_namespace,
             upload_expiry,
             max_page: get(l.max_page, 1000) as usize,
+            referrers: crate::registry::referrers::ReferrersLimits {
+                max_descriptors: get(l.max_referrers_page, 1000) as usize,
+                max_bytes: usize::try_from(l.max_referrers_page_bytes.map_or(4 << 20, |s| s.0))
+                    .unwrap_or(usize::MAX),
+            },
             uploads: UploadLimits {
                 max_blob_size: l.max_blob_size.map_or(64 << 30, |s| s.0),
                 max_sessions: get(l.max_upload_sessions, 4096) as usize,
@@ -231,6 +238,9 @@ impl Settings {
             webhooks: self.webhooks,
             min_free_space,
             gc,
+            cache_size: l
+                .cache_size
+                .map_or(crate::state::DEFAULT_CACHE_BYTES, |s| s.0),
         })
     }
 }

@@ -216,6 +216,19 @@ pub struct LimitsSection {
     /// absent `n` is clamped; `Link` names the next page) [default: 1000].
     #[arg(long, env = "AIRLOCK_MAX_PAGE")]
     pub max_page: Option<NonZeroU64>,
+    /// Most descriptors in one page of the referrers list (a smaller `n`
+    /// lowers it; `Link` names the next page) [default: 1000].
+    #[arg(long, env = "AIRLOCK_MAX_REFERRERS_PAGE")]
+    pub max_referrers_page: Option<NonZeroU64>,
+    /// Most bytes of JSON in one page of the referrers list (K, M, G
+    /// suffixes; a single larger descriptor still gets its own page)
+    /// [default: 4M].
+    #[arg(long, env = "AIRLOCK_MAX_REFERRERS_PAGE_BYTES")]
+    pub max_referrers_page_bytes: Option<Size>,
+    /// Bytes of metadata pages kept in memory (the state's page cache; K,
+    /// M, G suffixes) [default: 64M].
+    #[arg(long, env = "AIRLOCK_CACHE_SIZE")]
+    pub cache_size: Option<Size>,
     /// Close a connection whose client has not sent a complete request
     /// head (or TLS handshake) within this many seconds (also bounds
     /// HTTP/1.1 keep-alive idling between requests) [default: 30].

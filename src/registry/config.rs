@@ -31,13 +31,16 @@ pub struct RegistryConfig {
     /// Most entries in one page of `tags/list` or `_catalog`; a larger or
     /// absent `n` is clamped to it and a `Link` names the next page.
     pub max_page: usize,
+    /// Caps on one page of the referrers list (descriptors, bytes).
+    pub referrers: super::referrers::ReferrersLimits,
 }
 
 /// Default [`RegistryConfig::max_page`]: 1,000 entries.
 pub const DEFAULT_MAX_PAGE: usize = 1000;
 
 impl Default for RegistryConfig {
-    /// Read-only, no mirror namespace, 24 h upload expiry, 1,000-entry pages.
+    /// Read-only, no mirror namespace, 24 h upload expiry, 1,000-entry
+    /// pages, referrers pages of 1,000 descriptors / 4 MiB.
     fn default() -> RegistryConfig {
         RegistryConfig {
             allow_push: false,
@@ -45,6 +48,7 @@ impl Default for RegistryConfig {
             mirror_namespace: None,
             upload_expiry: DEFAULT_UPLOAD_EXPIRY,
             max_page: DEFAULT_MAX_PAGE,
+            referrers: super::referrers::ReferrersLimits::default(),
             uploads: super::uploads::UploadLimits::default(),
         }
     }

@@ -35,7 +35,7 @@ pub async fn manifest(
     };
     let (op, reason) = match reference {
         Reference::Tag(tag) => {
-            if !repo.tags.contains_key(tag) {
+            if repo.tag(tag).await?.is_none() {
                 return Err(unknown());
             }
             let op = Op::DeleteTag {
@@ -45,7 +45,7 @@ pub async fn manifest(
             (op, format!("delete tag {name}:{tag}"))
         }
         Reference::Digest(digest) => {
-            if !repo.manifests.contains_key(digest) {
+            if repo.manifest(digest).await?.is_none() {
                 return Err(unknown());
             }
             let op = Op::DeleteManifest {
@@ -65,10 +65,10 @@ pub async fn blob(state: &StateStore, name: &RepositoryName, digest: &Digest) ->
     let unknown = || RegistryError::new(ErrorCode::BlobUnknown, json!({ "digest": digest }));
     let had_link = links::remove(&**state.blobstore(), name, digest).await?;
     let snap = state.snapshot().await?;
-    let in_tree = state
-        .repository(&snap, name)
-        .await?
-        .is_some_and(|r| r.blobs.contains_key(digest));
+    let in_tree = match state.repository(&snap, name).await? {
+        Some(r) => r.blob(digest).await?.is_some(),
+        None => false,
+    };
     if !in_tree {
         return if had_link {
             Ok(Accepted)

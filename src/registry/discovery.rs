@@ -114,7 +114,8 @@ pub async fn tags_list(
     paging: &Paging,
 ) -> Result<JsonPage<TagList>> {
     let repo = repository(state, name).await?;
-    let (tags, next) = paging.apply(repo.tags.keys().map(|t| t.as_str()));
+    let found = repo.tags(paging.last.as_deref(), paging.n + 1).await?;
+    let (tags, next) = paging.apply(found.iter().map(|(t, _)| t.as_str()));
     Ok(JsonPage {
         body: TagList {
             name: name.to_string(),
@@ -129,7 +130,10 @@ pub async fn tags_list(
 /// Tag and repository characters need no percent-encoding in a query.
 pub async fn catalog(state: &StateStore, paging: &Paging) -> Result<JsonPage<Catalog>> {
     let snap = state.snapshot().await?;
-    let (repositories, next) = paging.apply(snap.table.repositories.keys().map(|r| r.as_str()));
+    let found = state
+        .repositories(&snap, paging.last.as_deref(), paging.n + 1)
+        .await?;
+    let (repositories, next) = paging.apply(found.iter().map(|r| r.as_str()));
     Ok(JsonPage {
         body: Catalog { repositories },
         next: next.map(|last| format!("/v2/_catalog?n={}&last={last}", paging.n)),

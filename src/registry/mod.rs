@@ -161,7 +161,9 @@ async fn dispatch(
             discovery::catalog(state, &paging).await?.into_response()
         }
         (Route::Referrers { name, digest }, Method::GET | Method::HEAD) => {
-            referrers::referrers(state, &name, &digest, query.get("artifactType"))
+            let paging = discovery::Paging::from_uri(uri, cfg.referrers.max_descriptors)?;
+            let t = query.get("artifactType");
+            referrers::referrers(state, &name, &digest, t, &paging, cfg.referrers)
                 .await?
                 .into_response()
         }

@@ -96,16 +96,22 @@ pub async fn apply(
     if ns.is_none() && default.is_none() {
         return Ok(None);
     }
-    let snap = ctx.state().snapshot().await?;
-    let exists = |n: &RepositoryName| snap.table.repositories.contains_key(n);
+    let state = ctx.state();
+    let snap = state.snapshot().await?;
+    let existing = async |n: Option<RepositoryName>| -> Result<Option<RepositoryName>> {
+        match n {
+            Some(n) if state.repository(&snap, &n).await?.is_some() => Ok(Some(n)),
+            _ => Ok(None),
+        }
+    };
     if let Some(ns) = ns
-        && let Some(full) = within(&ns, name).filter(exists)
+        && let Some(full) = existing(within(&ns, name)).await?
     {
         *name = full;
         return Ok(Some(ns));
     }
     if let Some(default) = default
-        && let Some(full) = within(&normalize_host(default), name).filter(exists)
+        && let Some(full) = existing(within(&normalize_host(default), name)).await?
     {
         *name = full;
     }

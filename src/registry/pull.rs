@@ -20,10 +20,7 @@ use crate::state::{Repository, StateStore};
 use crate::store::{self, StoreError, blob_key};
 
 /// The repository `name` in the current snapshot; 404 `NAME_UNKNOWN` if absent.
-pub async fn repository(
-    state: &StateStore,
-    name: &RepositoryName,
-) -> Result<std::sync::Arc<Repository>> {
+pub async fn repository(state: &StateStore, name: &RepositoryName) -> Result<Repository> {
     let snap = state.snapshot().await?;
     state
         .repository(&snap, name)
@@ -57,10 +54,10 @@ pub async fn manifest(
         )
     };
     let digest = match reference {
-        Reference::Tag(t) => repo.tags.get(t).cloned().ok_or_else(unknown)?,
+        Reference::Tag(t) => repo.tag(t).await?.ok_or_else(unknown)?,
         Reference::Digest(d) => d.clone(),
     };
-    let info = repo.manifests.get(&digest).ok_or_else(unknown)?;
+    let info = repo.manifest(&digest).await?.ok_or_else(unknown)?;
     let media_type = HeaderValue::from_str(&info.media_type).map_err(|_| {
         RegistryError::Internal(format!(
             "stored media type of {digest} is not a header value"
@@ -128,9 +125,10 @@ pub async fn blob(
     let store = state.blobstore();
     let snap = state.snapshot().await?;
     let repo = state.repository(&snap, name).await?;
-    let in_tree = repo
-        .as_ref()
-        .is_some_and(|r| r.blobs.contains_key(digest) || r.manifests.contains_key(digest));
+    let in_tree = match &repo {
+        Some(r) => r.is_linked(digest).await?,
+        None => false,
+    };
     if !in_tree && links::get(&**store, name, digest).await.is_none() {
         let known = repo.is_some() || links::any(&**store, name).await?;
         return Err(if known {

@@ -224,19 +224,23 @@ pub async fn manifest(
     let state = ctx.state();
     let store = &**state.blobstore();
     let snap = state.snapshot().await?;
-    let repo = state.repository(&snap, name).await?.unwrap_or_default();
-    if let Some(d) = checked
-        .manifests
-        .iter()
-        .find(|d| !repo.manifests.contains_key(*d))
-    {
-        return Err(blob_unknown(name, d));
+    let repo = state.repository(&snap, name).await?;
+    for d in &checked.manifests {
+        let known = match &repo {
+            Some(r) => r.manifest(d).await?.is_some(),
+            None => false,
+        };
+        if !known {
+            return Err(blob_unknown(name, d));
+        }
     }
     // Blobs pushed since the last commit are linked by their pushed-blob
     // links; they enter the tree in this manifest's root swap.
     let mut pushed = Vec::new();
     for d in &checked.blobs {
-        if repo.blobs.contains_key(d) || repo.manifests.contains_key(d) {
+        if let Some(r) = &repo
+            && r.is_linked(d).await?
+        {
             continue;
         }
         match links::get(store, name, d).await {

@@ -295,6 +295,8 @@ pub struct ReferrersResponse {
     pub body: Vec<u8>,
     /// Whether an `artifactType` filter was applied.
     pub filtered: bool,
+    /// The URL (path and query) of the next page, if any (`Link: <..>; rel="next"`).
+    pub next: Option<String>,
 }
 
 impl IntoResponse for ReferrersResponse {
@@ -312,6 +314,11 @@ impl IntoResponse for ReferrersResponse {
                 OCI_FILTERS_APPLIED,
                 HeaderValue::from_static("artifactType"),
             );
+        }
+        if let Some(next) = self.next
+            && let Ok(v) = HeaderValue::from_str(&format!("<{next}>; rel=\"next\""))
+        {
+            h.insert(header::LINK, v);
         }
         res
     }

@@ -214,10 +214,10 @@ async fn mount_blob(
     };
     let state = ctx.state();
     let snap = state.snapshot().await?;
-    let in_tree = state
-        .repository(&snap, &from)
-        .await?
-        .is_some_and(|r| r.blobs.contains_key(&digest) || r.manifests.contains_key(&digest));
+    let in_tree = match state.repository(&snap, &from).await? {
+        Some(r) => r.is_linked(&digest).await?,
+        None => false,
+    };
     if !in_tree
         && links::get(&**state.blobstore(), &from, &digest)
             .await

@@ -57,7 +57,7 @@ pub async fn pin(
     let digest = match by {
         Err(d) => {
             let d: Digest = d.parse().map_err(|e| bad(&format!("{e}")))?;
-            if !found.manifests.contains_key(&d) {
+            if found.manifest(&d).await?.is_none() {
                 return Err(StackError::NotFound(format!(
                     "manifest {d} not known in {repository}"
                 )));
@@ -66,7 +66,7 @@ pub async fn pin(
         }
         Ok(t) => {
             let tag: Tag = t.parse().map_err(|_| bad("not a tag"))?;
-            found.tags.get(&tag).cloned().ok_or_else(|| {
+            found.tag(&tag).await?.ok_or_else(|| {
                 StackError::NotFound(format!("tag {tag} not known in {repository}"))
             })?
         }

@@ -5,7 +5,9 @@
 //! Owns: the queue of pending changes, leader election (the first waiter to
 //! take the commit lock drains the queue; the others wait for their answer),
 //! applying each change all-or-nothing on top of the changes before it in
-//! the batch, writing the changed documents and the new [`StateDoc`], and
+//! the batch, writing the changed pages and documents and the new
+//! [`StateDoc`] (pages bottom-up, the state document last, all made durable
+//! before the root swap), converting a first-layout snapshot to pages, and
 //! retrying after a compare-and-swap race lost to another process (S3
 //! replicas, a CLI import while the server runs) with jittered exponential
 //! backoff. Never decides what a change means: [`Op::apply`] does.
@@ -19,9 +21,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::ops::Edit;
+use super::page::{self, Delta};
 use super::{
-    Commit, Op, Repository, Result, STATE_KIND, Snapshot, StateDoc, StateError, StateStore,
-    now_rfc3339, put_doc,
+    Commit, Op, Result, STATE_KIND, Snapshot, StateDoc, StateError, StateStore, Table, now_rfc3339,
+    put_doc, repo,
 };
 use crate::digest::Digest;
 use crate::names::RepositoryName;
@@ -53,11 +57,17 @@ pub(super) struct Queue {
     lock: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// Changes applied on top of a snapshot, not yet written: repositories
-/// (`None`: removed) and named documents (`None`: removed).
-#[derive(Default)]
+/// Changes applied on top of a snapshot, not yet written: per repository
+/// the keys changed in its tree, and named documents (`None`: removed).
 struct Working {
-    repos: BTreeMap<RepositoryName, Option<Repository>>,
+    /// The snapshot's repository table (paged; converted from a first-layout one).
+    table: Digest,
+    /// Each repository's root page in `table`, as looked up (`None`: absent).
+    bases: BTreeMap<RepositoryName, Option<Digest>>,
+    /// Changed keys per repository.
+    repos: BTreeMap<RepositoryName, Delta>,
+    /// Repository roots made by converting a first-layout snapshot (to store with the table).
+    converted: Vec<Digest>,
     documents: BTreeMap<String, Option<Vec<u8>>>,
 }
 
@@ -188,7 +198,15 @@ impl StateStore {
     /// One attempt: `Ok(None)` when another process swapped the root first.
     async fn try_batch(&self, batch: &[Pending]) -> Result<Option<Vec<Result<Commit>>>> {
         let snap = self.snapshot().await?;
-        let mut work = Working::default();
+        self.pages.discard();
+        let (table, converted) = self.paged_table(&snap).await?;
+        let mut work = Working {
+            table,
+            converted,
+            bases: BTreeMap::new(),
+            repos: BTreeMap::new(),
+            documents: BTreeMap::new(),
+        };
         let mut outcomes = Vec::with_capacity(batch.len());
         for p in batch {
             outcomes.push(self.apply(&snap, &mut work, &p.ops).await);
@@ -232,21 +250,21 @@ impl StateStore {
     /// nothing: on an error `work` is left as it was. Returns whether the
     /// ops changed anything.
     async fn apply(&self, snap: &Snapshot, work: &mut Working, ops: &[Op]) -> Result<bool> {
-        let mut trial = Working::default();
-        let mut before = Working::default();
+        let mut trial: BTreeMap<RepositoryName, Delta> = BTreeMap::new();
+        let mut trial_docs = BTreeMap::new();
+        let mut before_docs = BTreeMap::new();
         for op in ops {
             match op {
                 Op::Document { name, change } => {
-                    if !trial.documents.contains_key(name) {
+                    if !trial_docs.contains_key(name) {
                         let current = match work.documents.get(name) {
                             Some(v) => v.clone(),
                             None => self.document_bytes(snap, name).await?,
                         };
-                        before.documents.insert(name.clone(), current.clone());
-                        trial.documents.insert(name.clone(), current);
+                        before_docs.insert(name.clone(), current.clone());
+                        trial_docs.insert(name.clone(), current);
                     }
-                    let slot = trial
-                        .documents
+                    let slot: &mut Option<Vec<u8>> = trial_docs
                         .get_mut(name)
                         .ok_or_else(|| StateError::NotFound(name.clone()))?;
                     *slot = change.apply(slot.as_deref())?;
@@ -255,26 +273,62 @@ impl StateStore {
                     let Some(name) = op.repository() else {
                         continue;
                     };
-                    if !trial.repos.contains_key(name) {
-                        let current = match work.repos.get(name) {
-                            Some(r) => r.clone(),
-                            None => self.repository(snap, name).await?.map(|r| (*r).clone()),
+                    if !work.bases.contains_key(name) {
+                        let base = match self.pages.get(&work.table, name.as_str()).await? {
+                            Some(v) => Some(page::digest_value(&v)?),
+                            None => None,
                         };
-                        before.repos.insert(name.clone(), current.clone());
-                        trial.repos.insert(name.clone(), current);
+                        work.bases.insert(name.clone(), base);
                     }
-                    let slot = trial
-                        .repos
-                        .get_mut(name)
-                        .ok_or_else(|| StateError::NotFound(name.to_string()))?;
-                    op.apply(slot)?;
+                    let mut ed = Edit {
+                        pages: &self.pages,
+                        base: work.bases.get(name).and_then(Option::as_ref),
+                        batch: work.repos.get(name),
+                        change: trial.entry(name.clone()).or_default(),
+                    };
+                    op.apply(&mut ed).await?;
                 }
             }
         }
-        let changed = trial.repos != before.repos || trial.documents != before.documents;
-        work.repos.extend(trial.repos);
-        work.documents.extend(trial.documents);
+        let changed = trial.values().any(|d| !d.is_empty()) || trial_docs != before_docs;
+        for (name, delta) in trial {
+            work.repos.entry(name).or_default().extend(delta);
+        }
+        work.documents.extend(trial_docs);
         Ok(changed)
+    }
+
+    /// The paged repository table of `snap`: the empty tree for an empty
+    /// store; for a first-layout snapshot, its documents converted to pages
+    /// (staged now, stored with the commit), with the converted repository roots.
+    async fn paged_table(&self, snap: &Snapshot) -> Result<(Digest, Vec<Digest>)> {
+        let legacy = match snap.table()? {
+            Table::Empty => return Ok((self.pages.empty().await?, Vec::new())),
+            Table::Paged(d) => return Ok((d, Vec::new())),
+            Table::Legacy(d) => d,
+        };
+        let mut roots = Vec::new();
+        let table = self.legacy_table(&legacy).await?;
+        let mut delta = Delta::new();
+        for (name, doc) in &table.repositories {
+            let doc = self.legacy_repository(doc).await?;
+            if let Some(root) = self.pages.apply(None, &repo::legacy_delta(&doc)?).await? {
+                delta.insert(
+                    name.to_string(),
+                    Some(page::string_value(&root.to_string())),
+                );
+                roots.push(root);
+            }
+        }
+        tracing::info!(
+            repositories = delta.len(),
+            "converting first-layout state to pages"
+        );
+        let table = match self.pages.apply(None, &delta).await? {
+            Some(root) => root,
+            None => self.pages.empty().await?,
+        };
+        Ok((table, roots))
     }
 
     async fn document_bytes(&self, snap: &Snapshot, name: &str) -> Result<Option<Vec<u8>>> {
@@ -294,18 +348,23 @@ impl StateStore {
         who: &str,
         address: Option<String>,
     ) -> Result<Option<(Digest, StateDoc)>> {
-        let mut table = snap.table.clone();
-        for (name, repo) in &work.repos {
-            match repo {
-                Some(repo) => {
-                    let d = put_doc(&*self.store, repo).await?;
-                    table.repositories.insert(name.clone(), d);
-                }
-                None => {
-                    table.repositories.remove(name);
-                }
+        let mut table_delta = Delta::new();
+        let mut roots = Vec::new();
+        for (name, delta) in &work.repos {
+            let base = work.bases.get(name).and_then(Option::as_ref);
+            let root = self.pages.apply(base, delta).await?;
+            if root.as_ref() != base {
+                let value = root.as_ref().map(|d| page::string_value(&d.to_string()));
+                table_delta.insert(name.to_string(), value);
+                roots.extend(root);
             }
         }
+        let table = match self.pages.apply(Some(&work.table), &table_delta).await? {
+            Some(root) => root,
+            None => self.pages.empty().await?,
+        };
+        roots.push(table.clone());
+        roots.extend(work.converted.iter().cloned());
         let old_documents = snap
             .state
             .as_ref()
@@ -322,7 +381,7 @@ impl StateStore {
                 }
             }
         }
-        if table == snap.table && documents == old_documents {
+        if table == work.table && documents == old_documents {
             return Ok(None);
         }
         let state = StateDoc {
@@ -333,11 +392,15 @@ impl StateStore {
             reason: reason.into(),
             who: who.into(),
             address,
-            repositories: put_doc(&*self.store, &table).await?,
+            repositories: table,
             documents,
         };
-        let digest = put_doc(&*self.store, &state).await?;
-        Ok(Some((digest, state)))
+        // Pages and the state document are stored at once; none is
+        // reachable before the root swap, which waits for all of them.
+        let (flushed, digest) =
+            tokio::join!(self.pages.flush(&roots), put_doc(&*self.store, &state));
+        flushed?;
+        Ok(Some((digest?, state)))
     }
 }
 

@@ -1,7 +1,16 @@
 //! The metadata documents: immutable JSON blobs that form airlock's state tree.
 //!
-//! `refs/root` → [`StateDoc`] → [`RepoTable`] → one [`Repository`] per repository;
-//! the [`StateDoc`] also names one document per room (`documents`).
+//! Layout `airlock.state.v2` (written now): `refs/root` → [`StateDoc`] →
+//! the repository table, a paged tree (`super::page`) of repository name →
+//! the root page of that repository's own paged tree (keys in
+//! `super::repo`). The [`StateDoc`] also names one document per room
+//! (`documents`).
+//!
+//! Layout `airlock.state.v1` (the first one, still read): [`StateDoc`] →
+//! one [`RepoTable`] document → one whole [`RepositoryDoc`] per repository.
+//! The first commit on top of such a generation converts it to v2; older
+//! generations stay readable (history, rollback).
+//!
 //! Every document is stored as a blob under the sha256 of its canonical JSON
 //! (serde_json, maps sorted), so an unchanged document keeps its digest.
 
@@ -13,7 +22,9 @@ use crate::names::{RepositoryName, Tag};
 /// One generation of the state (DESIGN.md "State model").
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StateDoc {
-    /// Always `airlock.state.v1`.
+    /// [`STATE_KIND`] (`airlock.state.v2`, paged), or [`STATE_KIND_V1`]
+    /// for generations written by the first layout. A copy of a generation
+    /// (rollback) must keep its `kind`: it says what `repositories` names.
     pub kind: String,
     /// 1 for the first change, +1 per root swap.
     pub generation: u64,
@@ -30,7 +41,9 @@ pub struct StateDoc {
     /// several joined by `, `); absent for CLI changes and older generations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
-    /// The [`RepoTable`] digest.
+    /// v2: the root page of the repository table (a paged tree of name →
+    /// repository root page; the empty leaf page when there are none).
+    /// v1: the [`RepoTable`] document.
     pub repositories: Digest,
     /// Named documents of the rooms built on the registry (`stacks`,
     /// `torcx`, ...): name → document digest. Each room owns its document's
@@ -39,10 +52,13 @@ pub struct StateDoc {
     pub documents: BTreeMap<String, Digest>,
 }
 
-/// The `kind` of a [`StateDoc`].
-pub const STATE_KIND: &str = "airlock.state.v1";
+/// The `kind` of a [`StateDoc`] of the paged layout (written now).
+pub const STATE_KIND: &str = "airlock.state.v2";
 
-/// Repository name → [`Repository`] document digest.
+/// The `kind` of a [`StateDoc`] of the first layout (whole documents).
+pub const STATE_KIND_V1: &str = "airlock.state.v1";
+
+/// First layout only: repository name → [`RepositoryDoc`] digest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RepoTable {
     /// Sorted by name.
@@ -69,10 +85,11 @@ pub struct ManifestInfo {
     pub artifact_type: Option<String>,
 }
 
-/// One repository: its tags, manifests and the blobs linked into it.
-/// A blob is served from a repository only if it is linked here.
+/// First layout only: one whole repository (its tags, manifests and the
+/// blobs linked into it) in one document. Read through
+/// [`super::Repository`]; never written any more.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Repository {
+pub struct RepositoryDoc {
     /// Tag → manifest digest.
     pub tags: BTreeMap<Tag, Digest>,
     /// Manifest digest → what it is.

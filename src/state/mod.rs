@@ -5,19 +5,39 @@
 //! retrying with jittered backoff on a race lost to another process), and
 //! history. Never speaks HTTP and never reads bundles; callers describe a
 //! change as data and `commit` makes it visible all at once or not at all.
+//!
+//! Design (DESIGN.md "State model"): `refs/root` names a [`StateDoc`]; its
+//! `repositories` is the root page of the repository table, a paged tree
+//! ([`page`]: a B+tree of immutable pages of about 4 KiB, each a
+//! content-addressed blob) of repository name → root page of that
+//! repository's own paged tree (keys in [`repo`]: tags, manifests, linked
+//! blobs, the referrers index). A change rewrites only the pages on the
+//! paths to the keys it changes, O(log N) pages, and shares every other
+//! page with the previous generation, as git shares trees. Pages are read
+//! through a cache bounded in bytes ([`StateStore::with_cache_bytes`]).
+//! Stores written by the first layout (whole documents, `airlock.state.v1`)
+//! are read as they are and converted by the next commit ([`docs`]).
+//! [`StateStore::walk`] enumerates what one generation reaches, for GC.
 
 pub mod audit;
+mod cache;
 mod commit;
 pub mod docs;
 mod ops;
+mod page;
+mod reach;
+mod repo;
 pub mod walk;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 pub use audit::Actor;
-pub use docs::{ManifestInfo, RepoTable, Repository, STATE_KIND, StateDoc};
+pub use cache::DEFAULT_CACHE_BYTES;
+pub use docs::{ManifestInfo, RepoTable, RepositoryDoc, STATE_KIND, STATE_KIND_V1, StateDoc};
 pub use ops::{DocumentChange, Op};
+pub use page::{MAX_PAGE_BYTES, PAGE_KIND};
+pub use reach::TreeItem;
+pub use repo::Repository;
 pub use walk::{Reached, WalkProblem};
 
 use crate::digest::Digest;
@@ -54,7 +74,8 @@ pub enum StateError {
 /// The result type of state operations.
 pub type Result<T> = std::result::Result<T, StateError>;
 
-/// One consistent view of the state: a root and its repository table.
+/// One consistent view of the state: a root and its state document.
+/// Repositories are read from it on demand ([`StateStore::repository`]).
 #[derive(Debug, Default)]
 pub struct Snapshot {
     /// The root as read (None for an empty store).
@@ -63,14 +84,42 @@ pub struct Snapshot {
     pub digest: Option<Digest>,
     /// The state document (None for an empty store).
     pub state: Option<StateDoc>,
-    /// Repository name → repository document digest.
-    pub table: RepoTable,
+}
+
+/// Where a generation's repository table is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Table {
+    /// No generation yet.
+    Empty,
+    /// The root page of the paged table (`airlock.state.v2`).
+    Paged(Digest),
+    /// A [`RepoTable`] document (`airlock.state.v1`).
+    Legacy(Digest),
 }
 
 impl Snapshot {
     /// The generation number, 0 for an empty store.
     pub fn generation(&self) -> u64 {
         self.state.as_ref().map_or(0, |s| s.generation)
+    }
+
+    fn table(&self) -> Result<Table> {
+        match &self.state {
+            None => Ok(Table::Empty),
+            Some(s) => table_of(s),
+        }
+    }
+}
+
+/// Where `state`'s repository table is, by its layout (`kind`).
+fn table_of(state: &StateDoc) -> Result<Table> {
+    match state.kind.as_str() {
+        STATE_KIND => Ok(Table::Paged(state.repositories.clone())),
+        STATE_KIND_V1 => Ok(Table::Legacy(state.repositories.clone())),
+        other => Err(StateError::Corrupt {
+            digest: state.repositories.to_string(),
+            cause: format!("unknown state layout {other:?}"),
+        }),
     }
 }
 
@@ -83,17 +132,15 @@ pub struct Commit {
     pub changed: bool,
 }
 
-const REPO_CACHE_MAX: usize = 4096;
-
 /// Reads and changes state in a blobstore. Caches the current snapshot
-/// (revalidated against `refs/root` on every call) and immutable repository
-/// documents (by digest). Cheap to clone: clones share the caches and the
-/// group committer ([`StateStore::commit`]).
+/// (revalidated against `refs/root` on every call) and immutable pages (by
+/// digest, in a cache bounded in bytes). Cheap to clone: clones share the
+/// caches and the group committer ([`StateStore::commit`]).
 #[derive(Clone)]
 pub struct StateStore {
     store: Arc<dyn Blobstore>,
     snapshot: Arc<Mutex<Arc<Snapshot>>>,
-    repos: Arc<Mutex<HashMap<Digest, Arc<Repository>>>>,
+    pages: page::Pages,
     queue: Arc<commit::Queue>,
 }
 
@@ -101,8 +148,11 @@ async fn load_doc<T: serde::de::DeserializeOwned>(
     store: &dyn Blobstore,
     digest: &Digest,
 ) -> Result<T> {
-    let bytes = store::get_verified(store, digest).await?;
-    serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
+    parse_doc(digest, &store::get_verified(store, digest).await?)
+}
+
+fn parse_doc<T: serde::de::DeserializeOwned>(digest: &Digest, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| StateError::Corrupt {
         digest: digest.to_string(),
         cause: e.to_string(),
     })
@@ -147,14 +197,29 @@ pub fn user_at_host() -> String {
 }
 
 impl StateStore {
-    /// State over `store`.
+    /// State over `store`, with a page cache of [`DEFAULT_CACHE_BYTES`].
     pub fn new(store: Arc<dyn Blobstore>) -> StateStore {
+        StateStore::with_cache_bytes(store, DEFAULT_CACHE_BYTES)
+    }
+
+    /// State over `store`, caching at most `bytes` of pages and documents
+    /// (`airlock serve --cache-size`; 0 caches nothing).
+    pub fn with_cache_bytes(store: Arc<dyn Blobstore>, bytes: u64) -> StateStore {
         StateStore {
+            pages: page::Pages {
+                store: store.clone(),
+                cache: Arc::new(Mutex::new(cache::ByteLru::new(bytes))),
+                staged: Default::default(),
+            },
             store,
             snapshot: Arc::new(Mutex::new(Arc::new(Snapshot::default()))),
-            repos: Arc::new(Mutex::new(HashMap::new())),
             queue: Arc::new(commit::Queue::default()),
         }
+    }
+
+    /// Bytes the page cache holds now (at most the configured size).
+    pub fn cache_bytes(&self) -> u64 {
+        self.pages.cache.lock().map(|c| c.used()).unwrap_or(0)
     }
 
     /// The underlying blobstore.
@@ -189,37 +254,105 @@ impl StateStore {
                 cause: e.to_string(),
             })?;
         let state: StateDoc = load_doc(&*self.store, &digest).await?;
-        let table: RepoTable = load_doc(&*self.store, &state.repositories).await?;
+        table_of(&state)?;
         Ok(Snapshot {
             root: Some(root),
             digest: Some(digest),
             state: Some(state),
-            table,
         })
     }
 
     /// The repository `name` in `snap`, `None` if it does not exist.
+    /// Reads O(log R) pages of the repository table (R repositories).
     pub async fn repository(
         &self,
         snap: &Snapshot,
         name: &RepositoryName,
-    ) -> Result<Option<Arc<Repository>>> {
-        let Some(digest) = snap.table.repositories.get(name) else {
-            return Ok(None);
-        };
-        self.repository_doc(digest).await.map(Some)
+    ) -> Result<Option<Repository>> {
+        match snap.table()? {
+            Table::Empty => Ok(None),
+            Table::Paged(root) => match self.pages.get(&root, name.as_str()).await? {
+                Some(v) => Ok(Some(Repository::paged(
+                    self.pages.clone(),
+                    page::digest_value(&v)?,
+                ))),
+                None => Ok(None),
+            },
+            Table::Legacy(d) => match self.legacy_table(&d).await?.repositories.get(name) {
+                Some(r) => Ok(Some(Repository::legacy(
+                    self.pages.clone(),
+                    self.legacy_repository(r).await?,
+                ))),
+                None => Ok(None),
+            },
+        }
     }
 
-    async fn repository_doc(&self, digest: &Digest) -> Result<Arc<Repository>> {
-        if let Some(r) = self.repos.lock().ok().and_then(|m| m.get(digest).cloned()) {
+    /// Up to `limit` repository names of `snap` after `last` (exclusive;
+    /// it need not exist), in byte-wise order (`/v2/_catalog`).
+    pub async fn repositories(
+        &self,
+        snap: &Snapshot,
+        last: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RepositoryName>> {
+        let corrupt = |k: &str| StateError::Corrupt {
+            digest: "(repository table)".into(),
+            cause: format!("bad repository name {k:?}"),
+        };
+        match snap.table()? {
+            Table::Empty => Ok(Vec::new()),
+            Table::Paged(root) => {
+                let from = last.map_or(String::new(), |l| format!("{l}\0"));
+                let to = repo::END.to_string();
+                self.pages
+                    .range(&root, &from, &to, limit)
+                    .await?
+                    .into_iter()
+                    .map(|(k, _)| k.parse().map_err(|_| corrupt(&k)))
+                    .collect()
+            }
+            Table::Legacy(d) => Ok(self
+                .legacy_table(&d)
+                .await?
+                .repositories
+                .keys()
+                .filter(|n| last.is_none_or(|l| n.as_str() > l))
+                .take(limit)
+                .cloned()
+                .collect()),
+        }
+    }
+
+    async fn legacy_table(&self, digest: &Digest) -> Result<Arc<RepoTable>> {
+        let cached = self.pages.cache.lock().ok().and_then(|mut c| c.get(digest));
+        if let Some(cache::Cached::LegacyTable(t)) = cached {
+            return Ok(t);
+        }
+        let bytes = store::get_verified(&*self.store, digest).await?;
+        let table: Arc<RepoTable> = Arc::new(parse_doc(digest, &bytes)?);
+        let w = cache::weight(bytes.len(), table.repositories.len());
+        if let Ok(mut c) = self.pages.cache.lock() {
+            c.insert(digest.clone(), cache::Cached::LegacyTable(table.clone()), w);
+        }
+        Ok(table)
+    }
+
+    async fn legacy_repository(&self, digest: &Digest) -> Result<Arc<RepositoryDoc>> {
+        let cached = self.pages.cache.lock().ok().and_then(|mut c| c.get(digest));
+        if let Some(cache::Cached::LegacyRepository(r)) = cached {
             return Ok(r);
         }
-        let repo: Arc<Repository> = Arc::new(load_doc(&*self.store, digest).await?);
-        if let Ok(mut m) = self.repos.lock() {
-            if m.len() >= REPO_CACHE_MAX {
-                m.clear();
-            }
-            m.insert(digest.clone(), repo.clone());
+        let bytes = store::get_verified(&*self.store, digest).await?;
+        let repo: Arc<RepositoryDoc> = Arc::new(parse_doc(digest, &bytes)?);
+        let entries = repo.tags.len() + repo.manifests.len() + repo.blobs.len();
+        if let Ok(mut c) = self.pages.cache.lock() {
+            let w = cache::weight(bytes.len(), entries);
+            c.insert(
+                digest.clone(),
+                cache::Cached::LegacyRepository(repo.clone()),
+                w,
+            );
         }
         Ok(repo)
     }

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::{ManifestInfo, Repository, StateError};
+use super::page::{self, Delta, Pages, Value};
+use super::{ManifestInfo, StateError, repo};
 use crate::digest::Digest;
 use crate::names::{RepositoryName, Tag};
 
@@ -153,83 +154,160 @@ impl Op {
         }
     }
 
-    /// Applies the op to `slot` (`None`: the repository does not exist).
-    /// A repository left with no tags, manifests or blobs is removed.
-    pub(super) fn apply(&self, slot: &mut Option<Repository>) -> Result<(), StateError> {
-        let missing = |what: String| StateError::NotFound(what);
+    /// Applies the op to one repository through `ed` (this change's edits
+    /// on top of the batch and the snapshot). A repository left with no
+    /// tags, manifests or blobs is removed when the batch is written.
+    pub(super) async fn apply(&self, ed: &mut Edit<'_>) -> Result<(), StateError> {
+        let Some(name) = self.repository() else {
+            return Err(StateError::Corrupt {
+                digest: "(op)".into(),
+                cause: "a document op applied to a repository".into(),
+            });
+        };
+        let missing = |what: String| StateError::NotFound(format!("{what} not known in {name}"));
         match self {
-            Op::Document { .. } => {
-                return Err(StateError::Corrupt {
-                    digest: "(op)".into(),
-                    cause: "a document op applied to a repository".into(),
-                });
-            }
+            Op::Document { .. } => {}
             Op::LinkBlobs { blobs, .. } => {
-                let repo = slot.get_or_insert_with(Repository::default);
                 for (d, size) in blobs {
-                    repo.blobs.insert(d.clone(), *size);
+                    ed.set(repo::blob_key(d), Some(page::json_value(size)?))
+                        .await?;
                 }
             }
             Op::PutManifest {
                 digest, info, tags, ..
             } => {
-                let repo = slot.get_or_insert_with(Repository::default);
-                repo.manifests
-                    .entry(digest.clone())
-                    .or_insert_with(|| info.clone());
+                if ed.get(&repo::manifest_key(digest)).await?.is_none() {
+                    for (k, v) in repo::manifest_entries(digest, info)? {
+                        ed.set(k, Some(v)).await?;
+                    }
+                }
+                let target = page::string_value(&digest.to_string());
                 for t in tags {
-                    repo.tags.insert(t.clone(), digest.clone());
+                    if let Some(old) = ed.get(&repo::tag_key(t.as_str())).await? {
+                        let old = page::digest_value(&old)?;
+                        ed.set(repo::tagged_key(&old, t.as_str()), None).await?;
+                    }
+                    ed.set(repo::tag_key(t.as_str()), Some(target.clone()))
+                        .await?;
+                    ed.set(repo::tagged_key(digest, t.as_str()), Some(page::null()))
+                        .await?;
                 }
             }
-            Op::DeleteTag { repo: name, tag } => {
-                let repo = slot
-                    .as_mut()
-                    .ok_or_else(|| missing(format!("repository {name} not known")))?;
-                repo.tags
-                    .remove(tag)
-                    .ok_or_else(|| missing(format!("tag {tag} not known in {name}")))?;
+            Op::DeleteTag { tag, .. } => {
+                let key = repo::tag_key(tag.as_str());
+                let old = ed
+                    .get(&key)
+                    .await?
+                    .ok_or_else(|| missing(format!("tag {tag}")))?;
+                ed.set(key, None).await?;
+                let old = page::digest_value(&old)?;
+                ed.set(repo::tagged_key(&old, tag.as_str()), None).await?;
             }
-            Op::DeleteManifest { repo: name, digest } => {
-                let repo = slot
-                    .as_mut()
-                    .ok_or_else(|| missing(format!("repository {name} not known")))?;
-                repo.manifests
-                    .remove(digest)
-                    .ok_or_else(|| missing(format!("manifest {digest} not known in {name}")))?;
-                repo.tags.retain(|_, d| d != digest);
+            Op::DeleteManifest { digest, .. } => {
+                let key = repo::manifest_key(digest);
+                let info: ManifestInfo = match ed.get(&key).await? {
+                    Some(v) => page::parse_value(&v)?,
+                    None => return Err(missing(format!("manifest {digest}"))),
+                };
+                ed.set(key, None).await?;
+                if let Some(s) = &info.subject {
+                    ed.set(repo::referrer_key(s, digest), None).await?;
+                }
+                let prefix = repo::tagged_key(digest, "");
+                for tag in ed.keys(&prefix).await? {
+                    ed.set(repo::tag_key(&tag), None).await?;
+                    ed.set(format!("{prefix}{tag}"), None).await?;
+                }
             }
-            Op::UnlinkBlob { repo: name, digest } => {
-                let repo = slot
-                    .as_mut()
-                    .ok_or_else(|| missing(format!("repository {name} not known")))?;
-                repo.blobs
-                    .remove(digest)
-                    .ok_or_else(|| missing(format!("blob {digest} not known in {name}")))?;
+            Op::UnlinkBlob { digest, .. } => {
+                let key = repo::blob_key(digest);
+                if ed.get(&key).await?.is_none() {
+                    return Err(missing(format!("blob {digest}")));
+                }
+                ed.set(key, None).await?;
             }
             Op::Require {
-                repo: name,
-                blobs,
-                manifests,
+                blobs, manifests, ..
             } => {
-                let empty = Repository::default();
-                let repo = slot.as_ref().unwrap_or(&empty);
-                let linked =
-                    |d: &Digest| repo.blobs.contains_key(d) || repo.manifests.contains_key(d);
-                if let Some(d) = blobs.iter().find(|d| !linked(d)) {
-                    return Err(missing(format!("blob {d} not known in {name}")));
+                for d in blobs {
+                    if ed.get(&repo::blob_key(d)).await?.is_none()
+                        && ed.get(&repo::manifest_key(d)).await?.is_none()
+                    {
+                        return Err(missing(format!("blob {d}")));
+                    }
                 }
-                if let Some(d) = manifests.iter().find(|d| !repo.manifests.contains_key(*d)) {
-                    return Err(missing(format!("manifest {d} not known in {name}")));
+                for d in manifests {
+                    if ed.get(&repo::manifest_key(d)).await?.is_none() {
+                        return Err(missing(format!("manifest {d}")));
+                    }
                 }
             }
         }
-        if slot
-            .as_ref()
-            .is_some_and(|r| r.tags.is_empty() && r.manifests.is_empty() && r.blobs.is_empty())
-        {
-            *slot = None;
+        Ok(())
+    }
+}
+
+/// One change's edits to one repository tree: reads see `change` (this
+/// change so far), then `batch` (the earlier changes of the batch), then
+/// the tree `base` of the snapshot; writes go to `change` only, so a
+/// change that fails is dropped whole. A write that sets the value a key
+/// already has is not recorded, so a change that changes nothing leaves
+/// `change` empty.
+pub(super) struct Edit<'a> {
+    /// Page reader.
+    pub(super) pages: &'a Pages,
+    /// The repository's root page in the snapshot (`None`: absent).
+    pub(super) base: Option<&'a Digest>,
+    /// Earlier changes of the batch to this repository.
+    pub(super) batch: Option<&'a Delta>,
+    /// This change's edits.
+    pub(super) change: &'a mut Delta,
+}
+
+impl Edit<'_> {
+    async fn get(&self, key: &str) -> Result<Option<Value>, StateError> {
+        if let Some(v) = self.change.get(key) {
+            return Ok(v.clone());
+        }
+        if let Some(v) = self.batch.and_then(|b| b.get(key)) {
+            return Ok(v.clone());
+        }
+        match self.base {
+            Some(root) => self.pages.get(root, key).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn set(&mut self, key: String, value: Option<Value>) -> Result<(), StateError> {
+        let current = self.get(&key).await?;
+        if current.as_ref().map(|v| v.get()) != value.as_ref().map(|v| v.get()) {
+            self.change.insert(key, value);
         }
         Ok(())
+    }
+
+    /// Every present key under `prefix`, without the prefix, sorted.
+    async fn keys(&self, prefix: &str) -> Result<Vec<String>, StateError> {
+        let to = format!("{prefix}{}", repo::END);
+        let mut present = std::collections::BTreeMap::new();
+        if let Some(root) = self.base {
+            for (k, _) in self.pages.range(root, prefix, &to, usize::MAX).await? {
+                present.insert(k, true);
+            }
+        }
+        for delta in self.batch.into_iter().chain([&*self.change]) {
+            for (k, v) in delta.range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Excluded(to.as_str()),
+            )) {
+                present.insert(k.clone(), v.is_some());
+            }
+        }
+        Ok(present
+            .into_iter()
+            .filter(|(_, here)| *here)
+            .map(|(k, _)| k[prefix.len()..].to_string())
+            .collect())
     }
 }
 
@@ -237,8 +315,11 @@ impl Op {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_recorded_manifest_keeps_its_first_info() {
+    #[tokio::test]
+    async fn a_recorded_manifest_keeps_its_first_info() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::fs::FsStore::open(dir.path()).unwrap());
+        let state = super::super::StateStore::new(store);
         let repo: RepositoryName = "img".parse().unwrap();
         let digest = Digest::sha256_of(b"m");
         let info = |media_type: &str| ManifestInfo {
@@ -253,12 +334,22 @@ mod tests {
             info: info(media_type),
             tags: vec![tag.parse().unwrap()],
         };
-        let mut slot = None;
-        put(crate::oci::OCI_MANIFEST, "a").apply(&mut slot).unwrap();
-        put("text/plain", "b").apply(&mut slot).unwrap();
-        let r = slot.unwrap();
-        assert_eq!(r.manifests[&digest], info(crate::oci::OCI_MANIFEST));
-        assert_eq!(r.tags.len(), 2);
-        assert!(r.tags.values().all(|d| d == &digest));
+        state
+            .commit("a", "t", &[put(crate::oci::OCI_MANIFEST, "a")])
+            .await
+            .unwrap();
+        state
+            .commit("b", "t", &[put("text/plain", "b")])
+            .await
+            .unwrap();
+        let snap = state.snapshot().await.unwrap();
+        let r = state.repository(&snap, &repo).await.unwrap().unwrap();
+        assert_eq!(
+            r.manifest(&digest).await.unwrap().unwrap(),
+            info(crate::oci::OCI_MANIFEST)
+        );
+        let tags = r.tags(None, 10).await.unwrap();
+        assert_eq!(tags.len(), 2);
+        assert!(tags.iter().all(|(_, d)| d == &digest));
     }
 }

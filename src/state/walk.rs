@@ -1,22 +1,24 @@
 //! The reachability walk: everything one generation of the state refers to,
 //! streamed to a callback (for garbage collection and `fsck`).
 //!
-//! Owns: following today's layout from one [`StateDoc`] digest:
-//! `StateDoc` → [`RepoTable`] → each [`Repository`] → its manifests (each
-//! parsed for `config`, `layers`, child `manifests` and `subject`) and linked
-//! blobs; the room documents named in `StateDoc.documents` are reported as
-//! documents (what they refer to is each room's business: `state` never
-//! imports the rooms). Never holds more than one repository document and one
-//! manifest in memory; the caller decides (by its return value) whether an
-//! already reached digest is descended into again, so walking many
-//! generations that share most documents parses each document once.
+//! Owns: following one [`StateDoc`] digest through the repository tree
+//! ([`StateStore::walk_tree`]: the pages of the paged layout, or the
+//! first layout's table and repository documents), then each recorded
+//! manifest (parsed for `config`, `layers`, child `manifests` and
+//! `subject`); the room documents named in `StateDoc.documents` are
+//! reported as documents (what they refer to is each room's business:
+//! `state` never imports the rooms). The caller decides (by its return
+//! value) whether an already reached manifest is descended into again;
+//! pages are walked once per call.
 //!
 //! A document or manifest that cannot be read or parsed does not stop the
 //! walk: it is reported as a [`WalkProblem`] and its subtree is skipped.
 //! Only a failing blobstore (an I/O error other than a missing object)
 //! aborts it.
 
-use super::{RepoTable, Repository, Result, StateDoc, StateError, StateStore};
+use std::collections::HashSet;
+
+use super::{Result, StateDoc, StateError, StateStore, TreeItem};
 use crate::digest::Digest;
 use crate::oci::{self, Manifest};
 use crate::store::{self, StoreError};
@@ -24,8 +26,9 @@ use crate::store::{self, StoreError};
 /// One thing a generation refers to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Reached {
-    /// A metadata document: the [`StateDoc`] itself, its [`RepoTable`], a
-    /// [`Repository`] document, or a room document (`StateDoc.documents`).
+    /// A metadata document: the [`StateDoc`] itself, a page of the
+    /// repository tree (or a first-layout table or repository document), or
+    /// a room document (`StateDoc.documents`).
     Document(Digest),
     /// A manifest or index recorded in a repository, or named as a child or
     /// `subject` by one (the subject may live in another repository or
@@ -97,69 +100,61 @@ impl StateStore {
         if !visit(Reached::Document(state.clone())) {
             return Ok(problems);
         }
-        let doc: StateDoc = match super::load_doc(&**self.blobstore(), state).await {
-            Ok(d) => d,
-            Err(e) => {
-                problems.push(problem(state, "state document", e)?);
-                return Ok(problems);
-            }
-        };
-        for d in doc.documents.values() {
-            visit(Reached::Document(d.clone()));
-        }
-        if !visit(Reached::Document(doc.repositories.clone())) {
+        if let Err(e) = super::load_doc::<StateDoc>(&**self.blobstore(), state).await {
+            problems.push(problem(state, "state document", e)?);
             return Ok(problems);
         }
-        let table: RepoTable = match super::load_doc(&**self.blobstore(), &doc.repositories).await {
-            Ok(t) => t,
-            Err(e) => {
-                problems.push(problem(&doc.repositories, "repository table", e)?);
-                return Ok(problems);
-            }
-        };
-        for (name, digest) in &table.repositories {
-            if !visit(Reached::Document(digest.clone())) {
+        // The paged tree (or a first-layout table): pages as documents,
+        // linked blobs; recorded manifests are collected to descend below.
+        let mut seen = HashSet::new();
+        seen.insert(state.clone());
+        let mut recorded: Vec<(Digest, String)> = Vec::new();
+        let tree = self
+            .walk_tree(state, &mut seen, &mut |item| {
+                match item {
+                    TreeItem::Document(d) => {
+                        visit(Reached::Document(d));
+                    }
+                    TreeItem::Blob { digest, .. } => {
+                        visit(Reached::Blob(digest));
+                    }
+                    TreeItem::Manifest { repository, digest } => {
+                        recorded.push((digest, format!("manifest in {repository}")));
+                    }
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(e) = tree {
+            problems.push(problem(state, "repository tree", e)?);
+        }
+        let recorded_set: HashSet<Digest> = recorded.iter().map(|(d, _)| d.clone()).collect();
+        let mut stack = recorded;
+        while let Some((m, within)) = stack.pop() {
+            if !visit(Reached::Manifest(m.clone())) {
                 continue;
             }
-            let what = format!("repository {name}");
-            let repo: Repository = match super::load_doc(&**self.blobstore(), digest).await {
-                Ok(r) => r,
-                Err(e) => {
-                    problems.push(problem(digest, &what, e)?);
-                    continue;
-                }
-            };
-            for b in repo.blobs.keys() {
-                visit(Reached::Blob(b.clone()));
-            }
-            let within = format!("manifest in {name}");
-            let mut stack: Vec<Digest> = repo.manifests.keys().cloned().collect();
-            while let Some(m) = stack.pop() {
-                if !visit(Reached::Manifest(m.clone())) {
-                    continue;
-                }
-                match self.manifest_children(&m).await {
-                    Ok(Some(children)) => {
-                        for c in children {
-                            match c {
-                                Reached::Manifest(d) => stack.push(d),
-                                other => {
-                                    visit(other);
-                                }
+            match self.manifest_children(&m).await {
+                Ok(Some(children)) => {
+                    for c in children {
+                        match c {
+                            Reached::Manifest(d) => stack.push((d, within.clone())),
+                            other => {
+                                visit(other);
                             }
                         }
                     }
-                    // A dangling subject or a child left out on purpose
-                    // (`platforms`) is not recorded in the repository:
-                    // absent is fine unless the repository records it.
-                    Ok(None) if !repo.manifests.contains_key(&m) => {}
-                    Ok(None) => problems.push(WalkProblem {
-                        digest: m.clone(),
-                        what: within.clone(),
-                        cause: "missing from the blobstore".into(),
-                    }),
-                    Err(e) => problems.push(problem(&m, &within, e)?),
                 }
+                // A dangling subject or a child left out on purpose
+                // (`platforms`) is not recorded in the repository:
+                // absent is fine unless the repository records it.
+                Ok(None) if !recorded_set.contains(&m) => {}
+                Ok(None) => problems.push(WalkProblem {
+                    digest: m.clone(),
+                    what: within,
+                    cause: "missing from the blobstore".into(),
+                }),
+                Err(e) => problems.push(problem(&m, &within, e)?),
             }
         }
         Ok(problems)

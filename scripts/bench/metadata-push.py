@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Metadata benchmark client (scripts/bench-metadata.sh).
+
+Usage: metadata-push.py HOST PORT DATA_DIR PID TAGS REFERRERS CHECKPOINTS
+
+Against one registry at HOST:PORT (server process PID, storing under
+DATA_DIR): pushes an empty config blob and one small OCI image manifest,
+then PUTs it under TAGS tags (t0, t1, ...) one at a time over one
+keep-alive connection, then REFERRERS artifact manifests whose `subject`
+is that manifest (by digest). Prints one JSON object:
+
+- tags[c]: for each checkpoint c (<= TAGS): p50/p99 latency in ms of the
+  last min(1000, c) tag PUTs before c, metadata bytes per tag PUT (growth
+  of the apparent size of every file under DATA_DIR over the last
+  min(200, c) PUTs, divided by their count), and VmHWM (peak RSS, KiB).
+- referrers: the same for the referrer PUTs (all of them), the number of
+  referrers the referrers API lists (following `Link`; -1 when the server
+  has no referrers API), and the final VmHWM.
+"""
+
+import hashlib
+import http.client
+import json
+import os
+import sys
+import time
+
+
+def sha256(b):
+    return "sha256:" + hashlib.sha256(b).hexdigest()
+
+
+def tree_bytes(path):
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def pct(values, p):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p))] * 1000.0
+
+
+class Client:
+    def __init__(self, host, port):
+        self.host, self.port = host, port
+        self.conn = http.client.HTTPConnection(host, port, timeout=120)
+
+    def request(self, method, path, body=None, headers=None):
+        for attempt in range(3):
+            try:
+                self.conn.request(method, path, body=body, headers=headers or {})
+                r = self.conn.getresponse()
+                data = r.read()
+                return r.status, r.getheader("Location"), r.getheader("Link"), data
+            except (http.client.HTTPException, ConnectionError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+                if attempt == 2:
+                    raise
+        raise RuntimeError("unreachable")
+
+
+def main():
+    host, port, data, pid = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    tags, referrers = int(sys.argv[5]), int(sys.argv[6])
+    checkpoints = [int(c) for c in sys.argv[7].split(",") if int(c) <= tags]
+    c = Client(host, port)
+    repo = "bench/meta"
+    config = b"{}"
+    st, loc, _, body = c.request("POST", f"/v2/{repo}/blobs/uploads/?digest={sha256(config)}", config,
+                                 {"Content-Type": "application/octet-stream"})
+    if st == 202:  # no monolithic POST: PUT to the session
+        sep = "&" if "?" in loc else "?"
+        st, _, _, body = c.request("PUT", f"{loc}{sep}digest={sha256(config)}", config,
+                                   {"Content-Type": "application/octet-stream"})
+    assert st == 201, (st, body)
+    manifest = json.dumps({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": sha256(config), "size": len(config)},
+        "layers": [],
+    }, separators=(",", ":")).encode()
+    mdigest = sha256(manifest)
+    ct = {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}
+
+    lat = []
+    out = {"tags": {}, "referrers": {}}
+    windows = {cp: max(0, cp - min(200, cp)) for cp in checkpoints}
+    size_at = {}
+    for i in range(tags):
+        for cp, start in windows.items():
+            if i == start:
+                size_at[cp] = tree_bytes(data)
+        t0 = time.perf_counter()
+        st, _, _, body = c.request("PUT", f"/v2/{repo}/manifests/t{i}", manifest, ct)
+        lat.append(time.perf_counter() - t0)
+        assert st == 201, (i, st, body)
+        n = i + 1
+        if n in windows:
+            grown = tree_bytes(data) - size_at[n]
+            window = lat[-min(1000, n):]
+            out["tags"][n] = {
+                "p50_ms": pct(window, 0.50),
+                "p99_ms": pct(window, 0.99),
+                "bytes_per_put": grown / min(200, n),
+                "hwm_kib": hwm_kib(pid),
+            }
+            print(f"  {n} tags: p50 {out['tags'][n]['p50_ms']:.2f} ms, p99 {out['tags'][n]['p99_ms']:.2f} ms, "
+                  f"{out['tags'][n]['bytes_per_put']:.0f} B/put, VmHWM {out['tags'][n]['hwm_kib']} KiB",
+                  file=sys.stderr, flush=True)
+
+    rlat = []
+    before = tree_bytes(data)
+    for i in range(referrers):
+        art = json.dumps({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": "application/vnd.example.sig",
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json",
+                       "digest": sha256(config), "size": len(config)},
+            "layers": [],
+            "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "digest": mdigest, "size": len(manifest)},
+            "annotations": {"n": str(i)},
+        }, separators=(",", ":")).encode()
+        t0 = time.perf_counter()
+        st, _, _, body = c.request("PUT", f"/v2/{repo}/manifests/{sha256(art)}", art, ct)
+        rlat.append(time.perf_counter() - t0)
+        assert st == 201, (i, st, body)
+    grown = tree_bytes(data) - before
+    listed, path, t0 = 0, f"/v2/{repo}/referrers/{mdigest}", time.perf_counter()
+    while path:
+        st, _, link, body = c.request("GET", path)
+        if st != 200:
+            listed = -1
+            break
+        listed += len(json.loads(body)["manifests"])
+        path = link[1:link.index(">")] if link else None
+    if referrers:
+        out["referrers"] = {
+            "count": referrers,
+            "p50_ms": pct(rlat, 0.50),
+            "p99_ms": pct(rlat, 0.99),
+            "bytes_per_put": grown / referrers,
+            "listed": listed,
+            "list_ms": (time.perf_counter() - t0) * 1000.0,
+        }
+    out["hwm_kib"] = hwm_kib(pid)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

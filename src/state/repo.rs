@@ -1,0 +1,313 @@
+//! One repository's state as a paged tree, and the read API the rooms use.
+//!
+//! Owns: the keys of a repository tree and [`Repository`], a handle on one
+//! repository in one snapshot with lookups (tag, manifest, blob) and ordered
+//! listings from a cursor (tags, referrers of a subject, manifests, blobs),
+//! each reading O(log N) pages. Reads repositories of the first layout
+//! ([`RepositoryDoc`]) the same way. Never writes: `commit` does.
+//!
+//! Keys of a repository tree (values are compact JSON):
+//! - `t/<tag>` → the manifest digest (string),
+//! - `m/<digest>` → its [`ManifestInfo`],
+//! - `b/<digest>` → the linked blob's size in bytes,
+//! - `r/<subject digest>/<referrer digest>` → `null`: the referrers index,
+//!   one entry per manifest whose `subject` is that digest,
+//! - `x/<manifest digest>/<tag>` → `null`: the tags of a manifest, so that
+//!   deleting a manifest finds its tags without reading every tag.
+//!
+//! Tags, digests and repository names never contain `/` after these
+//! prefixes' own, and sort byte-wise, so `tags/list` order is key order.
+
+use std::sync::Arc;
+
+use super::docs::{ManifestInfo, RepositoryDoc};
+use super::page::{self, Delta, Pages, Value};
+use super::{Result, StateError};
+use crate::digest::Digest;
+use crate::names::Tag;
+
+/// Sorts after every key with the same prefix (keys are printable ASCII).
+pub(super) const END: char = '\u{7f}';
+
+/// Key of a tag.
+pub(super) fn tag_key(tag: &str) -> String {
+    format!("t/{tag}")
+}
+
+/// Key of a manifest's info.
+pub(super) fn manifest_key(digest: &Digest) -> String {
+    format!("m/{digest}")
+}
+
+/// Key of a linked blob.
+pub(super) fn blob_key(digest: &Digest) -> String {
+    format!("b/{digest}")
+}
+
+/// Key of one referrer of `subject`.
+pub(super) fn referrer_key(subject: &Digest, referrer: &Digest) -> String {
+    format!("r/{subject}/{referrer}")
+}
+
+/// Key of one tag of a manifest (the reverse of [`tag_key`]).
+pub(super) fn tagged_key(manifest: &Digest, tag: &str) -> String {
+    format!("x/{manifest}/{tag}")
+}
+
+/// The entries that describe a manifest recorded under `digest`.
+pub(super) fn manifest_entries(
+    digest: &Digest,
+    info: &ManifestInfo,
+) -> Result<Vec<(String, Value)>> {
+    let mut out = vec![(manifest_key(digest), page::json_value(info)?)];
+    if let Some(s) = &info.subject {
+        out.push((referrer_key(s, digest), page::null()));
+    }
+    Ok(out)
+}
+
+/// Every entry of a first-layout repository document, as a delta that
+/// builds its tree from nothing (conversion on the first commit).
+pub(super) fn legacy_delta(doc: &RepositoryDoc) -> Result<Delta> {
+    let mut delta = Delta::new();
+    for (tag, d) in &doc.tags {
+        delta.insert(
+            tag_key(tag.as_str()),
+            Some(page::string_value(&d.to_string())),
+        );
+        delta.insert(tagged_key(d, tag.as_str()), Some(page::null()));
+    }
+    for (d, info) in &doc.manifests {
+        for (k, v) in manifest_entries(d, info)? {
+            delta.insert(k, Some(v));
+        }
+    }
+    for (d, size) in &doc.blobs {
+        delta.insert(blob_key(d), Some(page::json_value(size)?));
+    }
+    Ok(delta)
+}
+
+/// The part of `key` after `prefix`, parsed.
+fn suffix<T: std::str::FromStr>(key: &str, prefix: &str) -> Result<T> {
+    key.strip_prefix(prefix)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| StateError::Corrupt {
+            digest: "(repository page)".into(),
+            cause: format!("bad key {key:?} under {prefix:?}"),
+        })
+}
+
+/// One repository in one snapshot. Cheap to clone; every read goes through
+/// the state's byte-bounded page cache.
+#[derive(Clone)]
+pub struct Repository {
+    pages: Pages,
+    body: Body,
+}
+
+#[derive(Clone)]
+enum Body {
+    /// The root page of the repository's tree.
+    Paged(Digest),
+    /// A whole repository document of the first layout.
+    Legacy(Arc<RepositoryDoc>),
+}
+
+impl Repository {
+    pub(super) fn paged(pages: Pages, root: Digest) -> Repository {
+        Repository {
+            pages,
+            body: Body::Paged(root),
+        }
+    }
+
+    pub(super) fn legacy(pages: Pages, doc: Arc<RepositoryDoc>) -> Repository {
+        Repository {
+            pages,
+            body: Body::Legacy(doc),
+        }
+    }
+
+    /// The root page of the repository's tree; `None` for a repository of the first layout.
+    pub fn root(&self) -> Option<&Digest> {
+        match &self.body {
+            Body::Paged(d) => Some(d),
+            Body::Legacy(_) => None,
+        }
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Value>> {
+        match &self.body {
+            Body::Paged(root) => self.pages.get(root, key).await,
+            Body::Legacy(_) => Ok(None),
+        }
+    }
+
+    /// Entries `prefix<after>` (exclusive; from the start of `prefix` when
+    /// `None`) up to the end of `prefix`, at most `limit`, as (key without
+    /// the prefix, value).
+    pub(super) async fn scan(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Value)>> {
+        let Body::Paged(root) = &self.body else {
+            return Ok(Vec::new());
+        };
+        let from = match after {
+            Some(a) => format!("{prefix}{a}\0"),
+            None => prefix.to_string(),
+        };
+        let to = format!("{prefix}{END}");
+        let mut out = self.pages.range(root, &from, &to, limit).await?;
+        for (k, _) in &mut out {
+            k.drain(..prefix.len());
+        }
+        Ok(out)
+    }
+
+    /// The manifest digest tag `tag` points at.
+    pub async fn tag(&self, tag: &Tag) -> Result<Option<Digest>> {
+        match &self.body {
+            Body::Legacy(doc) => Ok(doc.tags.get(tag).cloned()),
+            Body::Paged(_) => match self.get(&tag_key(tag.as_str())).await? {
+                Some(v) => page::digest_value(&v).map(Some),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// What the manifest `digest` is, if it is recorded here.
+    pub async fn manifest(&self, digest: &Digest) -> Result<Option<ManifestInfo>> {
+        match &self.body {
+            Body::Legacy(doc) => Ok(doc.manifests.get(digest).cloned()),
+            Body::Paged(_) => match self.get(&manifest_key(digest)).await? {
+                Some(v) => page::parse_value(&v).map(Some),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// The size in bytes of the blob `digest`, if it is linked here.
+    pub async fn blob(&self, digest: &Digest) -> Result<Option<u64>> {
+        match &self.body {
+            Body::Legacy(doc) => Ok(doc.blobs.get(digest).copied()),
+            Body::Paged(_) => match self.get(&blob_key(digest)).await? {
+                Some(v) => page::parse_value(&v).map(Some),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Whether `digest` may be served from here: a linked blob or a manifest.
+    pub async fn is_linked(&self, digest: &Digest) -> Result<bool> {
+        Ok(self.blob(digest).await?.is_some() || self.manifest(digest).await?.is_some())
+    }
+
+    /// Up to `limit` tags after `last` (exclusive; it need not exist), in
+    /// byte-wise order, with the manifest each points at.
+    pub async fn tags(&self, last: Option<&str>, limit: usize) -> Result<Vec<(Tag, Digest)>> {
+        match &self.body {
+            Body::Legacy(doc) => Ok(doc
+                .tags
+                .iter()
+                .filter(|(t, _)| last.is_none_or(|l| t.as_str() > l))
+                .take(limit)
+                .map(|(t, d)| (t.clone(), d.clone()))
+                .collect()),
+            Body::Paged(_) => self
+                .scan("t/", last, limit)
+                .await?
+                .into_iter()
+                .map(|(t, v)| Ok((suffix(&t, "")?, page::digest_value(&v)?)))
+                .collect(),
+        }
+    }
+
+    /// Up to `limit` manifests whose `subject` is `subject`, after the
+    /// referrer `last` (exclusive), sorted by digest, with their info.
+    /// Reads only the referrers index, never every manifest.
+    pub async fn referrers(
+        &self,
+        subject: &Digest,
+        last: Option<&Digest>,
+        limit: usize,
+    ) -> Result<Vec<(Digest, ManifestInfo)>> {
+        if let Body::Legacy(doc) = &self.body {
+            return Ok(doc
+                .manifests
+                .iter()
+                .filter(|(d, i)| i.subject.as_ref() == Some(subject) && last.is_none_or(|l| *d > l))
+                .take(limit)
+                .map(|(d, i)| (d.clone(), i.clone()))
+                .collect());
+        }
+        let prefix = format!("r/{subject}/");
+        let last = last.map(|d| d.to_string());
+        let mut out = Vec::new();
+        for (k, _) in self.scan(&prefix, last.as_deref(), limit).await? {
+            let digest: Digest = suffix(&k, "")?;
+            let info = self
+                .manifest(&digest)
+                .await?
+                .ok_or_else(|| StateError::Corrupt {
+                    digest: digest.to_string(),
+                    cause: "referrers index names a manifest that is not recorded".into(),
+                })?;
+            out.push((digest, info));
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` manifests after `last` (exclusive), sorted by digest.
+    pub async fn manifests(
+        &self,
+        last: Option<&Digest>,
+        limit: usize,
+    ) -> Result<Vec<(Digest, ManifestInfo)>> {
+        match &self.body {
+            Body::Legacy(doc) => Ok(after(&doc.manifests, last, limit)),
+            Body::Paged(_) => self.digests("m/", last, limit).await,
+        }
+    }
+
+    /// Up to `limit` linked blobs after `last` (exclusive), sorted by
+    /// digest, with their sizes in bytes.
+    pub async fn blobs(&self, last: Option<&Digest>, limit: usize) -> Result<Vec<(Digest, u64)>> {
+        match &self.body {
+            Body::Legacy(doc) => Ok(after(&doc.blobs, last, limit)),
+            Body::Paged(_) => self.digests("b/", last, limit).await,
+        }
+    }
+
+    /// Up to `limit` entries `<prefix><digest>` after `last`, parsed.
+    async fn digests<T: serde::de::DeserializeOwned>(
+        &self,
+        prefix: &str,
+        last: Option<&Digest>,
+        limit: usize,
+    ) -> Result<Vec<(Digest, T)>> {
+        let last = last.map(|d| d.to_string());
+        self.scan(prefix, last.as_deref(), limit)
+            .await?
+            .into_iter()
+            .map(|(d, v)| Ok((suffix(&d, "")?, page::parse_value(&v)?)))
+            .collect()
+    }
+}
+
+/// Up to `limit` entries of `map` after `last` (exclusive).
+fn after<V: Clone>(
+    map: &std::collections::BTreeMap<Digest, V>,
+    last: Option<&Digest>,
+    limit: usize,
+) -> Vec<(Digest, V)> {
+    use std::ops::Bound;
+    let start = last.map_or(Bound::Unbounded, Bound::Excluded);
+    map.range::<Digest, _>((start, Bound::Unbounded))
+        .take(limit)
+        .map(|(d, v)| (d.clone(), v.clone()))
+        .collect()
+}
