@@ -150,7 +150,15 @@ fn key_paths(prefix: &str, t: &toml::Table, out: &mut BTreeSet<String>) {
 
 /// Checks a rendered `airlock serve --config` file (paths already pointing
 /// at files that exist): TOML whose every key is in the contract.
-fn check_serve_config(path: &Path) -> toml::Table {
+/// What `airlock serve --check-config` must say of a rendered config:
+/// accepted, or refused with a cause containing this text.
+#[derive(Clone, Copy)]
+enum Check {
+    Accepted,
+    RefusedWith(&'static str),
+}
+
+fn check_serve_config(path: &Path, check: Check) -> toml::Table {
     let text = std::fs::read_to_string(path).unwrap();
     let table: toml::Table = text
         .parse()
@@ -165,16 +173,28 @@ fn check_serve_config(path: &Path) -> toml::Table {
         unknown.is_empty(),
         "keys outside the contract: {unknown:?}\n{text}"
     );
-    // MERGE (lead): when helper "auth" lands `airlock serve --check-config`,
-    // this is the one call to add here:
-    //     airlock_ok(&["serve", "--config", path.to_str().unwrap(), "--check-config"]);
+    // airlock itself reads it: every key, the files it names, the values.
+    let out = airlock(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--check-config",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match check {
+        Check::Accepted => assert!(out.status.success(), "check-config refused: {stderr}"),
+        Check::RefusedWith(cause) => assert!(
+            !out.status.success() && stderr.contains(cause),
+            "check-config should refuse with {cause:?}: {stderr}"
+        ),
+    }
     table
 }
 
 /// Renders every template of the airlock job into `root` (as
 /// /var/vcap/jobs/airlock would hold them), rewrites the config's job paths
 /// to `root`, and checks it. Returns (config, bpm.yml as JSON).
-fn render_airlock(props: &Value, root: &Path) -> (toml::Table, Value) {
+fn render_airlock(props: &Value, root: &Path, check: Check) -> (toml::Table, Value) {
     let spec = job_spec("airlock");
     let job_dir = root.join("jobs/airlock");
     for (src, dst) in spec["templates"].as_object().unwrap() {
@@ -195,7 +215,7 @@ fn render_airlock(props: &Value, root: &Path) -> (toml::Table, Value) {
             run_ok(Command::new("bash").arg("-n").arg(&out));
         }
     }
-    let config = check_serve_config(&job_dir.join("config/airlock.toml"));
+    let config = check_serve_config(&job_dir.join("config/airlock.toml"), check);
     let bpm = yaml_file(&job_dir.join("config/bpm.yml"));
     (config, bpm)
 }
@@ -307,7 +327,13 @@ fn specs_parse_and_name_files_that_exist() {
 #[test]
 fn airlock_job_renders_with_defaults() {
     let tmp = tempfile::tempdir().unwrap();
-    let (config, bpm) = render_airlock(&json!({}), tmp.path());
+    // No TLS and a public address: airlock refuses to serve plain HTTP
+    // there unless the operator says so (airlock.plain_http).
+    let (config, bpm) = render_airlock(
+        &json!({}),
+        tmp.path(),
+        Check::RefusedWith("is not a loopback address: configure [tls]"),
+    );
     assert_eq!(config["listen"].as_str(), Some("0.0.0.0:443"));
     assert_eq!(
         config["store"]["path"].as_str(),
@@ -331,6 +357,13 @@ fn airlock_job_renders_with_defaults() {
     assert_eq!(p["limits"]["memory"], "2G");
     assert_eq!(p["limits"]["open_files"], 65536);
     assert_eq!(p["capabilities"], json!(["NET_BIND_SERVICE"]));
+    // With plain HTTP allowed explicitly, the same config is accepted.
+    let plain = tempfile::tempdir().unwrap();
+    render_airlock(
+        &json!({"airlock": {"plain_http": true}}),
+        plain.path(),
+        Check::Accepted,
+    );
 }
 
 #[test]
@@ -351,7 +384,12 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
         "registry": {"mirror_namespace": "docker.io", "allow_push": true},
         "bpm": {"memory_limit": "8G"},
     }});
-    let (config, bpm) = render_airlock(&props, tmp.path());
+    // S3 is rendered as the contract says; the blobstore is issue 11.
+    let (config, bpm) = render_airlock(
+        &props,
+        tmp.path(),
+        Check::RefusedWith("object-store (S3) blobstores are not built yet"),
+    );
     let job = tmp.path().join("jobs/airlock");
     assert_eq!(config["listen"].as_str(), Some("0.0.0.0:8443"));
     assert_eq!(config["store"]["url"].as_str(), Some("s3://blobs/airlock"));
@@ -582,7 +620,12 @@ fn example_manifest_and_ops_file() {
         .unwrap();
     assert_eq!(job["provides"]["airlock"]["shared"], true);
     // The manifest's properties are declared ones and render.
-    let (config, _) = render_airlock(&job["properties"], tmp.path());
+    // Its TLS values are CredHub placeholders, not PEM.
+    let (config, _) = render_airlock(
+        &job["properties"],
+        tmp.path(),
+        Check::RefusedWith("no PEM certificate found"),
+    );
     assert_eq!(config["user"].as_array().unwrap().len(), 2);
 
     let ops = yaml_file(&rel.join("manifests/operations/add-airlock-rootfs.yml"));
