@@ -26,13 +26,7 @@ fn bundle() -> &'static Path {
         let dir = Box::leak(Box::new(tempfile::tempdir().unwrap()))
             .path()
             .to_path_buf();
-        let layout = dir.join("layout");
-        run_ok(
-            Command::new("cp")
-                .arg("-a")
-                .arg(fixture_layout())
-                .arg(&layout),
-        );
+        let layout = copy_fixture_layout(&dir);
         let l = |tag: &str| format!("{}:{tag}", layout.display());
         let work = dir.join("work");
         run_ok(Command::new("umoci").args([

@@ -19,13 +19,7 @@ use common::*;
 fn data(tmp: &Path) -> (PathBuf, [String; 3]) {
     require_tool("curl", "curl");
     require_tool("python3", "python3");
-    let layout = tmp.join("layout");
-    run_ok(
-        Command::new("cp")
-            .arg("-a")
-            .arg(fixture_layout())
-            .arg(&layout),
-    );
+    let layout = copy_fixture_layout(tmp);
     let l = |tag: &str| format!("{}:{tag}", layout.display());
     for (tag, label) in [("v2", "airlock.test=2"), ("custom", "airlock.test=3")] {
         run_ok(Command::new("umoci").args([

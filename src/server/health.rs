@@ -15,11 +15,15 @@ pub async fn healthz() -> &'static str {
     "ok"
 }
 
-/// `GET /readyz`: 200 `ok` when the current state snapshot can be read from
-/// the blobstore (root and metadata documents), else 503 `not ready` (the
-/// cause is logged at warn).
+/// `GET /readyz`: 200 `ok` when the current state can be read from the
+/// blobstore (the root, the state document and the repository table's
+/// first page), else 503 `not ready` (the cause is logged at warn).
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
-    match app.state.snapshot().await {
+    let ready = async {
+        let snap = app.state.snapshot().await?;
+        app.state.repositories(&snap, None, 1).await
+    };
+    match ready.await {
         Ok(_) => (StatusCode::OK, "ok"),
         Err(e) => {
             tracing::warn!(error = %e, "not ready: state cannot be read");

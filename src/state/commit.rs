@@ -218,7 +218,11 @@ impl StateStore {
             .map(|(p, _)| p)
             .collect();
         let (reason, who, address) = describe(&landed);
-        let generation = match self.write(&snap, &work, &reason, &who, address).await? {
+        let written = self.write(&snap, &work, &reason, &who, address).await?;
+        // A change whose edits and documents came out equal to what was
+        // there (a re-import) changed nothing when the batch wrote nothing.
+        let wrote = written.is_some();
+        let generation = match written {
             None => snap.generation(),
             Some((digest, state)) => {
                 self.store.sync().await?;
@@ -239,7 +243,7 @@ impl StateStore {
                 .map(|o| {
                     o.map(|changed| Commit {
                         generation,
-                        changed,
+                        changed: changed && wrote,
                     })
                 })
                 .collect(),

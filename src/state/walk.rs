@@ -65,6 +65,15 @@ impl std::fmt::Display for WalkProblem {
     }
 }
 
+/// The digest of a blob key (`blobs/<alg>/<xx>/<hex>`), if it is one.
+fn key_digest(key: &str) -> Option<Digest> {
+    let mut parts = key.split('/');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("blobs"), Some(alg), Some(_), Some(hex)) => format!("{alg}:{hex}").parse().ok(),
+        _ => None,
+    }
+}
+
 /// Whether a read failure is a problem to report (`Some`) or a store
 /// failure that aborts the walk (`Err`).
 fn problem(digest: &Digest, what: &str, e: StateError) -> Result<WalkProblem> {
@@ -107,11 +116,11 @@ impl StateStore {
         // The paged tree (or a first-layout table): pages as documents,
         // linked blobs; recorded manifests are collected to descend below.
         let mut seen = HashSet::new();
-        seen.insert(state.clone());
         let mut recorded: Vec<(Digest, String)> = Vec::new();
         let tree = self
             .walk_tree(state, &mut seen, &mut |item| {
                 match item {
+                    TreeItem::Document(d) if &d == state => {}
                     TreeItem::Document(d) => {
                         visit(Reached::Document(d));
                     }
@@ -126,7 +135,14 @@ impl StateStore {
             })
             .await;
         if let Err(e) = tree {
-            problems.push(problem(state, "repository tree", e)?);
+            // Name the page or document that failed when the error says.
+            let at = match &e {
+                StateError::Store(StoreError::NotFound(key)) => key_digest(key),
+                StateError::Corrupt { digest, .. } => digest.parse().ok(),
+                _ => None,
+            };
+            let at = at.unwrap_or_else(|| state.clone());
+            problems.push(problem(&at, "repository tree", e)?);
         }
         let recorded_set: HashSet<Digest> = recorded.iter().map(|(d, _)| d.clone()).collect();
         let mut stack = recorded;

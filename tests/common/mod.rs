@@ -52,6 +52,19 @@ pub fn fixture_layout() -> PathBuf {
         .clone()
 }
 
+/// A writable copy of the fixture layout at `dir/layout` (for tests that
+/// add tags with umoci).
+pub fn copy_fixture_layout(dir: &Path) -> PathBuf {
+    let layout = dir.join("layout");
+    run_ok(
+        Command::new("cp")
+            .arg("-a")
+            .arg(fixture_layout())
+            .arg(&layout),
+    );
+    layout
+}
+
 /// Runs `tests/fixtures/SCRIPT OUT`, asserting success.
 pub fn fixture_script(script: &str, out: &Path) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
