@@ -16,8 +16,6 @@ use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 use super::webhook::{WebhookConfig, signature};
 use super::{Delivery, QUEUE, finish, get, put};
@@ -65,30 +63,11 @@ pub struct Deliverer {
 }
 
 fn client(config: &WebhookConfig) -> Result<HttpClient, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    if let Some(ca) = &config.ca_file {
-        let certs: Vec<_> = CertificateDer::pem_file_iter(ca)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| format!("webhook ca_file {}: {e}", ca.display()))?;
-        if certs.is_empty() {
-            return Err(format!(
-                "webhook ca_file {}: no PEM certificate",
-                ca.display()
-            ));
-        }
-        for c in certs {
-            roots
-                .add(c)
-                .map_err(|e| format!("webhook ca_file {}: {e}", ca.display()))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = crate::http_client::tls_config(&crate::http_client::TlsOptions {
+        ca_file: config.ca_file.clone(),
+        ..Default::default()
+    })
+    .map_err(|e| format!("webhook {}: {e:#}", config.url))?;
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
@@ -103,18 +82,12 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// An error and its sources, `: `-joined, each text once.
+/// An error and its causes, `: `-joined.
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !out.contains(&t) {
-            out = format!("{out}: {t}");
-        }
-        src = s.source();
+    match crate::http_client::source_chain(e) {
+        below if below.is_empty() => e.to_string(),
+        below => format!("{e}: {below}"),
     }
-    out
 }
 
 fn done(d: &Delivery) -> bool {
