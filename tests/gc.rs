@@ -144,3 +144,106 @@ fn gc_during_pushes_and_pulls_keeps_everything_live_and_sweeps_the_rest() {
     let again = gc_json(d, KEEP_ONE);
     assert_eq!(again["blobs_removed"], 0, "{again}");
 }
+
+/// The race of a push that mounts an old unreferenced blob while GC sweeps
+/// it: GC moves candidates to `gc-trash/`, looks a third time, and puts
+/// back what a link made meanwhile names; a GC killed after the move
+/// leaves the trash, which the next run puts back.
+#[test]
+fn gc_puts_back_a_trashed_blob_linked_meanwhile_and_after_a_kill() {
+    require_tool("curl", "curl");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let server = serve(&data, &["--allow-push"]);
+    let blob = dir.path().join("blob");
+    std::fs::write(
+        &blob,
+        format!("mounted while trashed {}", std::process::id()),
+    )
+    .unwrap();
+    let digest = common::sha256sum(&blob);
+    let hex = digest.strip_prefix("sha256:").unwrap().to_string();
+    let size = std::fs::metadata(&blob).unwrap().len();
+    let curl = |args: &[&str]| -> String {
+        let o = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let url = |path: &str| format!("http://{}{path}", server.addr);
+    let pushed = curl(&[
+        "-X",
+        "POST",
+        "--data-binary",
+        &format!("@{}", blob.display()),
+        &url(&format!("/v2/src/app/blobs/uploads/?digest={digest}")),
+    ]);
+    assert_eq!(pushed, "201");
+    // Only the (old) pushed-blob link keeps it: a GC candidate.
+    age(&data);
+    let key = data.join("blobs/sha256").join(&hex[..2]).join(&hex);
+    let trashed = data.join("gc-trash").join(format!("sha256-{hex}"));
+    let gc = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["gc", "--data", d, "--json"])
+        .args(KEEP_ONE)
+        .env("AIRLOCK_FAILPOINT", "gc:after_trash=sleep:3")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !trashed.exists() {
+        assert!(
+            t0.elapsed().as_secs() < 20,
+            "gc never moved the blob to gc-trash/"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!key.exists());
+    // A mount now finds no blob: the spec's fallback, an upload session.
+    let mount = curl(&[
+        "-X",
+        "POST",
+        &url(&format!(
+            "/v2/dst/app/blobs/uploads/?mount={digest}&from=src/app"
+        )),
+    ]);
+    assert_eq!(mount, "202");
+    // A mount that saw the blob before the move links it now (the other
+    // interleaving of its stat and its link write).
+    let link = data
+        .join("links/dst/app/_blobs")
+        .join(format!("sha256-{hex}"));
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::fs::write(&link, size.to_string()).unwrap();
+    let out = gc.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["blobs_put_back"], 1, "{report}");
+    assert!(!trashed.exists());
+    assert_eq!(common::sha256sum(&key), digest);
+    let head = curl(&["-I", &url(&format!("/v2/dst/app/blobs/{digest}"))]);
+    assert_eq!(head, "200");
+
+    // A GC killed between the move and the third look: the trash stays,
+    // and the next run (nothing past its grace) puts the blob back.
+    age(&data);
+    let killed = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["gc", "--data", d])
+        .args(KEEP_ONE)
+        .env("AIRLOCK_FAILPOINT", "gc:after_trash=kill")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success());
+    assert!(trashed.exists() && !key.exists());
+    airlock_ok(&["gc", "--data", d, "--grace", "100d"]);
+    assert!(!trashed.exists());
+    assert_eq!(common::sha256sum(&key), digest);
+}

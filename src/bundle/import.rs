@@ -419,10 +419,9 @@ async fn write_blobs(
         while let Some(msg) = rx.recv().await {
             match msg {
                 Msg::Doc(doc, reply) => {
-                    let present = match store {
-                        Some(s) => present_blobs(s, &doc).await?,
-                        None => HashSet::new(),
-                    };
+                    // The journal before the presence check: a blob found
+                    // present is then either kept by a concurrent gc (it
+                    // sees the journal) or already gone from the check.
                     if let (Some(s), Some(key)) = (store, journal) {
                         let all = doc.blobs.iter().chain(&doc.required);
                         let j = super::journal::Journal::new(
@@ -431,6 +430,10 @@ async fn write_blobs(
                         );
                         j.put(s, key).await.context("writing the import journal")?;
                     }
+                    let present = match store {
+                        Some(s) => present_blobs(s, &doc).await?,
+                        None => HashSet::new(),
+                    };
                     let _ = reply.send(present);
                 }
                 Msg::Begin(digest) => {

@@ -11,14 +11,23 @@
 //! 4. a second look once the walk is done: a root swapped meanwhile is
 //!    walked too, links and journals made meanwhile are marked.
 //!
-//! Sweep: a blob (or document: they share `blobs/`) is removed when it is
-//! unmarked, was last written before the mark started, and either is older
-//! than the grace period or was listed by a failed or killed import's
+//! Sweep: a blob (or document: they share `blobs/`) is a candidate when it
+//! is unmarked, was last written before the mark started, and either is
+//! older than the grace period or was listed by a failed or killed import's
 //! journal (reclaimable at once: no root ever referenced it, or it would be
-//! marked). Then: links older than the grace period, journals of finished
-//! imports, `tmp/` files no live writer holds, stacks scratch files older
-//! than the grace period. A blob written during the mark phase is never
-//! swept (its mtime is after the mark's start).
+//! marked). Candidates are first moved to `gc-trash/` (a rename: readers see
+//! them absent from then on), then a third look marks what a root swap,
+//! link or journal made since the mark started names, and only the trashed
+//! blobs still unmarked are deleted; the others go back. A push that mounts
+//! an old unreferenced blob or an import that found it present therefore
+//! either is seen by the third look or finds the blob already absent (mount
+//! falls back to an upload, import writes it from the bundle): no race
+//! window is left between the last look and the delete. Then: links older
+//! than the grace period, journals of finished imports, `tmp/` files no
+//! live writer holds, stacks scratch files older than the grace period. A
+//! blob written during the mark phase is never swept (its mtime is after
+//! the mark's start). A GC killed between trash and settle leaves
+//! `gc-trash/`: the next run puts it back before it marks.
 //!
 //! Memory: the marked set (one digest per reachable object) and one
 //! directory of the `blobs/<alg>/<2 hex>/` fan-out at a time.
@@ -80,6 +89,9 @@ pub struct GcReport {
     pub failed_import_blobs_removed: u64,
     /// Bytes freed by removing blobs and documents.
     pub blob_bytes_freed: u64,
+    /// Candidates put back by the third look: named meanwhile by a root
+    /// swap, a pushed-blob link (a mount) or a live import's journal.
+    pub blobs_put_back: u64,
     /// Pushed-blob links removed.
     pub links_removed: u64,
     /// Journals of finished imports removed.
@@ -100,7 +112,7 @@ impl std::fmt::Display for GcReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}{} blobs removed ({} from failed imports), {} links, {} journals, {} temporary files; {:.1} MB freed; {} kept in grace; {} reachable in {} generations (mark {} ms, sweep {} ms)",
+            "{}{} blobs removed ({} from failed imports), {} links, {} journals, {} temporary files; {:.1} MB freed; {} kept in grace, {} put back; {} reachable in {} generations (mark {} ms, sweep {} ms)",
             if self.dry_run {
                 "dry run: would remove: "
             } else {
@@ -113,6 +125,7 @@ impl std::fmt::Display for GcReport {
             self.tmp_files_removed,
             self.bytes_freed as f64 / 1e6,
             self.blobs_in_grace,
+            self.blobs_put_back,
             self.marked,
             self.generations_kept,
             self.mark_ms,
@@ -181,6 +194,25 @@ impl Marks {
             self.reached.extend(blobs);
         }
         Ok(())
+    }
+
+    /// Marks what appeared since `mark_start`: a new root's generation,
+    /// links and journals written since.
+    async fn look_again(
+        &mut self,
+        fs: &FsStore,
+        state: &StateStore,
+        cutoff: SystemTime,
+        mark_start: SystemTime,
+    ) -> Result<()> {
+        if let Some(now) = state.root_digest().await?
+            && !self.descended.contains(&now)
+        {
+            let doc = state.state_doc(&now).await?;
+            self.generation(state, &now, &doc, true).await?;
+        }
+        self.links(fs.dir(), cutoff, Some(mark_start))?;
+        self.journals(fs, Some(mark_start)).await
     }
 
     /// Links: young ones mark their blob, old ones are swept (only those
@@ -298,6 +330,9 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
         ..GcReport::default()
     };
     let mut marks = Marks::default();
+    if !opts.dry_run {
+        restore_trash(fs.dir())?;
+    }
     let kept = kept_generations(state, opts.retention).await?;
     report.generation = kept.first().map_or(0, |(_, d)| d.generation);
     report.generations_kept = kept.len();
@@ -307,14 +342,7 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
     marks.links(fs.dir(), cutoff, None)?;
     marks.journals(fs, None).await?;
     // Second look: a root swapped, links and journals written during the mark.
-    if let Some(now) = state.root_digest().await?
-        && !marks.descended.contains(&now)
-    {
-        let doc = state.state_doc(&now).await?;
-        marks.generation(state, &now, &doc, true).await?;
-    }
-    marks.links(fs.dir(), cutoff, Some(mark_start))?;
-    marks.journals(fs, Some(mark_start)).await?;
+    marks.look_again(fs, state, cutoff, mark_start).await?;
     report.marked = marks.reached.len();
     report.mark_ms = started.elapsed().as_millis() as u64;
 
@@ -327,6 +355,13 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
         opts.dry_run,
         &mut report,
     )?;
+    if !opts.dry_run {
+        failpoint_after_trash().await;
+        // Third look, after the candidates left `blobs/`: whatever names
+        // one of them now keeps it.
+        marks.look_again(fs, state, cutoff, mark_start).await?;
+        settle_trash(fs.dir(), &marks, &mut report)?;
+    }
     for path in &marks.old_links {
         if remove(path, opts.dry_run).is_some() {
             report.links_removed += 1;
@@ -368,6 +403,7 @@ fn sweep_blobs(
     dry_run: bool,
     report: &mut GcReport,
 ) -> Result<()> {
+    let trash = root.join(TRASH);
     for (alg_name, fan) in super::fan_dirs(root).context("listing blobs/")? {
         for (digest, entry) in super::blob_entries(&alg_name, &fan)? {
             let Some(digest) = digest else {
@@ -386,16 +422,103 @@ fn sweep_blobs(
                 report.blobs_in_grace += 1;
                 continue;
             }
-            if let Some(n) = remove(&entry.path(), dry_run) {
+            if failed && mtime >= cutoff {
+                report.failed_import_blobs_removed += 1;
+            }
+            if dry_run {
                 report.blobs_removed += 1;
-                report.blob_bytes_freed += n;
-                if failed && mtime >= cutoff {
-                    report.failed_import_blobs_removed += 1;
-                }
+                report.blob_bytes_freed += meta.len();
+                continue;
+            }
+            let trashed = trash.join(trash_name(&digest));
+            std::fs::create_dir_all(&trash).context("creating gc-trash/")?;
+            match std::fs::rename(entry.path(), &trashed) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e).context("moving a blob to gc-trash/"),
             }
         }
     }
     Ok(())
+}
+
+/// `AIRLOCK_FAILPOINT=gc:after_trash=kill` (the process kills itself,
+/// as `kill -9` would) or `gc:after_trash=sleep:SECS` (it waits), once the
+/// candidates are in `gc-trash/` and before the third look; for tests only.
+async fn failpoint_after_trash() {
+    let Ok(fp) = std::env::var("AIRLOCK_FAILPOINT") else {
+        return;
+    };
+    match fp.strip_prefix("gc:after_trash=") {
+        Some("kill") => {
+            tracing::warn!("AIRLOCK_FAILPOINT reached: killing this process");
+            // SAFETY: sending a signal to our own process has no memory-safety preconditions.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }
+        Some(v) => {
+            if let Some(secs) = v.strip_prefix("sleep:").and_then(|n| n.parse().ok()) {
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+            }
+        }
+        None => {}
+    }
+}
+
+/// Where candidates wait for the third look (same filesystem as `blobs/`).
+const TRASH: &str = "gc-trash";
+
+/// The file name of `digest` in `gc-trash/`: `<alg>-<hex>`.
+fn trash_name(digest: &Digest) -> String {
+    format!("{}-{}", digest.algorithm().name(), digest.hex())
+}
+
+/// After the third look: deletes trashed blobs still unmarked, puts the
+/// marked ones back (unless the blob was written again meanwhile).
+fn settle_trash(root: &Path, marks: &Marks, report: &mut GcReport) -> Result<()> {
+    for (path, _) in files_under(&root.join(TRASH))? {
+        let Some(digest) = link_digest(&path) else {
+            continue;
+        };
+        if marks.reached.contains(&digest) {
+            put_back(root, &path, &digest)?;
+            report.blobs_put_back += 1;
+        } else if let Some(n) = remove(&path, false) {
+            report.blobs_removed += 1;
+            report.blob_bytes_freed += n;
+        }
+    }
+    Ok(())
+}
+
+/// Puts every blob a killed GC left in `gc-trash/` back, so this run
+/// decides about it afresh.
+fn restore_trash(root: &Path) -> Result<()> {
+    for (path, _) in files_under(&root.join(TRASH))? {
+        match link_digest(&path) {
+            Some(digest) => put_back(root, &path, &digest)?,
+            None => {
+                remove(&path, false);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Moves a trashed blob back to its key, or drops it when the key holds
+/// the blob again (written by a push or import meanwhile: same content).
+fn put_back(root: &Path, trashed: &Path, digest: &Digest) -> Result<()> {
+    let target = root.join(store::blob_key(digest));
+    if target.exists() {
+        remove(trashed, false);
+        return Ok(());
+    }
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::rename(trashed, &target)
+        .with_context(|| format!("putting {digest} back from gc-trash/"))
 }
 
 /// Runs GC every `interval` inside `serve` (first run after one interval);

@@ -231,6 +231,15 @@ async fn mount_blob(
     };
     let reason = format!("mount blob {name}@{digest} from {from}");
     link(ctx, name, &digest, size, &reason).await?;
+    // A garbage collection may have taken the (unreferenced) blob between
+    // the stat and the link: it looks again after moving its candidates
+    // away (`ops::gc`), so a blob still here now is kept. Gone: undo the
+    // link and fall back to an upload session, as for an unknown blob.
+    if state.blobstore().stat(&blob_key(&digest)).await?.is_none() {
+        links::remove(&**state.blobstore(), name, &digest).await?;
+        tracing::info!(%digest, %from, "mounted blob was garbage-collected meanwhile; starting an upload");
+        return Ok(None);
+    }
     Ok(Some(Created {
         location: blob_location(name, &digest),
         digest,
