@@ -21,27 +21,14 @@
 # Needs: apt-get install skopeo docker-registry time python3
 set -euo pipefail
 
-prog=$(basename "$0")
-die() {
-    echo "$prog: error: $*" >&2
-    exit 1
-}
-for tool in skopeo docker-registry python3 /usr/bin/time; do
-    command -v "$tool" >/dev/null 2>&1 || die "$tool not found: apt-get install skopeo docker-registry time python3"
+. "$(dirname "$0")/bench/lib.sh"
+for tool in skopeo docker-registry python3 /usr/bin/time curl; do
+    need "$tool" "skopeo docker-registry time python3 curl"
 done
-root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d)
-reg_pid=""
-cleanup() {
-    [ -n "$reg_pid" ] && kill "$reg_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
 
-(cd "$root" && cargo build --release --quiet) || die "cargo build failed"
-airlock=$root/target/release/airlock
-python3 "$root/scripts/bench/gen-serve-layout.py" "$work/layout" >"$work/images.txt" || die "layout generation failed"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+build_airlock
+python3 "$repo/scripts/bench/gen-serve-layout.py" "$work/layout" >"$work/images.txt" || die "layout generation failed"
+port=$(free_port)
 addr=127.0.0.1:$port
 cat >"$work/registry.yml" <<YML
 version: 0.1
@@ -56,12 +43,8 @@ http:
   addr: $addr
 YML
 docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-reg_pid=$!
-for _ in $(seq 100); do
-    curl -fsS "http://$addr/v2/" >/dev/null 2>&1 && break
-    sleep 0.1
-done
-curl -fsS "http://$addr/v2/" >/dev/null || die "docker-registry did not start (see $work/registry.log)"
+pids+=($!)
+wait_up docker-registry "${pids[-1]}" "http://$addr/v2/" "$work/registry.log"
 images=(small big multi)
 for n in "${images[@]}"; do
     skopeo copy --quiet --preserve-digests --dest-tls-verify=false \

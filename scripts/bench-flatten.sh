@@ -32,17 +32,8 @@
 #   RUNS         runs per measurement (default 3; the median is reported)
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
 set -euo pipefail
-
-prog=${0##*/}
-repo=$(cd "$(dirname "$0")/.." && pwd)
-
-die() {
-    echo "$prog: error: $*" >&2
-    exit 1
-}
-note() {
-    echo "$prog: $*" >&2
-}
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+. "$(dirname "$0")/bench/lib.sh"
 
 case "${1:-}" in
     -h | --help)
@@ -53,17 +44,18 @@ esac
 [ $# -le 1 ] || die "usage: $prog [LAYOUT[:REF]]"
 
 RUNS=${RUNS:-3}
-for tool in umoci /usr/bin/time python3 jq; do
-    command -v "$tool" >/dev/null 2>&1 || die "required tool '$tool' not found (apt-get install umoci time python3 jq)"
-done
+need umoci umoci
+need /usr/bin/time time
+need python3 python3
+need jq jq
 [ "$(id -u)" -eq 0 ] || die "must run as root (umoci unpack keeps owners; the page cache drop needs root)"
 
 if [ -n "${AIRLOCK_BIN:-}" ]; then
     AIRLOCK=$AIRLOCK_BIN
 else
     note "cargo build --release"
-    (cd "$repo" && cargo build --release --quiet) || die "cargo build failed"
-    AIRLOCK=$repo/target/release/airlock
+    build_airlock
+    AIRLOCK=$airlock
 fi
 
 if [ $# -eq 1 ]; then
@@ -81,8 +73,7 @@ fi
 [ -f "$LAYOUT/index.json" ] || die "$LAYOUT is not an OCI image layout"
 LAYOUT=$(cd "$LAYOUT" && pwd)
 
-WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/bench-flatten.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+WORK=$work
 
 note "setup: bundle and import $LAYOUT:$REF"
 "$AIRLOCK" keys generate --uid "Bench <bench@example.org>" --out "$WORK/key" >/dev/null

@@ -9,12 +9,13 @@
 set -euo pipefail
 BLOBS=${1:-100000}
 MANIFESTS=${2:-10000}
-repo=$(cd "$(dirname "$0")/.." && pwd)
-command -v /usr/bin/time >/dev/null || { echo "bench-gc: apt-get install time" >&2; exit 1; }
-bin="$repo/target/release/airlock"
-[ -x "$bin" ] || (cd "$repo" && cargo build --release)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/bench/lib.sh"
+need /usr/bin/time time
+need jq jq
+need bc bc
+need python3 python3
+build_airlock
+bin=$airlock
 data="$work/data"
 start=$(date +%s.%N)
 python3 "$repo/scripts/bench/gen-gc-store.py" "$data" "$BLOBS" "$MANIFESTS"

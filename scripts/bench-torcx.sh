@@ -38,32 +38,20 @@ HOST=127.0.0.1
 REMOTE=com.example.bench
 BOARD=amd64-usr
 OS=3033.2.0
-prog=$(basename "$0")
-die() {
-    echo "$prog: error: $*" >&2
-    exit 1
-}
-note() { echo "$prog: $*" >&2; }
-need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: apt-get install $2"; }
+. "$(dirname "$0")/bench/lib.sh"
 need wrk wrk
 need nginx nginx
 need curl curl
 need python3 python3
 need sha512sum coreutils
 
-cd "$(dirname "$0")/.."
+cd "$repo"
 note "cargo build --release"
-cargo build --release --quiet
-bin=$PWD/target/release/airlock
-work=$(mktemp -d /tmp/bench-torcx.XXXXXX)
-chmod 755 "$work"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
-    rm -rf "$work"
+build_airlock
+bin=$airlock
+bench_cleanup_extra() {
+    [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null
 }
-trap cleanup EXIT
 
 note "making a 64 MiB addon in $work"
 mkdir -p "$work/root/.torcx" "$work/root/bin"

@@ -1,0 +1,67 @@
+# Shared helpers of the scripts/bench-*.sh benchmarks; source it after
+# `set -euo pipefail`:   . "$(dirname "$0")/bench/lib.sh"
+#
+# Sets: prog (the script's name), repo (the repository root), pids (an
+# array of background processes), work (a fresh temporary directory under
+# $BENCH_DIR, default /tmp).
+# On exit the processes in `pids` are killed and waited for, and `work` is
+# removed; a script with more to clean defines `bench_cleanup_extra`.
+
+prog=${0##*/}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+pids=()
+work=$(mktemp -d "${BENCH_DIR:-/tmp}/${prog%.sh}.XXXXXX")
+chmod 755 "$work"
+
+# die MESSAGE: one line on stderr, exit 1.
+die() {
+    echo "$prog: error: $*" >&2
+    exit 1
+}
+
+# note MESSAGE: progress on stderr.
+note() {
+    echo "$prog: $*" >&2
+}
+
+# need TOOL PACKAGE: fails naming the Debian package when TOOL is missing.
+need() {
+    command -v "$1" >/dev/null 2>&1 || die "'$1' not found: apt-get install $2"
+}
+
+# free_port: an unused TCP port on 127.0.0.1.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_up NAME PID URL LOG: waits up to 10 s for URL to answer 2xx while
+# PID lives; on failure prints LOG and dies.
+wait_up() {
+    local i
+    for i in $(seq 1 100); do
+        kill -0 "$2" 2>/dev/null || {
+            cat "$4" >&2
+            die "$1 exited during startup"
+        }
+        curl -sf -o /dev/null "$3" && return 0
+        sleep 0.1
+    done
+    cat "$4" >&2
+    die "$1 did not answer at $3 within 10 s"
+}
+
+# build_airlock: the release binary (cargo build --release), path in $airlock.
+build_airlock() {
+    (cd "$repo" && cargo build --release --quiet) || die "cargo build failed"
+    airlock=$repo/target/release/airlock
+}
+
+bench_cleanup() {
+    local p
+    if declare -F bench_cleanup_extra >/dev/null; then bench_cleanup_extra || true; fi
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
