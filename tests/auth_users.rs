@@ -491,6 +491,7 @@ fn custom_stacks_policy_with_real_readers() {
     let users = format!(
         "[[user]]\nname = \"alice\"\n{pw}\nroles = [\"reader\"]\n\
          [[user]]\nname = \"bob\"\n{pw}\nroles = [\"reader\"]\n\
+         [[user]]\nname = \"carol\"\n{pw}\nroles = [\"reader\"]\nrepositories = [\"other/\"]\n\
          [stacks]\nallow_admin = true\ncustom_stacks = \"on\"\n",
         pw = hash("pw"),
     );
@@ -530,6 +531,13 @@ fn custom_stacks_policy_with_real_readers() {
         refused(register("bob-foo", "alice:pw"), "on");
         refused(register("foo", "alice:pw"), "on");
         assert_eq!(register("bob-foo", "bob:pw").0, 200);
+        // A reader limited to other/ may not name an image in stacks/.
+        let (code, _, body) = register("carol-foo", "carol:pw");
+        assert_eq!(code, 403, "{body}");
+        assert!(
+            body.contains("outside the repositories carol may access"),
+            "{body}"
+        );
         // Anonymous: 401 before any policy.
         assert_eq!(
             site.curl(&["/stacks/v1/x-foo/register", "-X", "POST", "--data", "{}"])

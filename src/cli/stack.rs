@@ -518,9 +518,16 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                 reader: true,
             };
             let state = data.existing_state()?;
-            let (image, c) =
-                ops::register_custom(&state, &name, &image, &description, &actor, custom_stacks)
-                    .await?;
+            let (image, c) = ops::register_custom(
+                &state,
+                &name,
+                &image,
+                &description,
+                &actor,
+                custom_stacks,
+                &airlock::registry::scope::RepositoryScope::all(),
+            )
+            .await?;
             println!(
                 "registered custom stack {name}: {image} (generation {})",
                 c.generation
