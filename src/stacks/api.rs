@@ -717,11 +717,11 @@ struct RegisterBody {
 /// audit scope) is an admin when it holds the admin role and the admin
 /// routes are on (`allow_admin`); an anonymous caller is never a
 /// registering user. The image must be in a repository the caller may read
-/// (`scope`, the user's repository prefixes).
+/// (`repositories`, the user's repository prefixes).
 async fn register(
     ctx: &dyn Context,
     name: &StackName,
-    scope: &RepositoryScope,
+    repositories: &RepositoryScope,
     body: Body,
 ) -> Result<Response> {
     let b: RegisterBody = json_body(body).await?;
@@ -744,7 +744,7 @@ async fn register(
         &b.description,
         &actor,
         cfg.custom_stacks,
-        scope,
+        repositories,
     )
     .await?;
     Ok(axum::Json(json!({
