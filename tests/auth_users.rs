@@ -540,8 +540,7 @@ fn custom_stacks_policy_with_real_readers() {
         );
         // Anonymous: 401 before any policy.
         assert_eq!(
-            site.curl(&["/stacks/v1/x-foo/register", "-X", "POST", "--data", "{}"])
-                .0,
+            site.curl(&["/stacks/v1/x-foo/register", "-X", "POST"]).0,
             401
         );
     }
