@@ -50,15 +50,7 @@ fn roles_over_tls_with_skopeo_curl_and_client_certificates() {
     // skopeo pushes over TLS as the admin, and the reader pulls it back.
     let certs = site.cert_dir("certs", None);
     let dest = format!("docker://{addr}/stacks/bb:v1");
-    skopeo(&[
-        "copy",
-        "--dest-creds",
-        "ops:ops-pw",
-        "--dest-cert-dir",
-        certs.to_str().unwrap(),
-        &src,
-        &dest,
-    ]);
+    site.push(&src, "stacks/bb:v1");
     let pulled = site.dir.join("pulled");
     skopeo(&[
         "copy",

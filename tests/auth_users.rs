@@ -10,21 +10,6 @@ use std::process::Command;
 use common::site::*;
 use common::*;
 
-/// skopeo copies `src` (an `oci:` reference) to `repo_tag` on the site as
-/// the admin `ops`.
-fn push(site: &Site, src: &str, repo_tag: &str) {
-    let certs = site.cert_dir("certs", None);
-    skopeo(&[
-        "copy",
-        "--dest-creds",
-        "ops:ops-pw",
-        "--dest-cert-dir",
-        certs.to_str().unwrap(),
-        src,
-        &format!("docker://{}/{repo_tag}", site.addr()),
-    ]);
-}
-
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
@@ -68,7 +53,7 @@ fn prefix_limits_hold_for_catalog_mirror_namespaces_and_mounts() {
         "library/app:only-lib",
         "docker.io/library/app:only-dk",
     ] {
-        push(&site, &src, dest);
+        site.push(&src, dest);
     }
 
     // The catalog lists only what the user's prefixes cover; paging runs
@@ -252,23 +237,22 @@ fn upload_bytes_are_capped_per_user() {
     assert_eq!(patch(&stk, "stk:ops-pw", &[]).0, 202);
     // A whole blob in one POST over the cap: 413, nothing stored.
     let digest = sha256sum(&big);
-    let (code, _, body) = site.curl(&[
-        &format!("/v2/stacks/q/blobs/uploads/?digest={digest}"),
-        "-X",
-        "POST",
-        "-u",
-        "rd:rd-pw",
-    ]);
+    let whole = format!("/v2/stacks/q/blobs/uploads/?digest={digest}");
+    let post = |creds: &str| {
+        let args = [
+            whole.as_str(),
+            "-X",
+            "POST",
+            "-u",
+            creds,
+            "--data-binary",
+            "@2000.bin",
+        ];
+        site.curl(&args)
+    };
+    let (code, _, body) = post("rd:rd-pw");
     assert_eq!(code, 403, "a reader may not push: {body}");
-    let (code, _, body) = site.curl(&[
-        &format!("/v2/stacks/q/blobs/uploads/?digest={digest}"),
-        "-X",
-        "POST",
-        "-u",
-        "stk:ops-pw",
-        "--data-binary",
-        "@2000.bin",
-    ]);
+    let (code, _, body) = post("stk:ops-pw");
     assert_eq!(code, 413, "{body}");
     assert_eq!(
         site.curl(&[
@@ -294,20 +278,10 @@ fn upload_bytes_are_capped_per_user() {
 
 /// `base64 -d` (coreutils) of `text`.
 fn base64_decode(text: &str) -> String {
-    use std::io::Write;
-    let mut child = Command::new("base64")
-        .arg("-d")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
+    let out = Command::new("sh")
+        .args(["-c", "printf %s \"$1\" | base64 -d", "sh", text])
+        .output()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "base64 -d {text:?}");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -338,10 +312,10 @@ fn kpack_pull_secret_is_a_revocable_read_only_token_user() {
                 .args(args),
         );
     }
-    push(&site, &format!("oci:{}", l("latest")), "stacks/bb:latest");
-    push(&site, &format!("oci:{}", l("build")), "stacks/bb-build:1");
-    push(&site, &format!("oci:{}", l("run")), "stacks/bb-run:1");
-    push(&site, &format!("oci:{}", l("latest")), "other/x:1");
+    site.push(&format!("oci:{}", l("latest")), "stacks/bb:latest");
+    site.push(&format!("oci:{}", l("build")), "stacks/bb-build:1");
+    site.push(&format!("oci:{}", l("run")), "stacks/bb-run:1");
+    site.push(&format!("oci:{}", l("latest")), "other/x:1");
     let d = site.data.to_str().unwrap();
     airlock_ok(&[
         "stack",
@@ -519,8 +493,7 @@ fn custom_stacks_policy_with_real_readers() {
     };
     {
         let _server = site.start();
-        push(
-            &site,
+        site.push(
             &format!("oci:{}:latest", layout.display()),
             "stacks/bb:latest",
         );
@@ -545,12 +518,15 @@ fn custom_stacks_policy_with_real_readers() {
         );
     }
     let config = site.dir.join("airlock.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace("custom_stacks = \"on\"", "custom_stacks = \"admin-only\""),
-    )
-    .unwrap();
+    let set_policy = |from: &str, to: &str| {
+        let text = std::fs::read_to_string(&config).unwrap();
+        let (from, to) = (
+            format!("custom_stacks = \"{from}\""),
+            format!("custom_stacks = \"{to}\""),
+        );
+        std::fs::write(&config, text.replace(&from, &to)).unwrap();
+    };
+    set_policy("on", "admin-only");
     {
         let _server = site.start();
         // admin-only: readers are refused even under their own name; the admin may.
@@ -558,12 +534,7 @@ fn custom_stacks_policy_with_real_readers() {
         let (code, _, body) = register("site-bar", "ops:ops-pw");
         assert_eq!(code, 200, "{body}");
     }
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace("custom_stacks = \"admin-only\"", "custom_stacks = \"off\""),
-    )
-    .unwrap();
+    set_policy("admin-only", "off");
     let _server = site.start();
     refused(register("alice-baz", "alice:pw"), "off");
     refused(register("site-baz", "ops:ops-pw"), "off");

@@ -273,6 +273,21 @@ impl Site {
         d
     }
 
+    /// skopeo copies `src` (e.g. `oci:DIR:TAG`) to `repo_tag` on the site
+    /// as the admin `ops`.
+    pub fn push(&self, src: &str, repo_tag: &str) {
+        let certs = self.cert_dir("certs", None);
+        skopeo(&[
+            "copy",
+            "--dest-creds",
+            "ops:ops-pw",
+            "--dest-cert-dir",
+            certs.to_str().unwrap(),
+            src,
+            &format!("docker://{}/{repo_tag}", self.addr()),
+        ]);
+    }
+
     pub fn history(&self) -> Vec<serde_json::Value> {
         let out = airlock_ok(&["history", "--json", "--data", self.data.to_str().unwrap()]);
         serde_json::from_str(&out).unwrap()
