@@ -22,6 +22,7 @@ pub mod password;
 pub mod required;
 pub mod sessions;
 pub mod throttle;
+pub mod tokens;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -77,9 +78,22 @@ pub struct User {
     pub password_hash: Option<String>,
     /// The roles; their permissions add up.
     pub roles: Vec<Role>,
-    /// Repository prefixes the roles are limited to (`stacks/` allows
-    /// `stacks/bookworm`); empty: every repository.
+    /// Repository prefixes the roles are limited to, matched at a path
+    /// boundary ([`covers`]: `stacks/` and `stacks` allow `stacks/bookworm`,
+    /// neither allows `stacks-private`); empty: every repository.
     pub repositories: Vec<String>,
+}
+
+/// Whether the repository prefix `prefix` covers `repository`: the
+/// repository itself (`stacks/bb` covers `stacks/bb`) or any name below it
+/// (`stacks/bb/x`), never a name that merely starts with the same letters
+/// (`stacks` does not cover `stacks-private`). A trailing `/` is optional.
+pub fn covers(prefix: &str, repository: &str) -> bool {
+    let p = prefix.trim_end_matches('/');
+    p.is_empty()
+        || repository
+            .strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 impl User {
@@ -89,10 +103,7 @@ impl User {
         self.roles.iter().any(|r| r.grants(p))
             && repository.is_none_or(|repo| {
                 self.repositories.is_empty()
-                    || self
-                        .repositories
-                        .iter()
-                        .any(|prefix| repo.starts_with(prefix.as_str()))
+                    || self.repositories.iter().any(|prefix| covers(prefix, repo))
             })
     }
 }
@@ -102,8 +113,8 @@ impl User {
 pub enum Principal {
     /// No credentials (or the policy is open).
     Anonymous,
-    /// A configured user, by name.
-    User(String),
+    /// A configured user or a token user ([`tokens`]), as looked up at login.
+    User(User),
 }
 
 /// Who is recorded as the actor of changes made while the policy is open
@@ -133,6 +144,31 @@ impl Default for ThrottleLimits {
     }
 }
 
+/// Per-user caps on blob uploads (issue 12 §7), on top of the registry's
+/// server-wide ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserLimits {
+    /// Upload sessions one user may hold open (0: no cap).
+    pub sessions: usize,
+    /// Bytes one user may hold in open upload sessions, counting the
+    /// chunks being received (0: no cap).
+    pub bytes: u64,
+    /// Sessions are forgotten this long after they were opened (the
+    /// registry's upload expiry).
+    pub expiry: Duration,
+}
+
+impl Default for UserLimits {
+    /// 64 sessions, 128 GiB, 24 h.
+    fn default() -> UserLimits {
+        UserLimits {
+            sessions: 64,
+            bytes: 128 << 30,
+            expiry: Duration::from_secs(86_400),
+        }
+    }
+}
+
 /// The access rules of one server: users, anonymous access and limits.
 #[derive(Debug, Default)]
 pub struct Policy {
@@ -141,8 +177,10 @@ pub struct Policy {
     pub anonymous_read: bool,
     /// Failed-login counters.
     pub throttle: throttle::Throttle,
-    /// Open upload sessions per user.
+    /// Open upload sessions (and their bytes) per user.
     pub sessions: sessions::UserSessions,
+    /// Token users kept in the state (cached by document digest).
+    pub tokens: tokens::TokenUsers,
     passwords: password::Verifier,
 }
 
@@ -176,8 +214,7 @@ impl Policy {
         users: Vec<User>,
         anonymous_read: bool,
         throttle: ThrottleLimits,
-        sessions_per_user: usize,
-        session_expiry: Duration,
+        limits: UserLimits,
     ) -> Result<Policy, PolicyError> {
         let mut map = BTreeMap::new();
         for u in users {
@@ -205,7 +242,8 @@ impl Policy {
             users: map,
             anonymous_read,
             throttle: throttle::Throttle::new(throttle),
-            sessions: sessions::UserSessions::new(sessions_per_user, session_expiry),
+            sessions: sessions::UserSessions::new(limits),
+            tokens: tokens::TokenUsers::default(),
             passwords: password::Verifier::default(),
         })
     }
@@ -220,6 +258,11 @@ impl Policy {
         self.users.len()
     }
 
+    /// The configured users, by name.
+    pub fn users(&self) -> impl Iterator<Item = &User> {
+        self.users.values()
+    }
+
     /// The user named `name`.
     pub fn user(&self, name: &str) -> Option<&User> {
         self.users.get(name)
@@ -231,12 +274,27 @@ impl Policy {
         names.iter().find_map(|n| self.users.get(n))
     }
 
-    /// Checks `password` for `name` (argon2, in a blocking thread; a recent
-    /// success is remembered as a SHA-256 digest compared in constant time).
-    /// An unknown user costs the same as a known one.
-    pub async fn check_password(&self, name: &str, password: &str) -> bool {
-        let hash = self.users.get(name).and_then(|u| u.password_hash.clone());
-        self.passwords.verify(name, hash, password).await
+    /// The user `name` if `password` is theirs: a configured user, else a
+    /// token user of `state` ([`tokens`]; a configured user of the same name
+    /// wins). Argon2 runs in a blocking thread; a recent success is
+    /// remembered as a SHA-256 digest compared in constant time. An unknown
+    /// user costs the same as a known one.
+    pub async fn login(
+        &self,
+        state: &crate::state::StateStore,
+        name: &str,
+        password: &str,
+    ) -> Option<User> {
+        let user = match self.users.get(name) {
+            Some(u) => Some(u.clone()),
+            None => self.tokens.user(state, name).await,
+        };
+        let hash = user.as_ref().and_then(|u| u.password_hash.clone());
+        if self.passwords.verify(name, hash, password).await {
+            user
+        } else {
+            None
+        }
     }
 
     /// Whether `who` may do what `req` needs.
@@ -246,10 +304,7 @@ impl Policy {
         }
         match who {
             Principal::Anonymous => self.anonymous_read && req.permission == Permission::Pull,
-            Principal::User(name) => self
-                .users
-                .get(name)
-                .is_some_and(|u| u.may(req.permission, req.repository.as_deref())),
+            Principal::User(u) => u.may(req.permission, req.repository.as_deref()),
         }
     }
 }
@@ -288,5 +343,17 @@ mod tests {
         let r = user(&[Role::Reader], &[]);
         assert!(r.may(Permission::Pull, Some("any/thing")));
         assert!(!r.may(Permission::Push, Some("any/thing")));
+    }
+
+    #[test]
+    fn prefixes_match_at_path_boundaries() {
+        assert!(covers("stacks/", "stacks/bb"));
+        assert!(covers("stacks", "stacks/bb"));
+        assert!(covers("stacks/bb", "stacks/bb"));
+        assert!(covers("stacks/bb", "stacks/bb/x"));
+        assert!(!covers("stacks", "stacks-private/x"));
+        assert!(!covers("stacks/bb", "stacks/bbx"));
+        assert!(!covers("stacks/", "other/stacks/x"));
+        assert!(covers("", "any"));
     }
 }

@@ -4,8 +4,8 @@
 //! | --- | --- | --- |
 //! | probes | `/healthz`, `/readyz`, `/metrics` | nothing |
 //! | registry | `/v2/` GET/HEAD | `Pull` (so clients learn the auth scheme from its 401) |
-//! | registry | `/v2/...` GET/HEAD | `Pull` on the repository (as `?ns=` qualifies it) |
-//! | registry | blob uploads (POST/PATCH/PUT/DELETE of `.../blobs/uploads/...`), manifest PUT | `Push` on the repository |
+//! | registry | `/v2/...` GET/HEAD | `Pull`; the repository actually read (after `?ns=` and the mirror namespace chose it) is checked by the registry against the user's scope (`registry::scope`) |
+//! | registry | blob uploads (POST/PATCH/PUT/DELETE of `.../blobs/uploads/...`), manifest PUT | `Push` on the repository written (`?ns=` applied as the registry applies it) |
 //! | registry | manifest or blob DELETE | `Delete` on the repository |
 //! | torcx | `/torcx/...` | `Pull` |
 //! | stacks | `/stacks/v1...` GET/HEAD, `PUT .../cells/<id>` | `Stack` |
@@ -80,13 +80,18 @@ fn registry(method: &Method, uri: &Uri) -> Requirement {
         // to whoever may write.
         _ => Permission::Push,
     };
-    let repository = route.as_ref().and_then(Route::repository).map(|name| {
-        match QueryParams::from_uri(uri).get("ns") {
-            Some(ns) => crate::registry::namespace::qualify(ns, name)
-                .map_or_else(|_| name.to_string(), |n| n.to_string()),
-            None => name.to_string(),
-        }
-    });
+    // Reads: the registry resolves mirror namespaces (which may fall back
+    // to another repository) and checks the one it reads. Writes never fall
+    // back: their target is known here.
+    let repository = route
+        .as_ref()
+        .and_then(Route::repository)
+        .filter(|_| !read)
+        .map(|name| {
+            let ns = QueryParams::from_uri(uri).get("ns").map(str::to_string);
+            crate::registry::namespace::write_target(ns.as_deref(), name)
+                .map_or_else(|_| name.to_string(), |n| n.to_string())
+        });
     Requirement {
         permission,
         repository,
@@ -108,7 +113,8 @@ mod tests {
         assert_eq!(need(Method::GET, "/v2/"), Some((Pull, None)));
         assert_eq!(
             need(Method::GET, "/v2/a/b/manifests/latest"),
-            Some((Pull, Some("a/b".into())))
+            Some((Pull, None)),
+            "reads: the registry checks the repository it resolves"
         );
         assert_eq!(
             need(Method::POST, "/v2/a/blobs/uploads/"),
@@ -140,10 +146,28 @@ mod tests {
             Some((Admin, None))
         );
         assert_eq!(need(Method::POST, "/admin/v1/imports"), Some((Admin, None)));
-        let uri = "/v2/library/busybox/tags/list?ns=docker.io"
-            .parse()
-            .unwrap();
-        let r = required(&Method::GET, &uri).unwrap();
-        assert_eq!(r.repository.as_deref(), Some("docker.io/library/busybox"));
+        // Writes with ns=: the target as the registry writes it (host
+        // normalised, aliases folded, not prefixed twice).
+        for (uri, want) in [
+            (
+                "/v2/library/app/blobs/uploads/?ns=DOCKER.IO",
+                "docker.io/library/app",
+            ),
+            (
+                "/v2/library/app/blobs/uploads/?ns=index.docker.io",
+                "docker.io/library/app",
+            ),
+            (
+                "/v2/docker.io/app/blobs/uploads/?ns=docker.io",
+                "docker.io/app",
+            ),
+            (
+                "/v2/library/app/manifests/v1?ns=registry.local:443",
+                "registry.local/library/app",
+            ),
+        ] {
+            let r = required(&Method::POST, &uri.parse().unwrap()).unwrap();
+            assert_eq!(r.repository.as_deref(), Some(want), "{uri}");
+        }
     }
 }

@@ -199,7 +199,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Events(args) => events::run(args).await,
         Command::Stack(cmd) => stack::run(cmd).await,
         Command::Serve(args) => serve::run(*args).await,
-        Command::User(cmd) => user::run(cmd),
+        Command::User(cmd) => user::run(cmd).await,
         Command::Cell(cmd) => cell::run(cmd).await,
         Command::Gc(args) => ops::gc(args).await,
         Command::Fsck(args) => ops::fsck(args).await,

@@ -152,6 +152,16 @@ pub enum StackCmd {
         /// The registry builders pull from (airlock's address as they see it), `HOST[:PORT]`.
         #[arg(long)]
         registry: String,
+        /// Also create a read-only token user limited to the stack's build
+        /// and run image repositories and print, after the ClusterStack, a
+        /// `kubernetes.io/dockerconfigjson` Secret holding it (needs
+        /// --namespace). The token is shown only here; `airlock user list`
+        /// lists the user, `airlock user revoke` revokes it.
+        #[arg(long, requires = "namespace")]
+        pull_secret: bool,
+        /// The Kubernetes namespace of the Secret (with --pull-secret).
+        #[arg(long, requires = "pull_secret")]
+        namespace: Option<String>,
     },
 }
 
@@ -508,9 +518,16 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                 reader: true,
             };
             let state = data.existing_state()?;
-            let (image, c) =
-                ops::register_custom(&state, &name, &image, &description, &actor, custom_stacks)
-                    .await?;
+            let (image, c) = ops::register_custom(
+                &state,
+                &name,
+                &image,
+                &description,
+                &actor,
+                custom_stacks,
+                &airlock::registry::scope::RepositoryScope::all(),
+            )
+            .await?;
             println!(
                 "registered custom stack {name}: {image} (generation {})",
                 c.generation
@@ -543,9 +560,37 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
             data,
             name,
             registry,
+            pull_secret,
+            namespace,
         } => {
-            let table = ops::load(&data.existing_state()?).await?;
-            print!("{}", kpack::cluster_stack(&table, &name, &registry)?);
+            let state = data.existing_state()?;
+            let table = ops::load(&state).await?;
+            let stack = kpack::cluster_stack(&table, &name, &registry)?;
+            let secret = match (pull_secret, namespace) {
+                (true, Some(ns)) => {
+                    let repos = kpack::builder_repositories(&table, &name)?;
+                    let user = format!(
+                        "kpack-{name}-{ns}-{:06x}",
+                        rand::random::<u32>() & 0xff_ffff
+                    );
+                    let purpose = format!("kpack pull secret for stack {name} in namespace {ns}");
+                    let (token, _) = airlock::auth::tokens::create(
+                        &state,
+                        &user,
+                        vec![airlock::auth::Role::Reader],
+                        repos,
+                        &purpose,
+                        &who,
+                    )
+                    .await?;
+                    Some(kpack::pull_secret(&name, &ns, &registry, &user, &token))
+                }
+                _ => None,
+            };
+            print!("{stack}");
+            if let Some(secret) = secret {
+                print!("---\n{secret}");
+            }
         }
     }
     Ok(())

@@ -1,8 +1,14 @@
-//! `airlock user hash`: the `password_hash = "..."` line of a `[[user]]`.
+//! `airlock user hash` (the `password_hash = "..."` line of a `[[user]]`),
+//! `airlock user list` (configured users and token users) and `airlock
+//! user revoke` (a token user).
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
+
+use super::DataArg;
+use airlock::auth::tokens;
 
 #[derive(clap::Subcommand)]
 pub enum UserCmd {
@@ -10,10 +16,55 @@ pub enum UserCmd {
     /// the first line of stdin) and print its argon2id PHC hash as the
     /// config line `password_hash = "$argon2id$..."`.
     Hash,
+    /// List the users: the `[[user]]` entries of a serve config (with
+    /// --config) and the token users kept in the state (created by
+    /// `stack kpack --pull-secret`), with roles, repository prefixes,
+    /// when and by whom a token user was created.
+    List {
+        #[command(flatten)]
+        data: DataArg,
+        /// The serve config whose `[[user]]` entries to list too.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// JSON output: `[{"name", "kind": "config"|"token", "roles",
+        /// "repositories", "created", "by", "purpose"}]`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token user: its token is refused (401) from the next
+    /// request on, by every server on this store.
+    Revoke {
+        #[command(flatten)]
+        data: DataArg,
+        /// The token user.
+        name: String,
+    },
 }
 
-pub fn run(cmd: UserCmd) -> Result<()> {
+/// One row of `user list`.
+#[derive(serde::Serialize)]
+struct Row {
+    name: String,
+    kind: &'static str,
+    roles: Vec<airlock::auth::Role>,
+    repositories: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    purpose: Option<String>,
+}
+
+pub async fn run(cmd: UserCmd) -> Result<()> {
     match cmd {
+        UserCmd::List { data, config, json } => list(&data, config, json).await,
+        UserCmd::Revoke { data, name } => {
+            let state = data.existing_state()?;
+            let c = tokens::revoke(&state, &name, &airlock::state::user_at_host()).await?;
+            println!("revoked token user {name} (generation {})", c.generation);
+            Ok(())
+        }
         UserCmd::Hash => {
             let password = if std::io::stdin().is_terminal() {
                 let first = prompt("Password: ")?;
@@ -35,6 +86,60 @@ pub fn run(cmd: UserCmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+async fn list(data: &DataArg, config: Option<PathBuf>, json: bool) -> Result<()> {
+    let mut rows = Vec::new();
+    if let Some(path) = config {
+        let settings =
+            airlock::config::load(&path).with_context(|| format!("reading {}", path.display()))?;
+        rows.extend(settings.users.into_iter().map(|u| Row {
+            name: u.name,
+            kind: "config",
+            roles: u.roles,
+            repositories: u.repositories,
+            created: None,
+            by: None,
+            purpose: None,
+        }));
+    }
+    if data.data.is_dir() {
+        let table = tokens::list(&data.existing_state()?).await?;
+        rows.extend(table.users.into_iter().map(|(name, u)| Row {
+            name,
+            kind: "token",
+            roles: u.roles,
+            repositories: u.repositories,
+            created: Some(u.created),
+            by: Some(u.by),
+            purpose: Some(u.purpose),
+        }));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    for r in rows {
+        let roles: Vec<String> = r
+            .roles
+            .iter()
+            .map(|x| format!("{x:?}").to_lowercase())
+            .collect();
+        let repos = if r.repositories.is_empty() {
+            "all repositories".to_string()
+        } else {
+            r.repositories.join(", ")
+        };
+        print!("{} ({}): {} on {}", r.name, r.kind, roles.join(", "), repos);
+        if let (Some(c), Some(b)) = (&r.created, &r.by) {
+            print!("; created {c} by {b}");
+        }
+        if let Some(p) = &r.purpose {
+            print!("; {p}");
+        }
+        println!();
+    }
+    Ok(())
 }
 
 /// Reads one line from the terminal on stdin with echo off.

@@ -221,8 +221,13 @@ impl Settings {
             users,
             self.auth.anonymous_read.unwrap_or(false),
             throttle,
-            get(l.max_upload_sessions_per_user, 64) as usize,
-            upload_expiry,
+            crate::auth::UserLimits {
+                sessions: get(l.max_upload_sessions_per_user, 64) as usize,
+                bytes: l
+                    .max_upload_bytes_per_user
+                    .map_or(crate::auth::UserLimits::default().bytes, |s| s.0),
+                expiry: upload_expiry,
+            },
         )
         .map_err(|e| ConfigError::value("user", e))?;
         Ok(Resolved {

@@ -208,6 +208,11 @@ pub struct LimitsSection {
     /// configured); more: 429 TOOMANYREQUESTS [default: 64].
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_USER")]
     pub max_upload_sessions_per_user: Option<NonZeroU64>,
+    /// Bytes one user may hold in open upload sessions, counting chunks
+    /// being received (K, M, G, T suffixes; 0: no cap; when users are
+    /// configured); more: 413 DENIED [default: 128G].
+    #[arg(long, env = "AIRLOCK_MAX_UPLOAD_BYTES_PER_USER")]
+    pub max_upload_bytes_per_user: Option<Size>,
     /// Upload sessions open at once opened by one client IP address; more:
     /// 429 TOOMANYREQUESTS [default: 128].
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_CLIENT")]

@@ -19,6 +19,7 @@ use serde_json::json;
 use super::errors::{ErrorCode, RegistryError, Result};
 use super::pull::repository;
 use super::responses::JsonPage;
+use super::scope::RepositoryScope;
 use crate::names::RepositoryName;
 use crate::state::StateStore;
 
@@ -128,17 +129,41 @@ pub async fn tags_list(
 /// `GET /v2/_catalog[?n=&last=]`: 200 with [`Catalog`] and, when more
 /// repositories remain, `Link: </v2/_catalog?n=<n>&last=<name>>; rel="next"`.
 /// Tag and repository characters need no percent-encoding in a query.
-pub async fn catalog(state: &StateStore, paging: &Paging) -> Result<JsonPage<Catalog>> {
+///
+/// Only repositories `scope` covers are listed (a user limited to
+/// `stacks/` sees only those); paging runs over that filtered list, reading
+/// the repository table in batches until a page (and one more name, for
+/// `Link`) is found or the table ends.
+pub async fn catalog(
+    state: &StateStore,
+    paging: &Paging,
+    scope: &RepositoryScope,
+) -> Result<JsonPage<Catalog>> {
     let snap = state.snapshot().await?;
-    let found = state
-        .repositories(&snap, paging.last.as_deref(), paging.n + 1)
-        .await?;
+    let want = paging.n.saturating_add(1);
+    let batch = want.max(CATALOG_BATCH);
+    let mut found: Vec<RepositoryName> = Vec::new();
+    let mut after = paging.last.clone();
+    loop {
+        let read = state.repositories(&snap, after.as_deref(), batch).await?;
+        let end = read.len() < batch;
+        if let Some(last) = read.last() {
+            after = Some(last.to_string());
+        }
+        found.extend(read.into_iter().filter(|r| scope.covers(r.as_str())));
+        if end || found.len() >= want {
+            break;
+        }
+    }
     let (repositories, next) = paging.apply(found.iter().map(|r| r.as_str()));
     Ok(JsonPage {
         body: Catalog { repositories },
         next: next.map(|last| format!("/v2/_catalog?n={}&last={last}", paging.n)),
     })
 }
+
+/// Repository names read per batch when filtering the catalog.
+const CATALOG_BATCH: usize = 256;
 
 #[cfg(test)]
 mod tests {

@@ -25,6 +25,7 @@ pub mod range;
 pub mod referrers;
 pub mod responses;
 pub mod routes;
+pub mod scope;
 pub mod upload;
 pub mod uploads;
 
@@ -45,6 +46,7 @@ use self::errors::{ErrorCode, RegistryError, Result};
 use self::query::QueryParams;
 use self::responses::{API_VERSION, ApiBase, DOCKER_DISTRIBUTION_API_VERSION};
 use self::routes::Route;
+use self::scope::RepositoryScope;
 use self::uploads::{BodyStream, Uploads};
 use crate::state::StateStore;
 
@@ -75,11 +77,20 @@ async fn v2(
     uri: Uri,
     headers: HeaderMap,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    scope: Option<Extension<RepositoryScope>>,
     body: Body,
 ) -> Response {
     let mut body = body.into_data_stream();
     let client = peer.map(|Extension(ConnectInfo(a))| a.ip());
-    let mut res = dispatch(&*ctx, &method, &uri, &headers, client, &mut body)
+    let scope = scope.map(|Extension(s)| s).unwrap_or_default();
+    let req = Request {
+        method: &method,
+        uri: &uri,
+        headers: &headers,
+        client,
+        scope: &scope,
+    };
+    let mut res = dispatch(&*ctx, &req, &mut body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     res.headers_mut()
@@ -106,20 +117,39 @@ fn allow(route: &Route, cfg: &RegistryConfig) -> &'static str {
     }
 }
 
-/// The (route, method) dispatch table; `client` is the client's IP address
-/// when the listener knows it.
+/// What [`dispatch`] needs of a request besides its body.
+struct Request<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    /// The client's IP address when the listener knows it.
+    client: Option<IpAddr>,
+    /// The repositories the caller's rights cover (the access layer's
+    /// extension; all when absent).
+    scope: &'a RepositoryScope,
+}
+
+/// The (route, method) dispatch table. The repository finally used (after
+/// mirror namespaces) must be in the caller's scope, else 403 `DENIED`.
 async fn dispatch(
     ctx: &dyn Context,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
-    client: Option<IpAddr>,
+    req: &Request<'_>,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Response> {
+    let Request {
+        method,
+        uri,
+        headers,
+        client,
+        scope,
+    } = *req;
     let mut route = Route::parse(uri.path()).map_err(|e| e.for_method(method))?;
     let query = QueryParams::from_uri(uri);
     let read = matches!(*method, Method::GET | Method::HEAD);
-    let namespace = namespace::apply(ctx, &mut route, &query, read).await?;
+    let namespace = namespace::apply(ctx, &mut route, &query, read, scope).await?;
+    if let Some(name) = route.repository() {
+        scope.check(name)?;
+    }
     let cfg = ctx.config();
     let not_allowed = RegistryError::MethodNotAllowed {
         allow: allow(&route, cfg),
@@ -158,7 +188,9 @@ async fn dispatch(
         }
         (Route::Catalog, Method::GET | Method::HEAD) => {
             let paging = discovery::Paging::from_uri(uri, cfg.max_page)?;
-            discovery::catalog(state, &paging).await?.into_response()
+            discovery::catalog(state, &paging, scope)
+                .await?
+                .into_response()
         }
         (Route::Referrers { name, digest }, Method::GET | Method::HEAD) => {
             let paging = discovery::Paging::from_uri(uri, cfg.referrers.max_descriptors)?;
@@ -173,7 +205,7 @@ async fn dispatch(
                 session: None,
             },
             Method::POST,
-        ) if push => upload::start(ctx, &name, &query, client, body).await?,
+        ) if push => upload::start(ctx, &name, &query, client, scope, body).await?,
         (
             Route::Upload {
                 name,

@@ -5,9 +5,11 @@
 //! mirror (`hosts.toml`): `GET /v2/library/busybox/manifests/latest?ns=docker.io`
 //! means repository `docker.io/library/busybox`. And the configured default
 //! namespace for clients that send no `ns` (docker's `registry-mirrors`).
-//! On reads the namespaced repository wins when it exists, and `ns` never
-//! makes a read fail (see [`apply`]). Never changes state. Writes never fall
-//! back: they go to the name asked for (with `ns=` applied).
+//! On reads the namespaced repository wins when it exists and the caller's
+//! [`RepositoryScope`] covers it, and `ns` never makes a read fail (see
+//! [`apply`]). Never changes state. Writes never fall back: they go to the
+//! name asked for with `ns=` applied ([`write_target`], which the access
+//! layer also uses to authorize them).
 
 use serde_json::json;
 
@@ -15,6 +17,7 @@ use super::Context;
 use super::errors::{ErrorCode, RegistryError, Result};
 use super::query::QueryParams;
 use super::routes::Route;
+use super::scope::RepositoryScope;
 use crate::names::RepositoryName;
 
 /// `<ns>/<name>`; `NAME_INVALID` when that is no repository name (e.g. an
@@ -59,39 +62,53 @@ fn within(ns: &str, name: &RepositoryName) -> Option<RepositoryName> {
     qualify(ns, name).ok()
 }
 
+/// The repository a write to `name` with query parameter `ns` (raw, as
+/// sent; `None`: absent) goes to: `name` without `ns`, else `name` inside
+/// the normalised namespace ([`normalize_host`]; not prefixed again when
+/// the path already starts with it).
+///
+/// Errors: 400 `NAME_INVALID` when that is no repository name.
+pub fn write_target(ns: Option<&str>, name: &RepositoryName) -> Result<RepositoryName> {
+    match ns.map(normalize_host).filter(|ns| !ns.is_empty()) {
+        None => Ok(name.clone()),
+        Some(ns) => match within(&ns, name) {
+            Some(n) => Ok(n),
+            None => qualify(&ns, name),
+        },
+    }
+}
+
 /// Rewrites the route's repository for a mirror request and returns the
 /// namespace to echo in `OCI-Namespace` (when an `ns=` namespace was used).
 ///
 /// Reads (`read = true`) never fail because of `ns`: the namespaced
 /// repository `<ns>/<name>` (host normalised by [`normalize_host`]; not
 /// prefixed again when the path already starts with it) is used when it
-/// exists; otherwise the request is answered exactly as without `ns`, where
-/// the configured default namespace (docker's `registry-mirrors`) is tried
-/// the same way. So one reference means one image whichever client asks.
-/// Writes go to `<ns>/<name>` when `ns` is given (400 `NAME_INVALID` when
-/// that is no repository name) and never fall back.
+/// exists and `scope` covers it; otherwise the request is answered exactly
+/// as without `ns`, where the configured default namespace (docker's
+/// `registry-mirrors`) is tried the same way. So one reference means one
+/// image whichever client asks, and a user limited to some repositories
+/// never reads another through a namespace (the caller then checks the
+/// repository finally chosen against `scope`). Writes go to
+/// [`write_target`] and never fall back.
 pub async fn apply(
     ctx: &dyn Context,
     route: &mut Route,
     query: &QueryParams,
     read: bool,
+    scope: &RepositoryScope,
 ) -> Result<Option<String>> {
     let Some(name) = route.repository_mut() else {
         return Ok(None);
     };
+    if !read {
+        *name = write_target(query.get("ns"), name)?;
+        return Ok(None);
+    }
     let ns = query
         .get("ns")
         .map(normalize_host)
         .filter(|ns| !ns.is_empty());
-    if !read {
-        if let Some(ns) = ns {
-            *name = match within(&ns, name) {
-                Some(n) => n,
-                None => qualify(&ns, name)?,
-            };
-        }
-        return Ok(None);
-    }
     let default = ctx.config().mirror_namespace.as_deref();
     if ns.is_none() && default.is_none() {
         return Ok(None);
@@ -100,7 +117,9 @@ pub async fn apply(
     let snap = state.snapshot().await?;
     let existing = async |n: Option<RepositoryName>| -> Result<Option<RepositoryName>> {
         match n {
-            Some(n) if state.repository(&snap, &n).await?.is_some() => Ok(Some(n)),
+            Some(n) if scope.covers(n.as_str()) && state.repository(&snap, &n).await?.is_some() => {
+                Ok(Some(n))
+            }
             _ => Ok(None),
         }
     };

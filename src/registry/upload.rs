@@ -150,7 +150,8 @@ async fn link(
 /// POST `/v2/<name>/blobs/uploads/` (end-4a, end-4b, end-11).
 ///
 /// - `?mount=<digest>&from=<repo>`: 201 with the blob's `Location` when the
-///   blob is linked in `from`, else a new session (202).
+///   blob is linked in `from` and `scope` covers `from` (the caller may
+///   read it), else a new session (202).
 /// - `?digest=<digest>` with the blob as body: 201, or 400
 ///   `DIGEST_INVALID` (nothing stored) when the body does not match.
 /// - otherwise: 202, `Location` of a new session, `Range: 0-0`,
@@ -162,10 +163,12 @@ pub async fn start(
     name: &RepositoryName,
     query: &QueryParams,
     client: Option<std::net::IpAddr>,
+    scope: &super::scope::RepositoryScope,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Response> {
     if let Some(mount) = query.get("mount") {
-        if let Some(created) = mount_blob(ctx, name, mount, query.get("from")).await? {
+        let from = query.get("from").filter(|f| scope.covers(f));
+        if let Some(created) = mount_blob(ctx, name, mount, from).await? {
             return Ok(created.into_response());
         }
     } else if query.get("digest").is_some() {

@@ -8,12 +8,16 @@
 //! distribution-spec "Authentication": 401 `UNAUTHORIZED` with
 //! `WWW-Authenticate: Basic realm="airlock"` (docker, containerd, podman
 //! and skopeo then send credentials) and 403 `DENIED` for a known user
-//! without the permission, the per-user upload-session cap, and the audit
+//! without the permission, the per-user upload-session and upload-byte
+//! caps (413 `DENIED` past `max_upload_bytes_per_user`: a body is counted
+//! chunk by chunk as the registry reads it), the user's repository scope
+//! handed to the registry as a request extension, and the audit
 //! actor: every request runs inside [`audit::scope`] with the user and the
 //! client address, so every state change it makes records them.
 //! Never decides a permission itself ([`Policy::allows`], [`auth::required`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -21,6 +25,7 @@ use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use futures_util::StreamExt as _;
 use serde_json::json;
 
 use super::App;
@@ -30,10 +35,12 @@ use crate::auth::{self, Policy, Principal};
 use crate::registry::errors::{ErrorCode, RegistryError};
 use crate::registry::responses::{API_VERSION, DOCKER_DISTRIBUTION_API_VERSION};
 use crate::registry::routes::Route;
+use crate::registry::scope::RepositoryScope;
 use crate::state::{Actor, audit};
 
 /// Middleware: authenticates and authorizes the request, then runs it as
-/// its actor.
+/// its actor, with the user's [`RepositoryScope`] as a request extension
+/// (the registry checks the repository it finally reads against it).
 pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     let address = client.map(|a| a.to_string());
@@ -52,39 +59,59 @@ pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Res
     let ip = client.map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     let names = req.extensions().get::<ClientCertNames>().cloned();
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
-    let principal = match identify(policy, names, authorization, &ip).await {
+    let principal = match identify(&app, names, authorization, &ip).await {
         Ok(p) => p,
         Err(res) => return finish(res, req.uri().path()),
     };
     if !policy.allows(&principal, &need) {
         let res = match &principal {
             Principal::Anonymous => unauthorized("authentication required"),
-            Principal::User(name) => {
-                tracing::info!(user = %name, client = %ip, path = %req.uri().path(), "access denied");
+            Principal::User(u) => {
+                tracing::info!(user = %u.name, client = %ip, path = %req.uri().path(), "access denied");
                 RegistryError::new(
                     ErrorCode::Denied,
-                    json!({ "user": name, "repository": need.repository }),
+                    json!({ "user": u.name, "repository": need.repository }),
                 )
                 .into_response()
             }
         };
         return finish(res, req.uri().path());
     }
-    let who = match &principal {
-        Principal::User(n) => n.clone(),
-        Principal::Anonymous => "anonymous".into(),
+    let (who, scope) = match &principal {
+        Principal::User(u) if !u.repositories.is_empty() => {
+            let u = u.clone();
+            let scope =
+                RepositoryScope::limited(move |repo| u.may(auth::Permission::Pull, Some(repo)));
+            (principal_name(&principal), scope)
+        }
+        _ => (principal_name(&principal), RepositoryScope::all()),
     };
+    let mut req = req;
+    req.extensions_mut().insert(scope);
     let session = upload_session(req.method(), req.uri());
     if let Some(UploadCall::Open) = session
         && !policy.sessions.admits(&who)
     {
         let res = RegistryError::new(
             ErrorCode::TooManyRequests,
-            json!({ "user": who, "reason": format!("at most {} open upload sessions per user", policy.sessions.cap()) }),
+            json!({ "user": who, "reason": format!("at most {} open upload sessions per user", policy.sessions.limits().sessions) }),
         )
         .into_response();
         return finish(res, req.uri().path());
     }
+    let quota = match &session {
+        Some(_) if policy.sessions.limits().bytes > 0 => {
+            if let Some(len) = content_length(&req)
+                && policy.sessions.held(&who).saturating_add(len) > policy.sessions.limits().bytes
+            {
+                return finish(over_quota(policy, &who), req.uri().path());
+            }
+            let (metered, quota) = Quota::meter(app.auth.clone(), &who, req);
+            req = metered;
+            Some(quota)
+        }
+        _ => None,
+    };
     let admin = policy.allows(
         &principal,
         &auth::Requirement {
@@ -97,37 +124,139 @@ pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Res
         address,
         admin,
     };
+    let path = req.uri().path().to_string();
     let res = audit::scope(actor, next.run(req)).await;
-    match session {
-        Some(UploadCall::Open) if res.status().as_u16() == 202 => {
-            if let Some(id) = res
-                .headers()
-                .get("docker-upload-uuid")
-                .and_then(|v| v.to_str().ok())
-            {
+    let status = res.status().as_u16();
+    match &session {
+        Some(UploadCall::Open) if status == 202 => {
+            if let Some(id) = header_str(&res, "docker-upload-uuid") {
                 policy.sessions.opened(&who, id);
             }
         }
-        Some(UploadCall::Close(id)) if matches!(res.status().as_u16(), 201 | 204 | 404) => {
-            policy.sessions.closed(&who, &id);
+        Some(UploadCall::Append(id)) if status == 202 => {
+            // `Range: 0-<last>`: the session now holds last + 1 bytes.
+            if let Some(size) = header_str(&res, "range")
+                .and_then(|r| r.strip_prefix("0-"))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                policy.sessions.stored(&who, id, size + 1);
+            }
+        }
+        Some(UploadCall::Close(id)) if matches!(status, 201 | 204 | 404) => {
+            policy.sessions.closed(&who, id);
         }
         _ => {}
+    }
+    if quota.is_some_and(Quota::finish) {
+        return finish(over_quota(policy, &who), &path);
     }
     res
 }
 
+fn principal_name(p: &Principal) -> String {
+    match p {
+        Principal::User(u) => u.name.clone(),
+        Principal::Anonymous => "anonymous".into(),
+    }
+}
+
+fn header_str<'a>(res: &'a Response, name: &str) -> Option<&'a str> {
+    res.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+fn content_length(req: &Request) -> Option<u64> {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// 413 `DENIED`: the user's upload bytes would pass `max_upload_bytes_per_user`.
+fn over_quota(policy: &Policy, who: &str) -> Response {
+    let cap = policy.sessions.limits().bytes;
+    tracing::warn!(user = %who, cap, "upload refused: per-user upload bytes");
+    RegistryError::Status {
+        status: axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+        code: ErrorCode::Denied,
+        detail: json!({
+            "user": who,
+            "reason": format!(
+                "upload quota: user {who} would hold more than {cap} bytes in open upload sessions \
+                 (limits.max_upload_bytes_per_user); finish or cancel uploads first"
+            ),
+            "held": policy.sessions.held(who),
+            "max": cap,
+        }),
+        headers: Box::default(),
+    }
+    .into_response()
+}
+
+/// The bytes of one upload request body, counted against its user's
+/// byte cap chunk by chunk as the registry reads them.
+struct Quota {
+    policy: Arc<Policy>,
+    who: String,
+    reserved: Arc<AtomicU64>,
+    refused: Arc<AtomicBool>,
+}
+
+impl Quota {
+    /// `req` with its body metered: a chunk that would pass the cap fails
+    /// the body (the registry stores nothing of it) and marks the quota
+    /// refused.
+    fn meter(policy: Arc<Policy>, who: &str, req: Request) -> (Request, Quota) {
+        let quota = Quota {
+            policy,
+            who: who.to_string(),
+            reserved: Arc::default(),
+            refused: Arc::default(),
+        };
+        let (parts, body) = req.into_parts();
+        let (policy, who) = (quota.policy.clone(), quota.who.clone());
+        let (reserved, refused) = (quota.reserved.clone(), quota.refused.clone());
+        let stream = body.into_data_stream().map(move |chunk| {
+            let chunk = chunk.map_err(BoxError::from)?;
+            let n = chunk.len() as u64;
+            if !policy.sessions.reserve(&who, n) {
+                refused.store(true, Ordering::Relaxed);
+                return Err(BoxError::from("per-user upload bytes exceeded"));
+            }
+            reserved.fetch_add(n, Ordering::Relaxed);
+            Ok(chunk)
+        });
+        (
+            Request::from_parts(parts, axum::body::Body::from_stream(stream)),
+            quota,
+        )
+    }
+
+    /// Gives the reserved bytes back (the session's size is known from the
+    /// answer); true when the body was refused for the cap.
+    fn finish(self) -> bool {
+        self.policy
+            .sessions
+            .release(&self.who, self.reserved.load(Ordering::Relaxed));
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The principal of `req`: a client certificate naming a user, else Basic
-/// credentials (checked, throttled), else anonymous.
+/// credentials (checked against configured users, then token users;
+/// throttled), else anonymous.
 async fn identify(
-    policy: &Policy,
+    app: &App,
     names: Option<ClientCertNames>,
     authorization: Option<HeaderValue>,
     ip: &str,
 ) -> Result<Principal, Response> {
+    let policy = &*app.auth;
     if let Some(names) = names
         && let Some(u) = policy.user_for_certificate(&names.0)
     {
-        return Ok(Principal::User(u.name.clone()));
+        return Ok(Principal::User(u.clone()));
     }
     let Some(value) = authorization else {
         return Ok(Principal::Anonymous);
@@ -148,8 +277,8 @@ async fn identify(
         tracing::warn!(user = %user, client = %ip, "login refused: too many failed attempts");
         return Err(too_many_failures(wait));
     }
-    if policy.check_password(&user, &password).await {
-        return Ok(Principal::User(user));
+    if let Some(u) = policy.login(&app.state, &user, &password).await {
+        return Ok(Principal::User(u));
     }
     policy.throttle.fail(&keys);
     tracing::warn!(user = %user, client = %ip, "login failed");
@@ -203,11 +332,14 @@ fn finish(mut res: Response, path: &str) -> Response {
     res
 }
 
-/// A request that opens or ends a blob-upload session.
+/// A request that opens, feeds or ends a blob-upload session.
 enum UploadCall {
-    /// `POST .../blobs/uploads/` that may open a session.
+    /// `POST .../blobs/uploads/` that may open a session (or, with
+    /// `digest=`, upload a whole blob).
     Open,
-    /// `PUT` or `DELETE` of session `id`.
+    /// `PATCH` of session `id` (a chunk).
+    Append(String),
+    /// `PUT` (the optional last chunk) or `DELETE` of session `id`.
     Close(String),
 }
 
@@ -217,6 +349,7 @@ fn upload_session(method: &Method, uri: &axum::http::Uri) -> Option<UploadCall> 
     };
     match (method, session) {
         (&Method::POST, None) => Some(UploadCall::Open),
+        (&Method::PATCH, Some(id)) => Some(UploadCall::Append(id)),
         (&Method::PUT | &Method::DELETE, Some(id)) => Some(UploadCall::Close(id)),
         _ => None,
     }

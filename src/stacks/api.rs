@@ -22,6 +22,7 @@
 //! Owns: paths, query and body parsing, statuses and headers. Handlers call
 //! one function of [`super::ops`], [`super::cells`] or the table.
 
+use crate::registry::scope::RepositoryScope;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -340,9 +341,11 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    scope: Option<axum::Extension<RepositoryScope>>,
     body: Body,
 ) -> Response {
-    dispatch(&*ctx, &method, &uri, &headers, body)
+    let scope = scope.map(|axum::Extension(s)| s).unwrap_or_default();
+    dispatch(&*ctx, &method, &uri, &headers, &scope, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -362,6 +365,7 @@ async fn dispatch(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    scope: &RepositoryScope,
     body: Body,
 ) -> Result<Response> {
     let route = Route::parse(uri.path())?;
@@ -381,7 +385,7 @@ async fn dispatch(
             let table = ctx.stacks().table(ctx.state()).await?;
             Ok(axum::Json(lifecycle::lifecycle(&table, &digest)).into_response())
         }
-        Route::Register(name) if *method == Method::POST => register(ctx, &name, body).await,
+        Route::Register(name) if *method == Method::POST => register(ctx, &name, scope, body).await,
         Route::Cell(name, id) if *method == Method::PUT => report(ctx, &name, id, body).await,
         Route::Admin(name, action) if *method == Method::POST => {
             admin(ctx, &name, action, body).await
@@ -712,8 +716,14 @@ struct RegisterBody {
 /// `POST /stacks/v1/<name>/register`: the caller (from the access layer's
 /// audit scope) is an admin when it holds the admin role and the admin
 /// routes are on (`allow_admin`); an anonymous caller is never a
-/// registering user.
-async fn register(ctx: &dyn Context, name: &StackName, body: Body) -> Result<Response> {
+/// registering user. The image must be in a repository the caller may read
+/// (`repositories`, the user's repository prefixes).
+async fn register(
+    ctx: &dyn Context,
+    name: &StackName,
+    repositories: &RepositoryScope,
+    body: Body,
+) -> Result<Response> {
     let b: RegisterBody = json_body(body).await?;
     let cfg = &ctx.stacks().config;
     let scope = crate::state::audit::current().unwrap_or_default();
@@ -734,6 +744,7 @@ async fn register(ctx: &dyn Context, name: &StackName, body: Body) -> Result<Res
         &b.description,
         &actor,
         cfg.custom_stacks,
+        repositories,
     )
     .await?;
     Ok(axum::Json(json!({

@@ -10,7 +10,7 @@
 
 use super::StackError;
 use super::image::{PlatformImage, env, labels};
-use super::table::{StackName, StackTable};
+use super::table::{ImageRef, Promotion, StackName, StackTable};
 
 /// The label naming a Cloud Native Buildpacks stack.
 pub const STACK_ID_LABEL: &str = "io.buildpacks.stack.id";
@@ -68,16 +68,13 @@ pub fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
-/// The kpack ClusterStack for `name`'s active promotion, pointing at
-/// `registry` (`HOST[:PORT]`) by digest.
-///
-/// Errors: unknown stack, no promotion, or a promotion without build and
-/// run images.
-pub fn cluster_stack(
-    table: &StackTable,
+/// The active promotion of `name` with its build image, run image and
+/// stack id. Errors: unknown stack, no promotion, or a promotion without
+/// build and run images.
+fn builder_images<'a>(
+    table: &'a StackTable,
     name: &StackName,
-    registry: &str,
-) -> Result<String, StackError> {
+) -> Result<(&'a Promotion, &'a ImageRef, &'a ImageRef, &'a str), StackError> {
     let stack = table.get(name)?;
     let p = stack
         .active()
@@ -88,6 +85,71 @@ pub fn cluster_stack(
             p.id
         )));
     };
+    Ok((p, build, run, id))
+}
+
+/// The repositories builders pull `name`'s build and run images from
+/// (sorted, without duplicates): what its pull credential is limited to.
+///
+/// Errors: as [`cluster_stack`].
+pub fn builder_repositories(
+    table: &StackTable,
+    name: &StackName,
+) -> Result<Vec<String>, StackError> {
+    let (_, build, run, _) = builder_images(table, name)?;
+    let mut repos = vec![build.repository.to_string(), run.repository.to_string()];
+    repos.sort();
+    repos.dedup();
+    Ok(repos)
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret named `airlock-<stack>-pull`
+/// in `namespace`, whose `.dockerconfigjson` (base64) is
+/// `{"auths":{"<registry>":{"username","password","auth"}}}` with `auth` =
+/// base64(`user:token`), the form docker, containerd and kpack read.
+pub fn pull_secret(
+    name: &StackName,
+    namespace: &str,
+    registry: &str,
+    user: &str,
+    token: &str,
+) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let registry = registry.trim_end_matches('/');
+    let config = serde_json::json!({
+        "auths": { registry: {
+            "username": user,
+            "password": token,
+            "auth": b64(&format!("{user}:{token}")),
+        }}
+    });
+    format!(
+        "# Read-only pull credential for the build and run images of airlock stack {name}\n\
+         # (token user {user}; revoke with `airlock user revoke {user}`).\n\
+         apiVersion: v1\n\
+         kind: Secret\n\
+         metadata:\n  name: {}\n  namespace: {}\n  annotations:\n    airlock.io/user: {}\n\
+         type: kubernetes.io/dockerconfigjson\n\
+         data:\n  .dockerconfigjson: {}\n",
+        quote(&format!("airlock-{name}-pull")),
+        quote(namespace),
+        quote(user),
+        b64(&config.to_string()),
+    )
+}
+
+/// The kpack ClusterStack for `name`'s active promotion, pointing at
+/// `registry` (`HOST[:PORT]`) by digest.
+///
+/// Errors: unknown stack, no promotion, or a promotion without build and
+/// run images.
+pub fn cluster_stack(
+    table: &StackTable,
+    name: &StackName,
+    registry: &str,
+) -> Result<String, StackError> {
+    let (p, build, run, id) = builder_images(table, name)?;
     let registry = registry.trim_end_matches('/');
     Ok(format!(
         "# kpack ClusterStack for airlock stack {name}, promotion {} ({}).\n\

@@ -390,10 +390,11 @@ pub async fn set_state(
 
 /// Registers the custom stack `name` for `image` (`REPO:TAG` or
 /// `REPO@DIGEST`, held by the registry) on behalf of `actor`, if `policy`
-/// allows it (one root swap). Returns the pinned image.
+/// allows it and `scope` (the caller's repository prefixes) covers the
+/// image's repository (one root swap). Returns the pinned image.
 ///
-/// Errors: [`StackError::Denied`] (the policy, naming it, or another
-/// owner), [`StackError::Conflict`] (a system stack of that name),
+/// Errors: [`StackError::Denied`] (the policy, naming it, another owner, or
+/// an image outside the caller's repositories), [`StackError::Conflict`] (a system stack of that name),
 /// [`StackError::NotFound`] (image not held), [`StackError::Invalid`].
 pub async fn register_custom(
     state: &StateStore,
@@ -402,10 +403,17 @@ pub async fn register_custom(
     description: &str,
     actor: &Actor,
     policy: CustomPolicy,
+    scope: &crate::registry::scope::RepositoryScope,
 ) -> Result<(ImageRef, Commit), StackError> {
     custom::authorize(policy, actor, name)?;
     let snap = state.snapshot().await?;
     let pinned = image::pin(state, &snap, image).await?;
+    if !scope.covers(pinned.repository.as_str()) {
+        return Err(StackError::Denied(format!(
+            "custom stack {name}: image repository {} is outside the repositories {} may access",
+            pinned.repository, actor.name
+        )));
+    }
     let entry = CustomStack {
         image: pinned.clone(),
         description: description.into(),

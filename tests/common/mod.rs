@@ -4,6 +4,7 @@
 
 pub mod listener;
 pub mod router;
+pub mod site;
 pub mod synth;
 
 use std::io::{Read, Write};
