@@ -102,6 +102,19 @@ fn curl(args: &[&str]) -> (u16, String) {
     (code, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Sends the file `body` with `method` and `content_type` to `url`.
+fn upload(method: &str, content_type: &str, body: &std::path::Path, url: &str) -> (u16, String) {
+    curl(&[
+        "-X",
+        method,
+        "-H",
+        &format!("Content-Type: {content_type}"),
+        "--data-binary",
+        &format!("@{}", body.display()),
+        url,
+    ])
+}
+
 /// `airlock serve --root-refresh-ms 400`: its own pushes are pullable at
 /// once; a rollback by the CLI (another process) shows within the interval.
 #[test]
@@ -115,15 +128,12 @@ fn server_sees_a_cli_rollback_within_the_interval() {
     let config_digest = Digest::sha256_of(config).to_string();
     let config_file = dir.path().join("config.json");
     std::fs::write(&config_file, config).unwrap();
-    let (code, err) = curl(&[
-        "-X",
+    let (code, err) = upload(
         "POST",
-        "-H",
-        "Content-Type: application/octet-stream",
-        "--data-binary",
-        &format!("@{}", config_file.display()),
+        "application/octet-stream",
+        &config_file,
         &format!("{base}/blobs/uploads/?digest={config_digest}"),
-    ]);
+    );
     assert_eq!(code, 201, "blob push: {err}");
     let manifest = format!(
         r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{config_digest}","size":2}},"layers":[]}}"#
@@ -131,15 +141,12 @@ fn server_sees_a_cli_rollback_within_the_interval() {
     let manifest_file = dir.path().join("manifest.json");
     std::fs::write(&manifest_file, &manifest).unwrap();
     for (i, tag) in ["v1", "v2"].iter().enumerate() {
-        let (code, err) = curl(&[
-            "-X",
+        let (code, err) = upload(
             "PUT",
-            "-H",
-            "Content-Type: application/vnd.oci.image.manifest.v1+json",
-            "--data-binary",
-            &format!("@{}", manifest_file.display()),
+            "application/vnd.oci.image.manifest.v1+json",
+            &manifest_file,
             &format!("{base}/manifests/{tag}"),
-        ]);
+        );
         assert_eq!(code, 201, "manifest push: {err}");
         // Own write: pullable at once, within the interval.
         assert_eq!(curl(&[&format!("{base}/manifests/{tag}")]).0, 200);
