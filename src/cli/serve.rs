@@ -58,7 +58,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         Ok((files, bytes)) => tracing::info!(files, bytes, "stale temporary files removed"),
         Err(e) => tracing::warn!(error = %e, "cannot sweep tmp/"),
     }
-    let state = StateStore::with_cache_bytes(Arc::new(fs.clone()), resolved.cache_size);
+    let state = StateStore::with_cache_bytes(Arc::new(fs.clone()), resolved.cache_size)
+        .with_root_refresh(resolved.root_refresh);
     if !resolved.webhooks.is_empty() {
         let deliverer = airlock::events::deliver::Deliverer::new(
             state.blobstore().clone(),

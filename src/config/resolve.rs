@@ -42,6 +42,9 @@ pub struct Resolved {
     pub cache_size: u64,
     /// The free-space floor of the filesystem blobstore.
     pub min_free_space: crate::store::space::FreeSpaceFloor,
+    /// How stale the state root may be when another process changed it
+    /// ([`StateStore::with_root_refresh`]).
+    pub root_refresh: Duration,
     /// Garbage collection inside the server: its options and interval
     /// (`None`: never).
     pub gc: Option<(crate::ops::gc::GcOptions, Duration)>,
@@ -70,6 +73,11 @@ impl Settings {
             ));
         }
         let data = self.store.path.unwrap_or_else(|| "./airlock-data".into());
+        let root_refresh = match self.store.root_refresh_ms {
+            Some(ms) => Duration::from_millis(ms),
+            None if self.store.url.is_some() => crate::state::DEFAULT_REMOTE_ROOT_REFRESH,
+            None => Duration::ZERO,
+        };
 
         let tls = match (self.tls.cert, self.tls.key) {
             (Some(cert), Some(key)) => {
@@ -242,6 +250,7 @@ impl Settings {
             import_keyring: self.import.keyring,
             webhooks: self.webhooks,
             min_free_space,
+            root_refresh,
             gc,
             cache_size: l
                 .cache_size

@@ -92,6 +92,13 @@ pub struct StoreSection {
     /// 1 %) or `0` (off) [default: default].
     #[arg(long, env = "AIRLOCK_MIN_FREE_SPACE")]
     pub min_free_space: Option<String>,
+    /// Notice a state root changed by another process (a CLI import while
+    /// the server runs, another replica) within this many milliseconds; 0
+    /// checks the root on every request (on the filesystem one stat(2)).
+    /// The server's own changes are visible at once either way
+    /// [default: 0 on the filesystem, 1000 on S3].
+    #[arg(long, env = "AIRLOCK_ROOT_REFRESH_MS")]
+    pub root_refresh_ms: Option<u64>,
 }
 
 /// `[gc]`: retention and garbage collection inside the server (`airlock

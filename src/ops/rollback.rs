@@ -83,6 +83,7 @@ pub async fn rollback(state: &StateStore, to: u64, reason: &str, who: &str) -> R
         let digest = store::put_bytes(&**store, &bytes).await?;
         store.sync().await?;
         if store.swap_root(Some(&root), &digest.to_string()).await? {
+            state.forget_root();
             tracing::info!(to, generation = doc.generation, %digest, "state rolled back");
             return Ok(RolledBack {
                 to,

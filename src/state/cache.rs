@@ -26,6 +26,8 @@ pub(super) enum Cached {
     LegacyRepository(Arc<RepositoryDoc>),
     /// A whole repository table of the first layout.
     LegacyTable(Arc<RepoTable>),
+    /// A named document (`StateDoc.documents`), as stored.
+    Document(bytes::Bytes),
 }
 
 /// Bytes charged for a document of `stored` bytes holding `entries` entries:

@@ -25,11 +25,11 @@ use super::ops::Edit;
 use super::page::{self, Delta};
 use super::{
     Commit, Op, Result, STATE_KIND, Snapshot, StateDoc, StateError, StateStore, Table, now_rfc3339,
-    put_doc, repo,
+    repo,
 };
 use crate::digest::Digest;
 use crate::names::RepositoryName;
-use crate::store::{self, StoreError};
+use crate::store::{RootVersion, StoreError};
 
 /// Most changes applied in one root swap.
 const MAX_BATCH: usize = 512;
@@ -197,7 +197,7 @@ impl StateStore {
 
     /// One attempt: `Ok(None)` when another process swapped the root first.
     async fn try_batch(&self, batch: &[Pending]) -> Result<Option<Vec<Result<Commit>>>> {
-        let snap = self.snapshot().await?;
+        let snap = self.snapshot_now().await?;
         self.pages.discard();
         let (table, converted) = self.paged_table(&snap).await?;
         let mut work = Working {
@@ -225,7 +225,8 @@ impl StateStore {
         let generation = match written {
             None => snap.generation(),
             Some((digest, state)) => {
-                self.store.sync().await?;
+                // `swap_root` makes what was written durable before the new
+                // root is (filesystem: the directories waiting for sync).
                 if !self
                     .store
                     .swap_root(snap.root.as_ref(), &digest.to_string())
@@ -234,7 +235,17 @@ impl StateStore {
                     return Ok(None);
                 }
                 tracing::info!(generation = state.generation, %digest, changes = landed.len(), reason, who, address = state.address.as_deref().unwrap_or("-"), "state root swapped");
-                state.generation
+                let generation = state.generation;
+                // Read-your-writes: the new root is this process's view at once.
+                self.roots.install(Snapshot {
+                    root: Some(RootVersion {
+                        value: digest.to_string(),
+                        version: String::new(),
+                    }),
+                    digest: Some(digest),
+                    state: Some(state),
+                });
+                generation
             }
         };
         Ok(Some(
@@ -337,7 +348,7 @@ impl StateStore {
 
     async fn document_bytes(&self, snap: &Snapshot, name: &str) -> Result<Option<Vec<u8>>> {
         match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
-            Some(d) => Ok(Some(store::get_verified(&*self.store, d).await?)),
+            Some(d) => Ok(Some(self.document_blob(d).await?.to_vec())),
             None => Ok(None),
         }
     }
@@ -375,10 +386,13 @@ impl StateStore {
             .map(|s| s.documents.clone())
             .unwrap_or_default();
         let mut documents = old_documents.clone();
+        let mut blobs = Vec::new();
         for (name, bytes) in &work.documents {
             match bytes {
                 Some(b) => {
-                    documents.insert(name.clone(), store::put_bytes(&*self.store, b).await?);
+                    let digest = Digest::sha256_of(b);
+                    blobs.push((digest.clone(), bytes::Bytes::from(b.clone())));
+                    documents.insert(name.clone(), digest);
                 }
                 None => {
                     documents.remove(name);
@@ -399,12 +413,16 @@ impl StateStore {
             repositories: table,
             documents,
         };
-        // Pages and the state document are stored at once; none is
-        // reachable before the root swap, which waits for all of them.
-        let (flushed, digest) =
-            tokio::join!(self.pages.flush(&roots), put_doc(&*self.store, &state));
-        flushed?;
-        Ok(Some((digest?, state)))
+        // Pages, documents and the state document are stored as one batch;
+        // none is reachable before the root swap, which waits for all of them.
+        let bytes = serde_json::to_vec(&state).map_err(|e| StateError::Corrupt {
+            digest: "(new state)".into(),
+            cause: e.to_string(),
+        })?;
+        let digest = Digest::sha256_of(&bytes);
+        blobs.push((digest.clone(), bytes::Bytes::from(bytes)));
+        self.pages.flush(&roots, blobs).await?;
+        Ok(Some((digest, state)))
     }
 }
 

@@ -27,9 +27,11 @@ mod ops;
 mod page;
 mod reach;
 mod repo;
+mod root;
 pub mod walk;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 pub use audit::Actor;
 pub use cache::DEFAULT_CACHE_BYTES;
@@ -38,6 +40,7 @@ pub use ops::{DocumentChange, Op};
 pub use page::{MAX_PAGE_BYTES, PAGE_KIND};
 pub use reach::TreeItem;
 pub use repo::Repository;
+pub use root::DEFAULT_REMOTE_ROOT_REFRESH;
 pub use walk::{Reached, WalkProblem};
 
 use crate::digest::Digest;
@@ -133,13 +136,14 @@ pub struct Commit {
 }
 
 /// Reads and changes state in a blobstore. Caches the current snapshot
-/// (revalidated against `refs/root` on every call) and immutable pages (by
+/// (revalidated against `refs/root` by generation, see
+/// [`StateStore::with_root_refresh`]) and immutable pages and documents (by
 /// digest, in a cache bounded in bytes). Cheap to clone: clones share the
 /// caches and the group committer ([`StateStore::commit`]).
 #[derive(Clone)]
 pub struct StateStore {
     store: Arc<dyn Blobstore>,
-    snapshot: Arc<Mutex<Arc<Snapshot>>>,
+    roots: Arc<root::RootCache>,
     pages: page::Pages,
     queue: Arc<commit::Queue>,
 }
@@ -156,14 +160,6 @@ fn parse_doc<T: serde::de::DeserializeOwned>(digest: &Digest, bytes: &[u8]) -> R
         digest: digest.to_string(),
         cause: e.to_string(),
     })
-}
-
-async fn put_doc<T: serde::Serialize>(store: &dyn Blobstore, doc: &T) -> Result<Digest> {
-    let bytes = serde_json::to_vec(doc).map_err(|e| StateError::Corrupt {
-        digest: "(new)".into(),
-        cause: e.to_string(),
-    })?;
-    Ok(store::put_bytes(store, &bytes).await?)
 }
 
 /// The current time as RFC 3339 UTC, whole seconds (`2026-11-30T01:33:18Z`).
@@ -212,9 +208,30 @@ impl StateStore {
                 staged: Default::default(),
             },
             store,
-            snapshot: Arc::new(Mutex::new(Arc::new(Snapshot::default()))),
+            roots: Arc::new(root::RootCache::new(Duration::ZERO)),
             queue: Arc::new(commit::Queue::default()),
         }
+    }
+
+    /// The same state, noticing changes made by other processes (a CLI
+    /// import while the server runs, another replica) within `refresh`:
+    /// a snapshot whose root was checked less than `refresh` ago is used
+    /// without asking the store, and the first reader after that reads the
+    /// root once for all readers waiting. Zero (the default) checks the root
+    /// on every [`StateStore::snapshot`] (on the filesystem one `stat(2)`).
+    /// This process's own commits are visible at once either way.
+    /// (`airlock serve --root-refresh-ms`; 0 on the filesystem,
+    /// [`DEFAULT_REMOTE_ROOT_REFRESH`] on S3.) Call before cloning.
+    pub fn with_root_refresh(mut self, refresh: Duration) -> StateStore {
+        self.roots = Arc::new(root::RootCache::new(refresh));
+        self
+    }
+
+    /// Makes the next [`StateStore::snapshot`] read `refs/root` whatever the
+    /// refresh interval (after changing the root outside
+    /// [`StateStore::commit`], as `rollback` does).
+    pub fn forget_root(&self) {
+        self.roots.forget();
     }
 
     /// Bytes the page cache holds now (at most the configured size).
@@ -227,18 +244,33 @@ impl StateStore {
         &self.store
     }
 
-    /// The current snapshot: one read of `refs/root`, documents from cache when unchanged.
+    /// The current snapshot, from the root cache while it is fresh (see
+    /// [`StateStore::with_root_refresh`]; this process's own commits are
+    /// visible at once), else after one read of `refs/root` (its state
+    /// document read only when the root changed).
     pub async fn snapshot(&self) -> Result<Arc<Snapshot>> {
-        let root = self.store.read_root().await?;
-        if let Ok(cached) = self.snapshot.lock()
-            && cached.root == root
+        if let Some(snap) = self.roots.fresh(&*self.store) {
+            return Ok(snap);
+        }
+        // One reader revalidates; the others wait for it and use its answer.
+        let _one = self.roots.revalidating().await;
+        if !self.roots.refresh().is_zero()
+            && let Some(snap) = self.roots.fresh(&*self.store)
         {
-            return Ok(cached.clone());
+            return Ok(snap);
+        }
+        self.snapshot_now().await
+    }
+
+    /// The snapshot `refs/root` names now (always one read of the root:
+    /// for a commit, whose compare-and-swap needs the store's current version).
+    async fn snapshot_now(&self) -> Result<Arc<Snapshot>> {
+        let root = self.store.read_root().await?;
+        if let Some(snap) = self.roots.confirm(&root) {
+            return Ok(snap);
         }
         let snap = Arc::new(self.load_snapshot(root).await?);
-        if let Ok(mut cached) = self.snapshot.lock() {
-            *cached = snap.clone();
-        }
+        self.roots.loaded(snap.clone());
         Ok(snap)
     }
 
@@ -367,9 +399,24 @@ impl StateStore {
         name: &str,
     ) -> Result<Option<T>> {
         match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
-            Some(d) => load_doc(&*self.store, d).await.map(Some),
+            Some(d) => parse_doc(d, &self.document_blob(d).await?).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The bytes of the document blob `digest`, through the byte-bounded
+    /// cache (documents are immutable: a digest never goes stale).
+    async fn document_blob(&self, digest: &Digest) -> Result<bytes::Bytes> {
+        let cached = self.pages.cache.lock().ok().and_then(|mut c| c.get(digest));
+        if let Some(cache::Cached::Document(b)) = cached {
+            return Ok(b);
+        }
+        let bytes = bytes::Bytes::from(store::get_verified(&*self.store, digest).await?);
+        if let Ok(mut c) = self.pages.cache.lock() {
+            let w = cache::weight(bytes.len(), 0);
+            c.insert(digest.clone(), cache::Cached::Document(bytes.clone()), w);
+        }
+        Ok(bytes)
     }
 
     /// Every generation from the current one back to the first, newest first.

@@ -124,9 +124,6 @@ struct Node {
 /// Pages written by a commit and not yet stored: digest → (page, JSON).
 type Staged = std::collections::HashMap<Digest, (Arc<Page>, Vec<u8>)>;
 
-/// Pages stored at once by [`Pages::flush`] (their fsyncs overlap).
-const FLUSH_CONCURRENCY: usize = 16;
-
 /// Reads and writes the pages of paged trees, through the byte-bounded
 /// cache. New pages are staged in memory ([`Pages::apply`]) and stored
 /// together by [`Pages::flush`]; reads see staged pages.
@@ -200,11 +197,17 @@ impl Pages {
         })
     }
 
-    /// Stores the staged pages reachable from `roots` (new tree roots) up
-    /// to 16 at once, keeps them in the cache, and drops the other staged
-    /// pages (superseded within the commit: never stored, so no garbage).
-    pub(super) async fn flush(&self, roots: &[Digest]) -> Result<()> {
-        use futures_util::StreamExt;
+    /// Stores the staged pages reachable from `roots` (new tree roots),
+    /// with the other blobs `also` (the commit's documents), as one batch
+    /// ([`Blobstore::put_blobs`]: on the filesystem one pass whose fsyncs
+    /// share journal commits), keeps the pages in the cache, and drops the
+    /// other staged pages (superseded within the commit: never stored, so
+    /// no garbage).
+    pub(super) async fn flush(
+        &self,
+        roots: &[Digest],
+        also: Vec<(Digest, bytes::Bytes)>,
+    ) -> Result<()> {
         let mut staged: Staged = match self.staged.lock() {
             Ok(mut s) => std::mem::take(&mut *s),
             Err(_) => Staged::new(),
@@ -222,15 +225,15 @@ impl Pages {
             }
             reached.push((d, page, bytes));
         }
-        let mut writes =
-            futures_util::stream::iter(reached.into_iter().map(|(d, page, bytes)| async move {
-                store::put_bytes(&*self.store, &bytes).await?;
-                self.remember(&d, &page, bytes.len());
-                Ok::<(), StateError>(())
-            }))
-            .buffer_unordered(FLUSH_CONCURRENCY);
-        while let Some(r) = writes.next().await {
-            r?;
+        let mut blobs = also;
+        let mut keep = Vec::with_capacity(reached.len());
+        for (d, page, bytes) in reached {
+            keep.push((d.clone(), page, bytes.len()));
+            blobs.push((d, bytes::Bytes::from(bytes)));
+        }
+        self.store.put_blobs(blobs).await?;
+        for (d, page, len) in keep {
+            self.remember(&d, &page, len);
         }
         Ok(())
     }
@@ -593,7 +596,7 @@ mod tests {
             }
             root = p.apply(root.as_ref(), &delta).await.unwrap();
         }
-        p.flush(&[root.clone().unwrap()]).await.unwrap();
+        p.flush(&[root.clone().unwrap()], Vec::new()).await.unwrap();
         check(&p, root.as_ref().unwrap(), &want).await;
         let delta: Delta = want.keys().map(|k| (k.clone(), None)).collect();
         assert_eq!(p.apply(root.as_ref(), &delta).await.unwrap(), None);

@@ -5,6 +5,8 @@
 //! (exclusive `flock` on `refs/root.lock`, write + fsync + rename).
 //! Never parses stored content.
 
+mod batch;
+
 use std::collections::HashSet;
 use std::io::{ErrorKind, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -15,7 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::space::FreeSpaceFloor;
 use super::verify::{self, VERIFY_WHOLE_MAX};
-use super::{BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key};
+use super::{
+    BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, blob_key, check_key,
+};
 use crate::digest::Digest;
 
 const ROOT_KEY: &str = "refs/root";
@@ -46,6 +50,12 @@ const INLINE_READ_MAX: u64 = 64 * 1024;
 pub struct FsStore {
     root: Arc<PathBuf>,
     dirty_dirs: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Held while dirty directories are fsynced: a sync that starts while
+    /// another is in flight waits for it, so it never returns before the
+    /// directories the other one took are durable.
+    sync_lock: Arc<tokio::sync::Mutex<()>>,
+    /// `<dir>/refs/root`, joined once (checked on every request).
+    root_file: Arc<PathBuf>,
     root_cache: Arc<Mutex<Option<CachedRoot>>>,
     min_free: FreeSpaceFloor,
 }
@@ -71,6 +81,8 @@ impl FsStore {
         Ok(FsStore {
             root: Arc::new(dir.to_path_buf()),
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
+            sync_lock: Arc::new(tokio::sync::Mutex::new(())),
+            root_file: Arc::new(dir.join(ROOT_KEY)),
             root_cache: Arc::new(Mutex::new(None)),
             min_free: FreeSpaceFloor::Off,
         })
@@ -226,6 +238,14 @@ impl FsStore {
         }
     }
 
+    /// Takes the directories waiting for sync.
+    fn take_dirty(&self) -> Vec<PathBuf> {
+        match self.dirty_dirs.lock() {
+            Ok(mut d) => d.drain().collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     fn is_scratch(&self, path: &Path) -> bool {
         path.starts_with(self.root.join("uploads"))
     }
@@ -257,6 +277,18 @@ fn read_at(file: &std::fs::File, start: u64, end: u64) -> std::io::Result<Vec<u8
 
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Fsyncs each of `dirs`; one removed since (an emptied `uploads/<id>/`)
+/// has nothing to make durable.
+fn fsync_dirs(dirs: &[PathBuf]) -> std::io::Result<()> {
+    for d in dirs {
+        match fsync_dir(d) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(())
 }
 
 #[async_trait::async_trait]
@@ -441,30 +473,48 @@ impl super::Blobstore for FsStore {
     }
 
     async fn sync(&self) -> Result<()> {
-        let dirs: Vec<PathBuf> = match self.dirty_dirs.lock() {
-            Ok(mut d) => d.drain().collect(),
-            Err(_) => Vec::new(),
+        let _syncing = self.sync_lock.lock().await;
+        let dirs = self.take_dirty();
+        if dirs.is_empty() {
+            return Ok(());
+        }
+        blocking(move || fsync_dirs(&dirs)).await
+    }
+
+    async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
+        let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
+        self.check_space(total)?;
+        let root = self.root.clone();
+        let dirs = blocking(move || batch::put_blobs(&root, blob_key, blobs)).await?;
+        let mut full = false;
+        for d in dirs {
+            full |= self.mark_dirty(d);
+        }
+        if full {
+            super::Blobstore::sync(self).await?;
+        }
+        Ok(())
+    }
+
+    fn root_unchanged(&self, seen: &RootVersion) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = match std::fs::metadata(&*self.root_file) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Some(false),
+            Err(_) => return None,
         };
-        blocking(move || {
-            for d in dirs {
-                match fsync_dir(&d) {
-                    // Removed since (an emptied `uploads/<id>/`): nothing to make durable.
-                    Err(e) if e.kind() == ErrorKind::NotFound => {}
-                    other => other?,
-                }
-            }
-            Ok(())
-        })
-        .await
+        let cache = self.root_cache.lock().ok()?;
+        let c = cache.as_ref()?;
+        Some((c.dev, c.ino) == (meta.dev(), meta.ino()) && c.root.value == seen.value)
     }
 
     async fn read_root(&self) -> Result<Option<RootVersion>> {
         use std::io::Read;
         use std::os::unix::fs::MetadataExt;
-        let path = self.path(ROOT_KEY)?;
+        let path = &*self.root_file;
         // Readers call this on every request: one inline stat(2) while the
         // root is unchanged (see `CachedRoot`), else a tiny file read inline.
-        let meta = match std::fs::metadata(&path) {
+        let meta = match std::fs::metadata(path) {
             Ok(m) => m,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
@@ -475,7 +525,7 @@ impl super::Blobstore for FsStore {
         {
             return Ok(Some(c.root.clone()));
         }
-        let mut file = match std::fs::File::open(&path) {
+        let mut file = match std::fs::File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
@@ -503,7 +553,15 @@ impl super::Blobstore for FsStore {
         let dir = self.root.join("refs");
         let expected = expected.map(|v| v.version.clone());
         let value = value.to_string();
+        let cache = self.root_cache.clone();
+        // The directories waiting for sync are fsynced here too, after the
+        // new root's file is (on ext4 that fsync commits their entries in
+        // the same journal commit, so theirs return at once), and before
+        // the rename that makes the new root current.
+        let _syncing = self.sync_lock.lock().await;
+        let dirs = self.take_dirty();
         blocking(move || {
+            use std::os::unix::fs::MetadataExt;
             let lock = std::fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)
@@ -516,6 +574,7 @@ impl super::Blobstore for FsStore {
                 Err(e) => return Err(e),
             };
             if current != expected {
+                fsync_dirs(&dirs)?;
                 return Ok(false);
             }
             let tmp = dir.join("root.tmp");
@@ -523,8 +582,23 @@ impl super::Blobstore for FsStore {
             f.write_all(value.as_bytes())?;
             f.write_all(b"\n")?;
             f.sync_all()?;
+            fsync_dirs(&dirs)?;
             std::fs::rename(&tmp, dir.join("root"))?;
             fsync_dir(&dir)?;
+            // Remember the new root (its file held open, see `CachedRoot`),
+            // so the next read is one stat(2).
+            let meta = f.metadata()?;
+            if let Ok(mut c) = cache.lock() {
+                *c = Some(CachedRoot {
+                    _file: f,
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    root: RootVersion {
+                        version: value.clone(),
+                        value,
+                    },
+                });
+            }
             // The lock is released when `lock` is dropped.
             Ok(true)
         })

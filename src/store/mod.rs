@@ -160,7 +160,43 @@ pub trait Blobstore: Send + Sync + 'static {
     async fn read_root(&self) -> Result<Option<RootVersion>>;
     /// Sets `refs/root` to `value` if it is still at `expected` (`None`: must not exist yet).
     /// Returns `false`, changing nothing, when another writer got there first.
+    /// Makes every committed object durable first, as [`Blobstore::sync`]
+    /// does (the filesystem overlaps that with writing the new root).
     async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool>;
+    /// Stores small content-addressed blobs, each `(digest, bytes)` with the
+    /// digest computed by the caller from those bytes, at their
+    /// [`blob_key`]s, skipping those already present: what [`put_bytes`]
+    /// does for one, as one batch (a state commit's new pages and
+    /// documents). Durable as committed writers are (reachable only after
+    /// [`Blobstore::sync`]). The default writes up to 16 at once through
+    /// [`Blobstore::writer`]; a backend may do better (filesystem: one pass
+    /// that writes every file, then fsyncs them, then renames them, so the
+    /// fsyncs share journal commits).
+    /// Errors: the first failure; blobs stored before it stay (unreachable
+    /// until a root names them, so `gc` collects them).
+    async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
+        use futures_util::StreamExt;
+        let mut puts = futures_util::stream::iter(
+            blobs
+                .into_iter()
+                .map(|(d, b)| async move { put_digested(self, &d, b).await }),
+        )
+        .buffer_unordered(16);
+        while let Some(r) = puts.next().await {
+            r?;
+        }
+        Ok(())
+    }
+    /// Whether `refs/root` still holds `seen.value`, when the backend can
+    /// tell from local metadata alone, without a round trip and without
+    /// allocating (filesystem: one `stat(2)` of the root file); `None` when
+    /// it cannot (the default: the caller then uses [`Blobstore::read_root`]).
+    /// For the state's root cache, which asks on every request when
+    /// `root_refresh_ms` is 0.
+    fn root_unchanged(&self, seen: &RootVersion) -> Option<bool> {
+        let _ = seen;
+        None
+    }
 }
 
 /// The key of a content-addressed blob: `blobs/<alg>/<first 2 hex>/<hex>`.
@@ -200,13 +236,24 @@ pub async fn read_all(store: &dyn Blobstore, key: &str) -> Result<Vec<u8>> {
 /// Returns the digest. Used for metadata documents and manifests.
 pub async fn put_bytes(store: &dyn Blobstore, bytes: &[u8]) -> Result<Digest> {
     let digest = Digest::sha256_of(bytes);
-    let key = blob_key(&digest);
+    put_digested(store, &digest, Bytes::copy_from_slice(bytes)).await?;
+    Ok(digest)
+}
+
+/// Stores `bytes` under `digest` (computed by the caller from them),
+/// unless already present.
+async fn put_digested<S: Blobstore + ?Sized>(
+    store: &S,
+    digest: &Digest,
+    bytes: Bytes,
+) -> Result<()> {
+    let key = blob_key(digest);
     if store.stat(&key).await?.is_none() {
         let mut w = store.writer(&key).await?;
-        w.write(Bytes::copy_from_slice(bytes)).await?;
+        w.write(bytes).await?;
         w.commit().await?;
     }
-    Ok(digest)
+    Ok(())
 }
 
 /// The size of the blob `digest`, verified against its digest when it is
