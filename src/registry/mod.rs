@@ -31,13 +31,12 @@ pub mod uploads;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use axum::{Extension, Router};
+use axum::Router;
 use serde_json::json;
 
 pub use self::config::RegistryConfig;
@@ -69,17 +68,17 @@ pub fn router(ctx: Arc<dyn Context>) -> Router {
         .with_state(ctx)
 }
 
-async fn v2(
-    State(ctx): State<Arc<dyn Context>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    body: Body,
-) -> Response {
+async fn v2(State(ctx): State<Arc<dyn Context>>, req: Request) -> Response {
+    // The request is taken apart, not extracted piecewise: extracting the
+    // `HeaderMap` would copy every header of every request.
+    let (parts, body) = req.into_parts();
     let mut body = body.into_data_stream();
-    let client = peer.map(|Extension(ConnectInfo(a))| a.ip());
-    let mut res = dispatch(&*ctx, &method, &uri, &headers, client, &mut body)
+    let client = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| a.ip());
+    let (method, uri, headers) = (&parts.method, &parts.uri, &parts.headers);
+    let mut res = dispatch(&*ctx, method, uri, headers, client, &mut body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     res.headers_mut()

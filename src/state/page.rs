@@ -110,6 +110,16 @@ pub fn parse_value<T: serde::de::DeserializeOwned>(v: &RawValue) -> Result<T> {
 
 /// Parses a value holding a digest.
 pub fn digest_value(v: &RawValue) -> Result<Digest> {
+    // Fast path (every lookup reads one): a plain JSON string, no escapes.
+    if let Some(text) = v
+        .get()
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .filter(|t| !t.contains(['\\', '"']))
+        && let Ok(d) = text.parse()
+    {
+        return Ok(d);
+    }
     parse_value(v)
 }
 

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
+use super::hot::{FileId, HotBlobs};
 use super::space::FreeSpaceFloor;
 use super::verify::{self, VERIFY_WHOLE_MAX};
 use super::{BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key};
@@ -48,6 +49,8 @@ pub struct FsStore {
     dirty_dirs: Arc<Mutex<HashSet<PathBuf>>>,
     root_cache: Arc<Mutex<Option<CachedRoot>>>,
     min_free: FreeSpaceFloor,
+    /// Small blobs verified by earlier reads ([`super::hot`]).
+    hot: Arc<HotBlobs>,
 }
 
 /// The last `refs/root` read, with the file it was read from held open.
@@ -73,6 +76,7 @@ impl FsStore {
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
             root_cache: Arc::new(Mutex::new(None)),
             min_free: FreeSpaceFloor::Off,
+            hot: Arc::default(),
         })
     }
 
@@ -145,22 +149,22 @@ impl FsStore {
     }
 
     /// For a blob key: the digest and the file's identity, for verification.
-    fn blob_identity(key: &str, file: &std::fs::File) -> Option<(Digest, (u64, u64))> {
-        use std::os::unix::fs::MetadataExt;
+    fn blob_identity(key: &str, meta: &std::fs::Metadata) -> Option<(Digest, FileId)> {
         let digest = verify::blob_digest(key)?;
-        let m = file.metadata().ok()?;
-        Some((digest, (m.dev(), m.ino())))
+        Some((digest, file_id(meta)))
     }
 
-    /// Reads a whole small blob (at most [`VERIFY_WHOLE_MAX`] bytes) and
-    /// verifies it; a mismatch quarantines it and is [`StoreError::Corrupt`].
+    /// Reads the whole small blob `key` (at most [`VERIFY_WHOLE_MAX`]
+    /// bytes) and verifies it; a mismatch quarantines it and is
+    /// [`StoreError::Corrupt`]. Verified bytes are kept in [`HotBlobs`].
     async fn read_verified(
         &self,
+        key: &str,
         file: std::fs::File,
         size: u64,
         digest: Digest,
-        id: (u64, u64),
-    ) -> Result<Vec<u8>> {
+        id: FileId,
+    ) -> Result<Bytes> {
         let bytes = if size <= INLINE_READ_MAX {
             read_at(&file, 0, size)?
         } else {
@@ -173,7 +177,22 @@ impl FsStore {
                 verify::corrupt_error(&digest, &actual).to_string(),
             ));
         }
+        let bytes = Bytes::from(bytes);
+        self.hot.insert(key, id, bytes.clone());
         Ok(bytes)
+    }
+
+    /// The verified bytes of the blob `key` from [`HotBlobs`], when one
+    /// `stat(2)` shows its path still names the file they were read from.
+    fn hot_read(&self, key: &str) -> Option<Bytes> {
+        let (id, bytes) = self.hot.get(key)?;
+        match std::fs::metadata(self.root.join(key)) {
+            Ok(m) if file_id(&m) == id => Some(bytes),
+            _ => {
+                self.hot.remove(key);
+                None
+            }
+        }
     }
 
     /// What to do when a streamed blob turns out corrupt: quarantine it.
@@ -197,21 +216,19 @@ impl FsStore {
     }
 
     /// Opens `key` and checks `range` (default: all) against its size; returns
-    /// the file and the byte range `start..end`. open(2) and fstat(2) run inline:
-    /// cheaper than a hop to the blocking pool on a local file system.
+    /// the file, its metadata and the byte range `start..end`. open(2) and
+    /// fstat(2) run inline: cheaper than a hop to the blocking pool on a
+    /// local file system.
     fn open_range(
         &self,
         key: &str,
         range: Option<(u64, u64)>,
-    ) -> Result<(std::fs::File, u64, u64)> {
+    ) -> Result<(std::fs::File, std::fs::Metadata, u64, u64)> {
         let path = self.path(key)?;
         let file = std::fs::File::open(&path).map_err(|e| not_found(key, e))?;
-        let size = file.metadata()?.len();
-        let (start, end) = range.unwrap_or((0, size));
-        if start > end || end > size {
-            return Err(StoreError::Range { start, end, size });
-        }
-        Ok((file, start, end))
+        let meta = file.metadata()?;
+        let (start, end) = span(range, meta.len())?;
+        Ok((file, meta, start, end))
     }
 
     /// Records `dir` for the next sync; `true` when the set is over
@@ -229,6 +246,20 @@ impl FsStore {
     fn is_scratch(&self, path: &Path) -> bool {
         path.starts_with(self.root.join("uploads"))
     }
+}
+
+/// `range` (default: all) checked against an object of `size` bytes.
+fn span(range: Option<(u64, u64)>, size: u64) -> Result<(u64, u64)> {
+    let (start, end) = range.unwrap_or((0, size));
+    if start > end || end > size {
+        return Err(StoreError::Range { start, end, size });
+    }
+    Ok((start, end))
+}
+
+fn file_id(meta: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
 }
 
 fn not_found(key: &str, e: std::io::Error) -> StoreError {
@@ -273,14 +304,20 @@ impl super::Blobstore for FsStore {
     }
 
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
-        let (file, start, end) = self.open_range(key, range)?;
-        let size = file.metadata()?.len();
-        let blob = FsStore::blob_identity(key, &file);
+        check_key(key)?;
+        if let Some(bytes) = self.hot_read(key) {
+            let (start, end) = span(range, bytes.len() as u64)?;
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok(Box::pin(std::io::Cursor::new(part)));
+        }
+        let (file, meta, start, end) = self.open_range(key, range)?;
+        let size = meta.len();
+        let blob = FsStore::blob_identity(key, &meta);
         if let Some((digest, id)) = blob.clone()
             && size <= VERIFY_WHOLE_MAX
         {
-            let bytes = self.read_verified(file, size, digest, id).await?;
-            let part = bytes[start as usize..end as usize].to_vec();
+            let bytes = self.read_verified(key, file, size, digest, id).await?;
+            let part = bytes.slice(start as usize..end as usize);
             return Ok(Box::pin(std::io::Cursor::new(part)));
         }
         if end - start <= INLINE_READ_MAX {
@@ -302,13 +339,19 @@ impl super::Blobstore for FsStore {
     }
 
     async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
-        let (file, start, end) = self.open_range(key, range)?;
-        let size = file.metadata()?.len();
-        let blob = FsStore::blob_identity(key, &file);
+        check_key(key)?;
+        if let Some(bytes) = self.hot_read(key) {
+            let (start, end) = span(range, bytes.len() as u64)?;
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
+        }
+        let (file, meta, start, end) = self.open_range(key, range)?;
+        let size = meta.len();
+        let blob = FsStore::blob_identity(key, &meta);
         if let Some((digest, id)) = blob.clone()
             && size <= VERIFY_WHOLE_MAX
         {
-            let bytes = Bytes::from(self.read_verified(file, size, digest, id).await?);
+            let bytes = self.read_verified(key, file, size, digest, id).await?;
             let part = bytes.slice(start as usize..end as usize);
             return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
         }

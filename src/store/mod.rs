@@ -16,6 +16,7 @@
 //! - `imports/<id>`: the journal of an import in progress ([`journal_key`]).
 
 pub mod fs;
+pub mod hot;
 pub mod space;
 pub mod verify;
 
@@ -171,15 +172,21 @@ pub fn blob_key(digest: &Digest) -> String {
 
 /// Checks the key grammar shared by every backend.
 pub fn check_key(key: &str) -> Result<()> {
-    let ok = !key.is_empty()
-        && key.split('/').all(|seg| {
-            !seg.is_empty()
-                && seg != "."
-                && seg != ".."
-                && seg.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
-                })
-        });
+    // One pass over the bytes (this runs on every read): each segment is
+    // non-empty, not `.` or `..`, and made of the allowed bytes.
+    let (mut seg_len, mut seg_dots) = (0usize, 0usize);
+    let mut ok = !key.is_empty();
+    for &b in key.as_bytes() {
+        if b == b'/' {
+            ok &= seg_len > 0 && !(seg_dots == seg_len && seg_len <= 2);
+            (seg_len, seg_dots) = (0, 0);
+            continue;
+        }
+        ok &= b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-');
+        seg_len += 1;
+        seg_dots += usize::from(b == b'.');
+    }
+    ok &= seg_len > 0 && !(seg_dots == seg_len && seg_len <= 2);
     if ok {
         Ok(())
     } else {
@@ -243,4 +250,19 @@ pub async fn get_verified(store: &dyn Blobstore, digest: &Digest) -> Result<Vec<
     std::io::copy(&mut h, &mut std::io::sink())?;
     h.verify(digest, bytes.len() as u64)?;
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_grammar() {
+        for ok in ["refs/root", "blobs/sha256/ab/ab12", "a", "x/.hidden/y", "a/.../b", "links/a-b_c.d/_blobs/sha256-00"] {
+            assert!(check_key(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "/", "a/", "/a", "a//b", ".", "..", "a/../b", "a/./b", "a/..", "A", "a/b c", "a\\b", "ä"] {
+            assert!(check_key(bad).is_err(), "{bad:?}");
+        }
+    }
 }
