@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -32,9 +32,9 @@ use crate::registry::responses::{API_VERSION, DOCKER_DISTRIBUTION_API_VERSION};
 use crate::registry::routes::Route;
 use crate::state::{Actor, audit};
 
-/// Middleware: authenticates and authorizes the request, then runs it as
-/// its actor.
-pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+/// Middleware (see `super::front`): authenticates and authorizes the
+/// request, then runs it as its actor.
+pub async fn check(app: Arc<App>, req: Request, next: Next) -> Response {
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     let address = client.map(|a| a.to_string());
     let policy = &*app.auth;
