@@ -31,12 +31,12 @@ pub mod uploads;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use axum::Router;
 use serde_json::json;
 
 pub use self::config::RegistryConfig;

@@ -126,11 +126,11 @@ impl FsStore {
     /// Moves the blob `digest` to the quarantine prefix, if its key still
     /// names the file `(dev, ino)` that was found corrupt (a blob written
     /// anew since is left alone). Logged at error.
-    fn quarantine(&self, digest: &Digest, actual: &Digest, id: (u64, u64)) {
+    fn quarantine(&self, digest: &Digest, actual: &Digest, id: FileId) {
         use std::os::unix::fs::MetadataExt;
         let from = self.root.join(super::blob_key(digest));
         let to = self.root.join(verify::quarantine_key(digest));
-        let same = std::fs::metadata(&from).is_ok_and(|m| (m.dev(), m.ino()) == id);
+        let same = std::fs::metadata(&from).is_ok_and(|m| (m.dev(), m.ino()) == (id.0, id.1));
         if !same {
             return;
         }
@@ -196,7 +196,7 @@ impl FsStore {
     }
 
     /// What to do when a streamed blob turns out corrupt: quarantine it.
-    fn on_mismatch(&self, digest: Digest, id: (u64, u64)) -> verify::OnMismatch {
+    fn on_mismatch(&self, digest: Digest, id: FileId) -> verify::OnMismatch {
         let store = self.clone();
         Box::new(move |actual| store.quarantine(&digest, actual, id))
     }
@@ -259,7 +259,7 @@ fn span(range: Option<(u64, u64)>, size: u64) -> Result<(u64, u64)> {
 
 fn file_id(meta: &std::fs::Metadata) -> FileId {
     use std::os::unix::fs::MetadataExt;
-    (meta.dev(), meta.ino())
+    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
 }
 
 fn not_found(key: &str, e: std::io::Error) -> StoreError {

@@ -4,11 +4,12 @@
 //! Owns: which reads may be answered from memory and the byte budget.
 //! Only the bytes of a blob that [`super::verify`] found to match its
 //! digest are kept, each with the identity (device, inode) of the file it
-//! was read from. A read is answered from memory only after a `stat(2)` of
-//! the blob's path shows that same file (objects are immutable once
-//! committed and only ever replaced by rename or removed, so an unchanged
-//! identity means unchanged content); a removed, quarantined or rewritten
-//! blob is read from disk (and verified) again. So every byte served has
+//! was read from and its change time. A read is answered from memory only
+//! after a `stat(2)` of the blob's path shows that same file, unchanged
+//! (objects are immutable once committed and only ever replaced by rename
+//! or removed; a write in place would change the change time); a removed,
+//! quarantined, replaced or modified blob is read from disk (and verified)
+//! again. So every byte served has
 //! been verified against its digest, as before; what changes is that a bit
 //! flipped on disk after the blob was cached is found by the next read after
 //! the entry is evicted (or by `airlock fsck`), never served in between.
@@ -28,8 +29,9 @@ pub const HOT_BLOB_MAX: u64 = 64 << 10;
 /// Bytes of blobs kept at most (8 MiB).
 pub const HOT_BUDGET: usize = 8 << 20;
 
-/// The identity of a file: (device, inode).
-pub type FileId = (u64, u64);
+/// The identity of a file and of its content: (device, inode, change time
+/// in seconds, its nanoseconds). A write in place changes the change time.
+pub type FileId = (u64, u64, i64, i64);
 
 /// Verified small blobs by object key.
 #[derive(Default)]
@@ -105,13 +107,20 @@ mod tests {
     fn served_only_for_the_same_file_and_bounded() {
         let hot = HotBlobs::default();
         let chunk = Bytes::from(vec![7u8; HOT_BLOB_MAX as usize]);
-        hot.insert("blobs/a", (1, 10), chunk.clone());
-        assert_eq!(hot.get("blobs/a"), Some(((1, 10), chunk.clone())));
-        hot.insert("blobs/big", (1, 12), Bytes::from(vec![0u8; HOT_BLOB_MAX as usize + 1]));
-        assert!(hot.get("blobs/big").is_none(), "larger than HOT_BLOB_MAX: not kept");
+        hot.insert("blobs/a", (1, 10, 0, 0), chunk.clone());
+        assert_eq!(hot.get("blobs/a"), Some(((1, 10, 0, 0), chunk.clone())));
+        hot.insert(
+            "blobs/big",
+            (1, 12, 0, 0),
+            Bytes::from(vec![0u8; HOT_BLOB_MAX as usize + 1]),
+        );
+        assert!(
+            hot.get("blobs/big").is_none(),
+            "larger than HOT_BLOB_MAX: not kept"
+        );
         let n = HOT_BUDGET / HOT_BLOB_MAX as usize;
         for i in 0..n {
-            hot.insert(&format!("blobs/{i}"), (1, i as u64), chunk.clone());
+            hot.insert(&format!("blobs/{i}"), (1, i as u64, 0, 0), chunk.clone());
         }
         assert_eq!(hot.used(), HOT_BUDGET);
         assert!(hot.get("blobs/a").is_none(), "the oldest entry went first");

@@ -258,10 +258,20 @@ mod tests {
 
     #[test]
     fn key_grammar() {
-        for ok in ["refs/root", "blobs/sha256/ab/ab12", "a", "x/.hidden/y", "a/.../b", "links/a-b_c.d/_blobs/sha256-00"] {
+        for ok in [
+            "refs/root",
+            "blobs/sha256/ab/ab12",
+            "a",
+            "x/.hidden/y",
+            "a/.../b",
+            "links/a-b_c.d/_blobs/sha256-00",
+        ] {
             assert!(check_key(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "/", "a/", "/a", "a//b", ".", "..", "a/../b", "a/./b", "a/..", "A", "a/b c", "a\\b", "ä"] {
+        for bad in [
+            "", "/", "a/", "/a", "a//b", ".", "..", "a/../b", "a/./b", "a/..", "A", "a/b c",
+            "a\\b", "ä",
+        ] {
             assert!(check_key(bad).is_err(), "{bad:?}");
         }
     }
