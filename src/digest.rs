@@ -173,7 +173,9 @@ impl From<Digest> for String {
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.algorithm.name(), self.hex)
+        f.write_str(self.algorithm.name())?;
+        f.write_str(":")?;
+        f.write_str(&self.hex)
     }
 }
 

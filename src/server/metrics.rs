@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::App;
 use crate::metrics::{RequestLabels, RouteLabels, global};
+use crate::registry::routes::rfind_marker;
 
 /// `Content-Type` of the exposition (OpenMetrics 1.0 text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -23,19 +24,20 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// The route class of `path` (see [`RequestLabels::route`]).
 pub fn route_class(path: &str) -> &'static str {
     if let Some(rest) = path.strip_prefix("/v2") {
+        let has = |marker| rfind_marker(rest, marker).is_some();
         return if rest.is_empty() || rest == "/" {
             "base"
         } else if rest == "/_catalog" {
             "catalog"
-        } else if rest.contains("/blobs/uploads") {
+        } else if has("/blobs/uploads") {
             "upload"
-        } else if rest.contains("/blobs/") {
+        } else if has("/blobs/") {
             "blob"
-        } else if rest.contains("/manifests/") {
+        } else if has("/manifests/") {
             "manifest"
         } else if rest.ends_with("/tags/list") {
             "tags"
-        } else if rest.contains("/referrers/") {
+        } else if has("/referrers/") {
             "referrers"
         } else {
             "other"

@@ -290,6 +290,77 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+impl FsStore {
+    /// Bytes `start..end` of `key` (default: all) as a body, and the
+    /// object's whole size: for a small blob held in [`HotBlobs`] one
+    /// `stat(2)`, else one open and one `fstat(2)` (see
+    /// [`super::Blobstore::stream`]).
+    async fn open_stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<(u64, ByteStream)> {
+        check_key(key)?;
+        if let Some(bytes) = self.hot_read(key) {
+            let (start, end) = span(range, bytes.len() as u64)?;
+            let part = bytes.slice(start as usize..end as usize);
+            let size = bytes.len() as u64;
+            return Ok((
+                size,
+                Box::pin(futures_util::stream::once(async { Ok(part) })),
+            ));
+        }
+        let (file, meta, start, end) = self.open_range(key, range)?;
+        let size = meta.len();
+        let blob = FsStore::blob_identity(key, &meta);
+        if let Some((digest, id)) = blob.clone()
+            && size <= VERIFY_WHOLE_MAX
+        {
+            let bytes = self.read_verified(key, file, size, digest, id).await?;
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok((
+                size,
+                Box::pin(futures_util::stream::once(async { Ok(part) })),
+            ));
+        }
+        if end - start <= INLINE_READ_MAX {
+            let chunk = Bytes::from(read_at(&file, start, end)?);
+            return Ok((
+                size,
+                Box::pin(futures_util::stream::once(async { Ok(chunk) })),
+            ));
+        }
+        // Zero copy: the body is sent straight from the page cache through read-only
+        // mappings, with no read(2) into user buffers. Each chunk is a mapping of its
+        // own, made when the body is polled and unmapped when the chunk is dropped
+        // (after it is written to the socket), so only the chunks in flight count in
+        // the process's resident set, however large the blob or however many clients.
+        // mmap offsets must be page aligned; MMAP_CHUNK is a multiple of the page size.
+        let file = std::sync::Arc::new(file);
+        let aligned = start - start % page_size();
+        let chunks = (aligned..end).step_by(MMAP_CHUNK).map(move |at| {
+            let len = (end - at).min(MMAP_CHUNK as u64) as usize;
+            // SAFETY: objects are immutable once committed: they are written under tmp/
+            // and renamed into place, never modified or truncated in place, so the mapped
+            // bytes cannot change while mapped (an unlinked file stays mapped until dropped).
+            let map = unsafe {
+                memmap2::MmapOptions::new()
+                    .offset(at)
+                    .len(len)
+                    .map(&*file)?
+            };
+            let _ = map.advise(memmap2::Advice::Sequential);
+            let skip = start.saturating_sub(at) as usize;
+            Ok(Bytes::from_owner(map).slice(skip..))
+        });
+        let stream: ByteStream = Box::pin(futures_util::stream::iter(chunks));
+        // A whole large blob is hashed as it is sent; ranges are not verified.
+        match blob {
+            Some((digest, id)) if (start, end) == (0, size) => {
+                let check = self.on_mismatch(digest.clone(), id);
+                Ok((size, verify::hashing_stream(stream, digest, size, check)))
+            }
+            _ => Ok((size, stream)),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl super::Blobstore for FsStore {
     async fn stat(&self, key: &str) -> Result<Option<u64>> {
@@ -339,57 +410,14 @@ impl super::Blobstore for FsStore {
     }
 
     async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
-        check_key(key)?;
-        if let Some(bytes) = self.hot_read(key) {
-            let (start, end) = span(range, bytes.len() as u64)?;
-            let part = bytes.slice(start as usize..end as usize);
-            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
-        }
-        let (file, meta, start, end) = self.open_range(key, range)?;
-        let size = meta.len();
-        let blob = FsStore::blob_identity(key, &meta);
-        if let Some((digest, id)) = blob.clone()
-            && size <= VERIFY_WHOLE_MAX
-        {
-            let bytes = self.read_verified(key, file, size, digest, id).await?;
-            let part = bytes.slice(start as usize..end as usize);
-            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
-        }
-        if end - start <= INLINE_READ_MAX {
-            let chunk = Bytes::from(read_at(&file, start, end)?);
-            return Ok(Box::pin(futures_util::stream::once(async { Ok(chunk) })));
-        }
-        // Zero copy: the body is sent straight from the page cache through read-only
-        // mappings, with no read(2) into user buffers. Each chunk is a mapping of its
-        // own, made when the body is polled and unmapped when the chunk is dropped
-        // (after it is written to the socket), so only the chunks in flight count in
-        // the process's resident set, however large the blob or however many clients.
-        // mmap offsets must be page aligned; MMAP_CHUNK is a multiple of the page size.
-        let file = std::sync::Arc::new(file);
-        let aligned = start - start % page_size();
-        let chunks = (aligned..end).step_by(MMAP_CHUNK).map(move |at| {
-            let len = (end - at).min(MMAP_CHUNK as u64) as usize;
-            // SAFETY: objects are immutable once committed: they are written under tmp/
-            // and renamed into place, never modified or truncated in place, so the mapped
-            // bytes cannot change while mapped (an unlinked file stays mapped until dropped).
-            let map = unsafe {
-                memmap2::MmapOptions::new()
-                    .offset(at)
-                    .len(len)
-                    .map(&*file)?
-            };
-            let _ = map.advise(memmap2::Advice::Sequential);
-            let skip = start.saturating_sub(at) as usize;
-            Ok(Bytes::from_owner(map).slice(skip..))
-        });
-        let stream: ByteStream = Box::pin(futures_util::stream::iter(chunks));
-        // A whole large blob is hashed as it is sent; ranges are not verified.
-        match blob {
-            Some((digest, id)) if (start, end) == (0, size) => {
-                let check = self.on_mismatch(digest.clone(), id);
-                Ok(verify::hashing_stream(stream, digest, size, check))
-            }
-            _ => Ok(stream),
+        Ok(self.open_stream(key, range).await?.1)
+    }
+
+    async fn stream_sized(&self, key: &str) -> Result<Option<(u64, ByteStream)>> {
+        match self.open_stream(key, None).await {
+            Ok(sized) => Ok(Some(sized)),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 

@@ -127,6 +127,21 @@ pub trait Blobstore: Send + Sync + 'static {
             STREAM_CHUNK,
         )))
     }
+    /// All of the object at `key` as chunks for an HTTP body, with its size
+    /// in bytes; `None` when absent. Errors as [`Blobstore::stream`]. The
+    /// default is [`Blobstore::stat`] then [`Blobstore::stream`]; a backend
+    /// may do both at once (filesystem: one open, or one `stat(2)` for a
+    /// small blob it holds verified in memory).
+    async fn stream_sized(&self, key: &str) -> Result<Option<(u64, ByteStream)>> {
+        let Some(size) = self.stat(key).await? else {
+            return Ok(None);
+        };
+        match self.stream(key, None).await {
+            Ok(body) => Ok(Some((size, body))),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
     /// Starts writing the object at `key`.
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>>;
     /// Removes the object; absent is not an error.
@@ -166,25 +181,54 @@ pub trait Blobstore: Send + Sync + 'static {
 
 /// The key of a content-addressed blob: `blobs/<alg>/<first 2 hex>/<hex>`.
 pub fn blob_key(digest: &Digest) -> String {
-    let hex = digest.hex();
-    format!("blobs/{}/{}/{}", digest.algorithm().name(), &hex[..2], hex)
+    // Built by hand, not with `format!`: every blob and manifest GET makes one.
+    let (alg, hex) = (digest.algorithm().name(), digest.hex());
+    let mut key = String::with_capacity(6 + alg.len() + 4 + hex.len() + 1);
+    for part in ["blobs/", alg, "/", &hex[..2], "/", hex] {
+        key.push_str(part);
+    }
+    key
 }
+
+/// Classes of key bytes for [`check_key`]: 0 = not allowed.
+const PLAIN: u8 = 1;
+const DOT: u8 = 2;
+const SLASH: u8 = 3;
+const KEY_BYTES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = if c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-' {
+            PLAIN
+        } else if c == b'.' {
+            DOT
+        } else if c == b'/' {
+            SLASH
+        } else {
+            0
+        };
+        b += 1;
+    }
+    t
+};
 
 /// Checks the key grammar shared by every backend.
 pub fn check_key(key: &str) -> Result<()> {
-    // One pass over the bytes (this runs on every read): each segment is
-    // non-empty, not `.` or `..`, and made of the allowed bytes.
+    // One pass over the bytes through a table (this runs on every read):
+    // each segment is non-empty, not `.` or `..`, and of the allowed bytes.
     let (mut seg_len, mut seg_dots) = (0usize, 0usize);
     let mut ok = !key.is_empty();
     for &b in key.as_bytes() {
-        if b == b'/' {
-            ok &= seg_len > 0 && !(seg_dots == seg_len && seg_len <= 2);
-            (seg_len, seg_dots) = (0, 0);
-            continue;
+        match KEY_BYTES[b as usize] {
+            SLASH => {
+                ok &= seg_len > 0 && !(seg_dots == seg_len && seg_len <= 2);
+                (seg_len, seg_dots) = (0, 0);
+            }
+            DOT => (seg_len, seg_dots) = (seg_len + 1, seg_dots + 1),
+            PLAIN => seg_len += 1,
+            _ => return Err(StoreError::InvalidKey(key.to_string())),
         }
-        ok &= b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-');
-        seg_len += 1;
-        seg_dots += usize::from(b == b'.');
     }
     ok &= seg_len > 0 && !(seg_dots == seg_len && seg_len <= 2);
     if ok {
