@@ -290,21 +290,36 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// Where a read of bytes `start..end` of an object starts from.
+enum Opened {
+    /// The verified bytes of a small blob (from [`HotBlobs`] or read and
+    /// verified now): `part` is the range asked for, `size` the whole blob's.
+    Small { size: u64, part: Bytes },
+    /// Anything else, opened.
+    File(OpenFile),
+}
+
+/// An opened object: its size and, for a blob, its digest and file
+/// identity for verification; `start..end` is the range to read.
+struct OpenFile {
+    file: std::fs::File,
+    size: u64,
+    blob: Option<(Digest, FileId)>,
+    start: u64,
+    end: u64,
+}
+
 impl FsStore {
-    /// Bytes `start..end` of `key` (default: all) as a body, and the
-    /// object's whole size: for a small blob held in [`HotBlobs`] one
-    /// `stat(2)`, else one open and one `fstat(2)` (see
-    /// [`super::Blobstore::stream`]).
-    async fn open_stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<(u64, ByteStream)> {
+    /// Opens bytes `start..end` of `key` (default: all) for reading; a
+    /// small blob ([`VERIFY_WHOLE_MAX`]) comes back verified, from memory
+    /// when it is held there ([`FsStore::hot_read`]).
+    async fn open(&self, key: &str, range: Option<(u64, u64)>) -> Result<Opened> {
         check_key(key)?;
         if let Some(bytes) = self.hot_read(key) {
-            let (start, end) = span(range, bytes.len() as u64)?;
-            let part = bytes.slice(start as usize..end as usize);
             let size = bytes.len() as u64;
-            return Ok((
-                size,
-                Box::pin(futures_util::stream::once(async { Ok(part) })),
-            ));
+            let (start, end) = span(range, size)?;
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok(Opened::Small { size, part });
         }
         let (file, meta, start, end) = self.open_range(key, range)?;
         let size = meta.len();
@@ -314,11 +329,33 @@ impl FsStore {
         {
             let bytes = self.read_verified(key, file, size, digest, id).await?;
             let part = bytes.slice(start as usize..end as usize);
-            return Ok((
-                size,
-                Box::pin(futures_util::stream::once(async { Ok(part) })),
-            ));
+            return Ok(Opened::Small { size, part });
         }
+        Ok(Opened::File(OpenFile {
+            file,
+            size,
+            blob,
+            start,
+            end,
+        }))
+    }
+
+    /// Bytes `start..end` of `key` (default: all) as a body, and the
+    /// object's whole size: for a small blob held in [`HotBlobs`] one
+    /// `stat(2)`, else one open and one `fstat(2)` (see
+    /// [`super::Blobstore::stream`]).
+    async fn open_stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<(u64, ByteStream)> {
+        let opened = match self.open(key, range).await? {
+            Opened::Small { size, part } => {
+                return Ok((
+                    size,
+                    Box::pin(futures_util::stream::once(async { Ok(part) })),
+                ));
+            }
+            Opened::File(f) => f,
+        };
+        let (file, size, blob) = (opened.file, opened.size, opened.blob);
+        let (start, end) = (opened.start, opened.end);
         if end - start <= INLINE_READ_MAX {
             let chunk = Bytes::from(read_at(&file, start, end)?);
             return Ok((
@@ -375,22 +412,12 @@ impl super::Blobstore for FsStore {
     }
 
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
-        check_key(key)?;
-        if let Some(bytes) = self.hot_read(key) {
-            let (start, end) = span(range, bytes.len() as u64)?;
-            let part = bytes.slice(start as usize..end as usize);
-            return Ok(Box::pin(std::io::Cursor::new(part)));
-        }
-        let (file, meta, start, end) = self.open_range(key, range)?;
-        let size = meta.len();
-        let blob = FsStore::blob_identity(key, &meta);
-        if let Some((digest, id)) = blob.clone()
-            && size <= VERIFY_WHOLE_MAX
-        {
-            let bytes = self.read_verified(key, file, size, digest, id).await?;
-            let part = bytes.slice(start as usize..end as usize);
-            return Ok(Box::pin(std::io::Cursor::new(part)));
-        }
+        let opened = match self.open(key, range).await? {
+            Opened::Small { part, .. } => return Ok(Box::pin(std::io::Cursor::new(part))),
+            Opened::File(f) => f,
+        };
+        let (file, size, blob) = (opened.file, opened.size, opened.blob);
+        let (start, end) = (opened.start, opened.end);
         if end - start <= INLINE_READ_MAX {
             return Ok(Box::pin(std::io::Cursor::new(read_at(&file, start, end)?)));
         }
