@@ -313,7 +313,7 @@ impl FsStore {
     /// Opens bytes `start..end` of `key` (default: all) for reading; a
     /// small blob ([`VERIFY_WHOLE_MAX`]) comes back verified, from memory
     /// when it is held there ([`FsStore::hot_read`]).
-    async fn open(&self, key: &str, range: Option<(u64, u64)>) -> Result<Opened> {
+    async fn open_read(&self, key: &str, range: Option<(u64, u64)>) -> Result<Opened> {
         check_key(key)?;
         if let Some(bytes) = self.hot_read(key) {
             let size = bytes.len() as u64;
@@ -345,7 +345,7 @@ impl FsStore {
     /// `stat(2)`, else one open and one `fstat(2)` (see
     /// [`super::Blobstore::stream`]).
     async fn open_stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<(u64, ByteStream)> {
-        let opened = match self.open(key, range).await? {
+        let opened = match self.open_read(key, range).await? {
             Opened::Small { size, part } => {
                 return Ok((
                     size,
@@ -412,7 +412,7 @@ impl super::Blobstore for FsStore {
     }
 
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
-        let opened = match self.open(key, range).await? {
+        let opened = match self.open_read(key, range).await? {
             Opened::Small { part, .. } => return Ok(Box::pin(std::io::Cursor::new(part))),
             Opened::File(f) => f,
         };
