@@ -108,9 +108,9 @@ for k in a b; do
     serve valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$k.%p" --collect-atstart=yes
     check "$url" "${want[$k]}"
     curl -sSf -K "$work/warm.cfg"
-    callgrind_control -z "$pid" >/dev/null
+    callgrind_control -z "$pid" >/dev/null 2>&1
     curl -sSf -K "$work/run.cfg"
-    callgrind_control -d "requests" "$pid" >/dev/null
+    callgrind_control -d "requests" "$pid" >/dev/null 2>&1
     sleep 1
     dump=$(ls -t "$OUT"/callgrind."$k".*.* 2>/dev/null | head -n1)
     [ -n "$dump" ] || die "no callgrind dump in $OUT"
