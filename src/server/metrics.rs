@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 
 use super::App;
 use crate::metrics::{RequestLabels, RouteLabels, global};
-use crate::registry::routes::rfind_marker;
 
 /// `Content-Type` of the exposition (OpenMetrics 1.0 text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -24,20 +23,19 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// The route class of `path` (see [`RequestLabels::route`]).
 pub fn route_class(path: &str) -> &'static str {
     if let Some(rest) = path.strip_prefix("/v2") {
-        let has = |marker| rfind_marker(rest, marker).is_some();
         return if rest.is_empty() || rest == "/" {
             "base"
         } else if rest == "/_catalog" {
             "catalog"
-        } else if has("/blobs/uploads") {
+        } else if rest.contains("/blobs/uploads") {
             "upload"
-        } else if has("/blobs/") {
+        } else if rest.contains("/blobs/") {
             "blob"
-        } else if has("/manifests/") {
+        } else if rest.contains("/manifests/") {
             "manifest"
         } else if rest.ends_with("/tags/list") {
             "tags"
-        } else if has("/referrers/") {
+        } else if rest.contains("/referrers/") {
             "referrers"
         } else {
             "other"
