@@ -106,6 +106,16 @@ impl FromStr for Digest {
     type Err = DigestError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // Fast path for the common form (every request parses a few).
+        if let Some(hex) = s.strip_prefix("sha256:")
+            && hex.len() == Algorithm::Sha256.hex_len()
+            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Ok(Digest {
+                algorithm: Algorithm::Sha256,
+                hex: hex.to_string(),
+            });
+        }
         let (alg, enc) = s
             .split_once(':')
             .ok_or_else(|| DigestError::Invalid(s.to_string()))?;
@@ -163,7 +173,9 @@ impl From<Digest> for String {
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.algorithm.name(), self.hex)
+        f.write_str(self.algorithm.name())?;
+        f.write_str(":")?;
+        f.write_str(&self.hex)
     }
 }
 

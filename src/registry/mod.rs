@@ -32,13 +32,12 @@ pub mod uploads;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::Router;
 use axum::extract::ConnectInfo;
-use axum::extract::State;
+use axum::extract::{Request as HttpRequest, State};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use axum::{Extension, Router};
 use serde_json::json;
 
 pub use self::config::RegistryConfig;
@@ -71,22 +70,24 @@ pub fn router(ctx: Arc<dyn Context>) -> Router {
         .with_state(ctx)
 }
 
-async fn v2(
-    State(ctx): State<Arc<dyn Context>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    scope: Option<Extension<RepositoryScope>>,
-    body: Body,
-) -> Response {
+async fn v2(State(ctx): State<Arc<dyn Context>>, req: HttpRequest) -> Response {
+    // The request is taken apart, not extracted piecewise: extracting the
+    // `HeaderMap` would copy every header of every request.
+    let (parts, body) = req.into_parts();
     let mut body = body.into_data_stream();
-    let client = peer.map(|Extension(ConnectInfo(a))| a.ip());
-    let scope = scope.map(|Extension(s)| s).unwrap_or_default();
+    let client = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| a.ip());
+    let scope = parts
+        .extensions
+        .get::<RepositoryScope>()
+        .cloned()
+        .unwrap_or_default();
     let req = Request {
-        method: &method,
-        uri: &uri,
-        headers: &headers,
+        method: &parts.method,
+        uri: &parts.uri,
+        headers: &parts.headers,
         client,
         scope: &scope,
     };

@@ -6,7 +6,7 @@
 //! it is linked there (or is one of its manifests). Never changes state and
 //! never converts a manifest: what was stored is what is sent.
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -87,11 +87,11 @@ pub async fn manifest(
     // flight, not the whole manifest.
     let store = state.blobstore();
     let key = blob_key(&digest);
-    let length = store
-        .stat(&key)
-        .await?
-        .ok_or_else(|| missing(StoreError::NotFound(key.clone())))?;
-    let body = store.stream(&key, None).await.map_err(missing)?;
+    let (length, body) = store
+        .stream_sized(&key)
+        .await
+        .map_err(missing)?
+        .ok_or_else(|| missing(StoreError::NotFound(key)))?;
     Ok(ManifestResponse {
         digest,
         media_type,
@@ -138,6 +138,23 @@ pub async fn blob(
         });
     }
     let key = blob_key(digest);
+    let missing = || {
+        tracing::warn!(%digest, %name, "blob linked in state is missing from the blobstore");
+        unknown()
+    };
+    if !head && !headers.contains_key(header::RANGE) {
+        // The whole blob (the common GET): size and body from one store call.
+        let Some((size, body)) = store.stream_sized(&key).await? else {
+            return Err(missing());
+        };
+        return Ok(BlobResponse {
+            digest: digest.clone(),
+            size,
+            range: None,
+            body: Some(body),
+        }
+        .into_response());
+    }
     // HEAD verifies blobs small enough to verify whole; GET verifies as it streams.
     let size = if head {
         store::check(&**store, digest).await?
@@ -145,8 +162,7 @@ pub async fn blob(
         store.stat(&key).await?
     };
     let Some(size) = size else {
-        tracing::warn!(%digest, %name, "blob linked in state is missing from the blobstore");
-        return Err(unknown());
+        return Err(missing());
     };
     Ok(blob_response(&**store, digest, size, headers, head, |s| s).await?)
 }

@@ -101,7 +101,7 @@ impl Route {
             p => p.strip_prefix("/v2/").ok_or(RegistryError::NoEndpoint)?,
         };
         for (marker, tail, kind) in TABLE {
-            let Some(at) = rest.rfind(marker) else {
+            let Some(at) = rfind_marker(rest, marker) else {
                 continue;
             };
             let after = &rest[at + marker.len()..];
@@ -141,6 +141,17 @@ impl Route {
             | Route::Upload { name, .. } => Some(name),
         }
     }
+}
+
+/// Where the last occurrence of `marker` (which starts with `/`) begins in
+/// `path`: the same as `path.rfind(marker)`, found by trying the positions
+/// of `/` from the end (cheaper than a substring search for every marker of
+/// every request's path).
+pub fn rfind_marker(path: &str, marker: &str) -> Option<usize> {
+    debug_assert!(marker.starts_with('/'));
+    path.rmatch_indices('/')
+        .map(|(at, _)| at)
+        .find(|&at| path[at..].starts_with(marker))
 }
 
 fn build(kind: Kind, name: &str, after: &str) -> Result<Route> {
@@ -193,6 +204,33 @@ mod tests {
             Err(RegistryError::Api { code, .. }) => code.info().code,
             Err(RegistryError::NoEndpoint) => "none",
             other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn markers_are_found_as_rfind_finds_them() {
+        for path in [
+            "a/manifests/b/manifests/c",
+            "/blobs/",
+            "x/blobs/uploads/",
+            "a/b",
+            "",
+            "/",
+            "//tags/list",
+        ] {
+            for marker in [
+                "/manifests/",
+                "/blobs/",
+                "/blobs/uploads/",
+                "/tags/list",
+                "/",
+            ] {
+                assert_eq!(
+                    rfind_marker(path, marker),
+                    path.rfind(marker),
+                    "{path} {marker}"
+                );
+            }
         }
     }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -38,10 +38,11 @@ use crate::registry::routes::Route;
 use crate::registry::scope::RepositoryScope;
 use crate::state::{Actor, audit};
 
-/// Middleware: authenticates and authorizes the request, then runs it as
-/// its actor, with the user's [`RepositoryScope`] as a request extension
-/// (the registry checks the repository it finally reads against it).
-pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+/// Middleware (see `super::front`): authenticates and authorizes the
+/// request, then runs it as its actor, with the user's [`RepositoryScope`]
+/// as a request extension (the registry checks the repository it finally
+/// reads against it).
+pub async fn check(app: Arc<App>, req: Request, next: Next) -> Response {
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     let address = client.map(|a| a.to_string());
     let policy = &*app.auth;

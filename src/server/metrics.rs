@@ -6,12 +6,12 @@
 //! `Content-Length`) and the latency histogram (until the response head is
 //! ready). Never exposes anything per repository or per client.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::App;
@@ -64,13 +64,17 @@ fn method_label(m: &Method) -> &'static str {
     }
 }
 
-/// Middleware: counts the request by route class, method and status, its
-/// body bytes (HEAD sends none) and its latency.
-pub async fn record(req: Request, next: Next) -> Response {
+/// Middleware (see `super::front`): runs `next` on the request and counts
+/// it by route class, method and status, its body bytes (HEAD sends none)
+/// and its latency.
+pub async fn record<F>(req: Request, next: impl FnOnce(Request) -> F) -> Response
+where
+    F: Future<Output = Response>,
+{
     let route = route_class(req.uri().path());
     let method = method_label(req.method());
     let started = Instant::now();
-    let res = next.run(req).await;
+    let res = next(req).await;
     let m = global();
     let status = res.status().as_u16();
     m.requests

@@ -164,9 +164,23 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(stacks::api::router(app.clone()))
         .merge(crate::admin::router(app.clone()))
         .merge(registry::router(app.clone()))
-        .layer(axum::middleware::from_fn_with_state(app, access::check))
-        .layer(axum::middleware::from_fn(trace::log_request))
-        .layer(axum::middleware::from_fn(metrics::record))
+        .layer(axum::middleware::from_fn_with_state(app, front))
+}
+
+/// The cross-cutting concerns every request passes through, outermost
+/// first: metrics ([`metrics::record`]), the request log
+/// ([`trace::log_request`]) and access control ([`access::check`]). One
+/// middleware calling the three in turn, so that a request pays for one
+/// layer (axum boxes the inner service and the future of each), not three.
+async fn front(
+    axum::extract::State(app): axum::extract::State<Arc<App>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    metrics::record(req, |req| {
+        trace::log_request(req, |req| access::check(app, req, next))
+    })
+    .await
 }
 
 /// Binds every address of `listen` and serves [`router`] on each (over TLS

@@ -9,13 +9,13 @@
 //! Never logs headers (they may carry
 //! credentials).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::extract::Request;
 use axum::http::HeaderValue;
-use axum::middleware::Next;
 use axum::response::Response;
 
 use crate::registry::errors::LoggedCode;
@@ -59,10 +59,13 @@ pub fn redacted_query(query: Option<&str>) -> String {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Middleware: runs the request, sets `X-Request-Id`, and logs it. When
-/// the log level would drop the line, the request runs untouched (no work
-/// on the hot path).
-pub async fn log_request(req: Request, next: Next) -> Response {
+/// Middleware (see `super::front`): runs `next` on the request, sets
+/// `X-Request-Id`, and logs it. When the log level would drop the line,
+/// the request runs untouched (no work on the hot path).
+pub async fn log_request<F>(req: Request, next: impl FnOnce(Request) -> F) -> Response
+where
+    F: Future<Output = Response>,
+{
     let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
     let enabled = if probe {
         tracing::enabled!(tracing::Level::DEBUG)
@@ -70,7 +73,7 @@ pub async fn log_request(req: Request, next: Next) -> Response {
         tracing::enabled!(tracing::Level::INFO)
     };
     if !enabled {
-        return next.run(req).await;
+        return next(req).await;
     }
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -81,7 +84,7 @@ pub async fn log_request(req: Request, next: Next) -> Response {
         .map_or_else(|| "-".to_string(), |c| c.0.to_string());
     let id = format!("{:016x}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
     let started = Instant::now();
-    let mut res = next.run(req).await;
+    let mut res = next(req).await;
     let status = res.status().as_u16();
     let code = res.extensions().get::<LoggedCode>().map_or("-", |c| c.0);
     if let Ok(v) = HeaderValue::from_str(&id) {

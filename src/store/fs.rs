@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
+use super::hot::{FileId, HotBlobs};
 use super::space::FreeSpaceFloor;
 use super::verify::{self, VERIFY_WHOLE_MAX};
 use super::{
@@ -58,6 +59,8 @@ pub struct FsStore {
     root_file: Arc<PathBuf>,
     root_cache: Arc<Mutex<Option<CachedRoot>>>,
     min_free: FreeSpaceFloor,
+    /// Small blobs verified by earlier reads ([`super::hot`]).
+    hot: Arc<HotBlobs>,
 }
 
 /// The last `refs/root` read, with the file it was read from held open.
@@ -85,6 +88,7 @@ impl FsStore {
             root_file: Arc::new(dir.join(ROOT_KEY)),
             root_cache: Arc::new(Mutex::new(None)),
             min_free: FreeSpaceFloor::Off,
+            hot: Arc::default(),
         })
     }
 
@@ -134,11 +138,11 @@ impl FsStore {
     /// Moves the blob `digest` to the quarantine prefix, if its key still
     /// names the file `(dev, ino)` that was found corrupt (a blob written
     /// anew since is left alone). Logged at error.
-    fn quarantine(&self, digest: &Digest, actual: &Digest, id: (u64, u64)) {
+    fn quarantine(&self, digest: &Digest, actual: &Digest, id: FileId) {
         use std::os::unix::fs::MetadataExt;
         let from = self.root.join(super::blob_key(digest));
         let to = self.root.join(verify::quarantine_key(digest));
-        let same = std::fs::metadata(&from).is_ok_and(|m| (m.dev(), m.ino()) == id);
+        let same = std::fs::metadata(&from).is_ok_and(|m| (m.dev(), m.ino()) == (id.0, id.1));
         if !same {
             return;
         }
@@ -157,22 +161,22 @@ impl FsStore {
     }
 
     /// For a blob key: the digest and the file's identity, for verification.
-    fn blob_identity(key: &str, file: &std::fs::File) -> Option<(Digest, (u64, u64))> {
-        use std::os::unix::fs::MetadataExt;
+    fn blob_identity(key: &str, meta: &std::fs::Metadata) -> Option<(Digest, FileId)> {
         let digest = verify::blob_digest(key)?;
-        let m = file.metadata().ok()?;
-        Some((digest, (m.dev(), m.ino())))
+        Some((digest, file_id(meta)))
     }
 
-    /// Reads a whole small blob (at most [`VERIFY_WHOLE_MAX`] bytes) and
-    /// verifies it; a mismatch quarantines it and is [`StoreError::Corrupt`].
+    /// Reads the whole small blob `key` (at most [`VERIFY_WHOLE_MAX`]
+    /// bytes) and verifies it; a mismatch quarantines it and is
+    /// [`StoreError::Corrupt`]. Verified bytes are kept in [`HotBlobs`].
     async fn read_verified(
         &self,
+        key: &str,
         file: std::fs::File,
         size: u64,
         digest: Digest,
-        id: (u64, u64),
-    ) -> Result<Vec<u8>> {
+        id: FileId,
+    ) -> Result<Bytes> {
         let bytes = if size <= INLINE_READ_MAX {
             read_at(&file, 0, size)?
         } else {
@@ -185,11 +189,26 @@ impl FsStore {
                 verify::corrupt_error(&digest, &actual).to_string(),
             ));
         }
+        let bytes = Bytes::from(bytes);
+        self.hot.insert(key, id, bytes.clone());
         Ok(bytes)
     }
 
+    /// The verified bytes of the blob `key` from [`HotBlobs`], when one
+    /// `stat(2)` shows its path still names the file they were read from.
+    fn hot_read(&self, key: &str) -> Option<Bytes> {
+        let (id, bytes) = self.hot.get(key)?;
+        match std::fs::metadata(self.root.join(key)) {
+            Ok(m) if file_id(&m) == id => Some(bytes),
+            _ => {
+                self.hot.remove(key);
+                None
+            }
+        }
+    }
+
     /// What to do when a streamed blob turns out corrupt: quarantine it.
-    fn on_mismatch(&self, digest: Digest, id: (u64, u64)) -> verify::OnMismatch {
+    fn on_mismatch(&self, digest: Digest, id: FileId) -> verify::OnMismatch {
         let store = self.clone();
         Box::new(move |actual| store.quarantine(&digest, actual, id))
     }
@@ -209,21 +228,19 @@ impl FsStore {
     }
 
     /// Opens `key` and checks `range` (default: all) against its size; returns
-    /// the file and the byte range `start..end`. open(2) and fstat(2) run inline:
-    /// cheaper than a hop to the blocking pool on a local file system.
+    /// the file, its metadata and the byte range `start..end`. open(2) and
+    /// fstat(2) run inline: cheaper than a hop to the blocking pool on a
+    /// local file system.
     fn open_range(
         &self,
         key: &str,
         range: Option<(u64, u64)>,
-    ) -> Result<(std::fs::File, u64, u64)> {
+    ) -> Result<(std::fs::File, std::fs::Metadata, u64, u64)> {
         let path = self.path(key)?;
         let file = std::fs::File::open(&path).map_err(|e| not_found(key, e))?;
-        let size = file.metadata()?.len();
-        let (start, end) = range.unwrap_or((0, size));
-        if start > end || end > size {
-            return Err(StoreError::Range { start, end, size });
-        }
-        Ok((file, start, end))
+        let meta = file.metadata()?;
+        let (start, end) = span(range, meta.len())?;
+        Ok((file, meta, start, end))
     }
 
     /// Records `dir` for the next sync; `true` when the set is over
@@ -249,6 +266,20 @@ impl FsStore {
     fn is_scratch(&self, path: &Path) -> bool {
         path.starts_with(self.root.join("uploads"))
     }
+}
+
+/// `range` (default: all) checked against an object of `size` bytes.
+fn span(range: Option<(u64, u64)>, size: u64) -> Result<(u64, u64)> {
+    let (start, end) = range.unwrap_or((0, size));
+    if start > end || end > size {
+        return Err(StoreError::Range { start, end, size });
+    }
+    Ok((start, end))
+}
+
+fn file_id(meta: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
 }
 
 fn not_found(key: &str, e: std::io::Error) -> StoreError {
@@ -291,62 +322,78 @@ fn fsync_dirs(dirs: &[PathBuf]) -> std::io::Result<()> {
     Ok(())
 }
 
-#[async_trait::async_trait]
-impl super::Blobstore for FsStore {
-    async fn stat(&self, key: &str) -> Result<Option<u64>> {
-        let path = self.path(key)?;
-        // One stat(2) on a local file system: cheaper inline than a hop to the blocking pool.
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => Ok(Some(m.len())),
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
+/// Where a read of bytes `start..end` of an object starts from.
+enum Opened {
+    /// The verified bytes of a small blob (from [`HotBlobs`] or read and
+    /// verified now): `part` is the range asked for, `size` the whole blob's.
+    Small { size: u64, part: Bytes },
+    /// Anything else, opened.
+    File(OpenFile),
+}
 
-    async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
-        let (file, start, end) = self.open_range(key, range)?;
-        let size = file.metadata()?.len();
-        let blob = FsStore::blob_identity(key, &file);
-        if let Some((digest, id)) = blob.clone()
-            && size <= VERIFY_WHOLE_MAX
-        {
-            let bytes = self.read_verified(file, size, digest, id).await?;
-            let part = bytes[start as usize..end as usize].to_vec();
-            return Ok(Box::pin(std::io::Cursor::new(part)));
-        }
-        if end - start <= INLINE_READ_MAX {
-            return Ok(Box::pin(std::io::Cursor::new(read_at(&file, start, end)?)));
-        }
-        // Large reads stream through tokio's blocking pool.
-        let mut file = tokio::fs::File::from_std(file);
-        if start > 0 {
-            file.seek(SeekFrom::Start(start)).await?;
-        }
-        let reader = tokio::io::BufReader::with_capacity(256 * 1024, file.take(end - start));
-        match blob {
-            Some((digest, id)) if (start, end) == (0, size) => {
-                let check = self.on_mismatch(digest.clone(), id);
-                Ok(verify::hashing_reader(Box::pin(reader), digest, check))
-            }
-            _ => Ok(Box::pin(reader)),
-        }
-    }
+/// An opened object: its size and, for a blob, its digest and file
+/// identity for verification; `start..end` is the range to read.
+struct OpenFile {
+    file: std::fs::File,
+    size: u64,
+    blob: Option<(Digest, FileId)>,
+    start: u64,
+    end: u64,
+}
 
-    async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
-        let (file, start, end) = self.open_range(key, range)?;
-        let size = file.metadata()?.len();
-        let blob = FsStore::blob_identity(key, &file);
-        if let Some((digest, id)) = blob.clone()
-            && size <= VERIFY_WHOLE_MAX
-        {
-            let bytes = Bytes::from(self.read_verified(file, size, digest, id).await?);
+impl FsStore {
+    /// Opens bytes `start..end` of `key` (default: all) for reading; a
+    /// small blob ([`VERIFY_WHOLE_MAX`]) comes back verified, from memory
+    /// when it is held there ([`FsStore::hot_read`]).
+    async fn open_read(&self, key: &str, range: Option<(u64, u64)>) -> Result<Opened> {
+        check_key(key)?;
+        if let Some(bytes) = self.hot_read(key) {
+            let size = bytes.len() as u64;
+            let (start, end) = span(range, size)?;
             let part = bytes.slice(start as usize..end as usize);
-            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
+            return Ok(Opened::Small { size, part });
         }
+        let (file, meta, start, end) = self.open_range(key, range)?;
+        let size = meta.len();
+        let blob = FsStore::blob_identity(key, &meta);
+        if let Some((digest, id)) = blob.clone()
+            && size <= VERIFY_WHOLE_MAX
+        {
+            let bytes = self.read_verified(key, file, size, digest, id).await?;
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok(Opened::Small { size, part });
+        }
+        Ok(Opened::File(OpenFile {
+            file,
+            size,
+            blob,
+            start,
+            end,
+        }))
+    }
+
+    /// Bytes `start..end` of `key` (default: all) as a body, and the
+    /// object's whole size: for a small blob held in [`HotBlobs`] one
+    /// `stat(2)`, else one open and one `fstat(2)` (see
+    /// [`super::Blobstore::stream`]).
+    async fn open_stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<(u64, ByteStream)> {
+        let opened = match self.open_read(key, range).await? {
+            Opened::Small { size, part } => {
+                return Ok((
+                    size,
+                    Box::pin(futures_util::stream::once(async { Ok(part) })),
+                ));
+            }
+            Opened::File(f) => f,
+        };
+        let (file, size, blob) = (opened.file, opened.size, opened.blob);
+        let (start, end) = (opened.start, opened.end);
         if end - start <= INLINE_READ_MAX {
             let chunk = Bytes::from(read_at(&file, start, end)?);
-            return Ok(Box::pin(futures_util::stream::once(async { Ok(chunk) })));
+            return Ok((
+                size,
+                Box::pin(futures_util::stream::once(async { Ok(chunk) })),
+            ));
         }
         // Zero copy: the body is sent straight from the page cache through read-only
         // mappings, with no read(2) into user buffers. Each chunk is a mapping of its
@@ -376,9 +423,60 @@ impl super::Blobstore for FsStore {
         match blob {
             Some((digest, id)) if (start, end) == (0, size) => {
                 let check = self.on_mismatch(digest.clone(), id);
-                Ok(verify::hashing_stream(stream, digest, size, check))
+                Ok((size, verify::hashing_stream(stream, digest, size, check)))
             }
-            _ => Ok(stream),
+            _ => Ok((size, stream)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl super::Blobstore for FsStore {
+    async fn stat(&self, key: &str) -> Result<Option<u64>> {
+        let path = self.path(key)?;
+        // One stat(2) on a local file system: cheaper inline than a hop to the blocking pool.
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(Some(m.len())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
+        let opened = match self.open_read(key, range).await? {
+            Opened::Small { part, .. } => return Ok(Box::pin(std::io::Cursor::new(part))),
+            Opened::File(f) => f,
+        };
+        let (file, size, blob) = (opened.file, opened.size, opened.blob);
+        let (start, end) = (opened.start, opened.end);
+        if end - start <= INLINE_READ_MAX {
+            return Ok(Box::pin(std::io::Cursor::new(read_at(&file, start, end)?)));
+        }
+        // Large reads stream through tokio's blocking pool.
+        let mut file = tokio::fs::File::from_std(file);
+        if start > 0 {
+            file.seek(SeekFrom::Start(start)).await?;
+        }
+        let reader = tokio::io::BufReader::with_capacity(256 * 1024, file.take(end - start));
+        match blob {
+            Some((digest, id)) if (start, end) == (0, size) => {
+                let check = self.on_mismatch(digest.clone(), id);
+                Ok(verify::hashing_reader(Box::pin(reader), digest, check))
+            }
+            _ => Ok(Box::pin(reader)),
+        }
+    }
+
+    async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
+        Ok(self.open_stream(key, range).await?.1)
+    }
+
+    async fn stream_sized(&self, key: &str) -> Result<Option<(u64, ByteStream)>> {
+        match self.open_stream(key, None).await {
+            Ok(sized) => Ok(Some(sized)),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 

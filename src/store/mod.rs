@@ -16,6 +16,7 @@
 //! - `imports/<id>`: the journal of an import in progress ([`journal_key`]).
 
 pub mod fs;
+pub mod hot;
 pub mod space;
 pub mod verify;
 
@@ -126,6 +127,21 @@ pub trait Blobstore: Send + Sync + 'static {
             STREAM_CHUNK,
         )))
     }
+    /// All of the object at `key` as chunks for an HTTP body, with its size
+    /// in bytes; `None` when absent. Errors as [`Blobstore::stream`]. The
+    /// default is [`Blobstore::stat`] then [`Blobstore::stream`]; a backend
+    /// may do both at once (filesystem: one open, or one `stat(2)` for a
+    /// small blob it holds verified in memory).
+    async fn stream_sized(&self, key: &str) -> Result<Option<(u64, ByteStream)>> {
+        let Some(size) = self.stat(key).await? else {
+            return Ok(None);
+        };
+        match self.stream(key, None).await {
+            Ok(body) => Ok(Some((size, body))),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
     /// Starts writing the object at `key`.
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>>;
     /// Removes the object; absent is not an error.
@@ -201,21 +217,56 @@ pub trait Blobstore: Send + Sync + 'static {
 
 /// The key of a content-addressed blob: `blobs/<alg>/<first 2 hex>/<hex>`.
 pub fn blob_key(digest: &Digest) -> String {
-    let hex = digest.hex();
-    format!("blobs/{}/{}/{}", digest.algorithm().name(), &hex[..2], hex)
+    // Built by hand, not with `format!`: every blob and manifest GET makes one.
+    let (alg, hex) = (digest.algorithm().name(), digest.hex());
+    let mut key = String::with_capacity(6 + alg.len() + 4 + hex.len() + 1);
+    for part in ["blobs/", alg, "/", &hex[..2], "/", hex] {
+        key.push_str(part);
+    }
+    key
 }
+
+/// Classes of key bytes for [`check_key`]: 0 = not allowed.
+const PLAIN: u8 = 1;
+const DOT: u8 = 2;
+const SLASH: u8 = 3;
+const KEY_BYTES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = if c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-' {
+            PLAIN
+        } else if c == b'.' {
+            DOT
+        } else if c == b'/' {
+            SLASH
+        } else {
+            0
+        };
+        b += 1;
+    }
+    t
+};
 
 /// Checks the key grammar shared by every backend.
 pub fn check_key(key: &str) -> Result<()> {
-    let ok = !key.is_empty()
-        && key.split('/').all(|seg| {
-            !seg.is_empty()
-                && seg != "."
-                && seg != ".."
-                && seg.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
-                })
-        });
+    // One pass over the bytes through a table (this runs on every read):
+    // each segment is non-empty, not `.` or `..`, and of the allowed bytes.
+    let (mut seg_len, mut seg_dots) = (0usize, 0usize);
+    let mut ok = !key.is_empty();
+    for &b in key.as_bytes() {
+        match KEY_BYTES[b as usize] {
+            SLASH => {
+                ok &= seg_len > 0 && !(seg_dots == seg_len && seg_len <= 2);
+                (seg_len, seg_dots) = (0, 0);
+            }
+            DOT => (seg_len, seg_dots) = (seg_len + 1, seg_dots + 1),
+            PLAIN => seg_len += 1,
+            _ => return Err(StoreError::InvalidKey(key.to_string())),
+        }
+    }
+    ok &= seg_len > 0 && !(seg_dots == seg_len && seg_len <= 2);
     if ok {
         Ok(())
     } else {
@@ -290,4 +341,29 @@ pub async fn get_verified(store: &dyn Blobstore, digest: &Digest) -> Result<Vec<
     std::io::copy(&mut h, &mut std::io::sink())?;
     h.verify(digest, bytes.len() as u64)?;
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_grammar() {
+        for ok in [
+            "refs/root",
+            "blobs/sha256/ab/ab12",
+            "a",
+            "x/.hidden/y",
+            "a/.../b",
+            "links/a-b_c.d/_blobs/sha256-00",
+        ] {
+            assert!(check_key(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", "/", "a/", "/a", "a//b", ".", "..", "a/../b", "a/./b", "a/..", "A", "a/b c",
+            "a\\b", "ä",
+        ] {
+            assert!(check_key(bad).is_err(), "{bad:?}");
+        }
+    }
 }
