@@ -12,10 +12,18 @@
 //!   chunk's first byte as 20 decimal digits, so keys sort in upload order.
 //!
 //! The current size of a session is the offset of its last chunk plus that
-//! chunk's size. Operations on one session are serialized within this
-//! process; across replicas, concurrent writes to one session can lose a
-//! chunk but never corrupt a blob, because the final PUT stores nothing
-//! unless the whole content matches the client's digest.
+//! chunk's size. Everything about a session is in the store, so a session
+//! opened through one replica can be continued and finished through any
+//! other (load balancers do not pin clients). Operations on one session are
+//! serialized within this process by a lock, and across processes by the
+//! store: a chunk is published with [`ObjectWriter::commit_new`] (create
+//! only if absent: `link(2)`, S3 `If-None-Match: *`), so of two PATCHes
+//! racing for one offset exactly one lands and the other is answered as
+//! out of order (416 with the current size). The final PUT stores nothing
+//! unless the whole content matches the client's digest. A finished blob
+//! needs no root swap: it is linked into its repository
+//! (`registry::links`) and becomes reachable when a manifest naming it is
+//! committed.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -566,7 +574,13 @@ impl Uploads {
             sink.cancel().await;
             return Err(e);
         }
-        sink.writer.commit().await?;
+        if !sink.writer.commit_new().await? {
+            // Another replica (or process) wrote this offset first.
+            return Err(UploadError::OutOfOrder {
+                start: offset,
+                offset: self.size(id).await?,
+            });
+        }
         Ok(offset + count)
     }
 

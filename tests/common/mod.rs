@@ -2,6 +2,7 @@
 //! running the `airlock` binary, required external tools.
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod listener;
 pub mod router;
 pub mod synth;
@@ -267,12 +268,16 @@ pub fn serve(data: &Path, extra: &[&str]) -> Server {
         .args(extra)
         .spawn()
         .unwrap();
-    let server = Server {
+    wait_for_server(Server {
         child,
         addr,
         data: data.to_path_buf(),
         keep: None,
-    };
+    })
+}
+
+/// Waits until `server` answers 200 on `/v2/` (20 s at most).
+pub fn wait_for_server(server: Server) -> Server {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         if let Ok((status, _, _)) = http(&server.addr, "GET", "/v2/", &[]) {
