@@ -94,6 +94,16 @@ impl StoreSection {
         s3.endpoint = self.s3_endpoint.clone();
         s3.region = self.s3_region.clone();
         s3.path_style = self.s3_path_style;
+        if let Some(ca) = &self.s3_ca_file {
+            let pem = std::fs::read_to_string(ca)
+                .map_err(|e| ConfigError::value("store.s3_ca_file", format!("{}: {e}", ca.display())))?;
+            if !pem.contains("-----BEGIN CERTIFICATE-----") {
+                return Err(ConfigError::value(
+                    "store.s3_ca_file",
+                    format!("{}: no PEM certificate found", ca.display()),
+                ));
+            }
+        }
         s3.ca_file = self.s3_ca_file.clone();
         s3.single_writer = self.s3_single_writer.unwrap_or(false);
         if let Some(size) = &self.s3_part_size {

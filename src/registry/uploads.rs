@@ -40,6 +40,9 @@ use crate::store::{self, Blobstore, ObjectWriter, StoreError, blob_key};
 
 /// Bytes buffered before each write to the store.
 const WRITE_BUFFER: usize = 1 << 20;
+/// Sessions counted this long ago and absent from the store are counted
+/// down by the sweep.
+const SWEEP_MIN_AGE: Duration = Duration::from_secs(60);
 /// Prefix of every upload object.
 pub const UPLOADS_PREFIX: &str = "uploads/";
 
@@ -207,6 +210,11 @@ struct OpenSessions {
     total: usize,
     per_repository: HashMap<RepositoryName, usize>,
     per_client: HashMap<IpAddr, usize>,
+    /// The sessions counted, with their repository and client: a session
+    /// opened through another replica and finished through this one is not
+    /// counted down here, and one opened here and finished elsewhere is
+    /// counted down by the next sweep.
+    ids: HashMap<String, (RepositoryName, Option<IpAddr>, std::time::Instant)>,
 }
 
 /// Adds one to `map[key]`.
@@ -369,7 +377,7 @@ impl Uploads {
     }
 
     /// Counts a new session in `repo` opened by `client`; `TooMany` at a cap.
-    fn admit(&self, repo: &RepositoryName, client: Option<IpAddr>) -> Result<()> {
+    fn admit(&self, id: &UploadId, repo: &RepositoryName, client: Option<IpAddr>) -> Result<()> {
         let Ok(mut open) = self.open_sessions.lock() else {
             return Ok(());
         };
@@ -388,6 +396,8 @@ impl Uploads {
             return too_many("client", cap);
         }
         open.total += 1;
+        let now = std::time::Instant::now();
+        open.ids.insert(id.0.clone(), (repo.clone(), client, now));
         count_up(&mut open.per_repository, repo.clone());
         if let Some(ip) = client {
             count_up(&mut open.per_client, ip);
@@ -395,11 +405,13 @@ impl Uploads {
         Ok(())
     }
 
-    /// Forgets a session of `repo` opened by `client` that ended.
-    fn release(&self, repo: &RepositoryName, client: Option<IpAddr>) {
-        if let Ok(mut open) = self.open_sessions.lock() {
+    /// Forgets a session that ended, if this process counted it.
+    fn release(&self, id: &UploadId) {
+        if let Ok(mut open) = self.open_sessions.lock()
+            && let Some((repo, client, _)) = open.ids.remove(&id.0)
+        {
             open.total = open.total.saturating_sub(1);
-            count_down(&mut open.per_repository, repo);
+            count_down(&mut open.per_repository, &repo);
             if let Some(ip) = client {
                 count_down(&mut open.per_client, &ip);
             }
@@ -497,20 +509,21 @@ impl Uploads {
     /// `client`: the IP address of the client, counted against the
     /// per-client cap when known.
     pub async fn create(&self, repo: &RepositoryName, client: Option<IpAddr>) -> Result<UploadId> {
-        self.admit(repo, client)?;
-        let created = self.create_admitted(repo, client).await;
+        let id = UploadId::new();
+        self.admit(&id, repo, client)?;
+        let created = self.create_admitted(id.clone(), repo, client).await;
         if created.is_err() {
-            self.release(repo, client);
+            self.release(&id);
         }
         created
     }
 
     async fn create_admitted(
         &self,
+        id: UploadId,
         repo: &RepositoryName,
         client: Option<IpAddr>,
     ) -> Result<UploadId> {
-        let id = UploadId::new();
         let info = SessionInfo {
             repository: repo.clone(),
             started: crate::state::now_rfc3339(),
@@ -606,7 +619,7 @@ impl Uploads {
         let expires = Some(self.expires_at(&info));
         let result = self.assemble(&parts, digest, expected, body, expires).await;
         self.remove(id).await?;
-        self.release(repo, info.client);
+        self.release(id);
         result
     }
 
@@ -682,7 +695,7 @@ impl Uploads {
         let _g = self.lock(id).await;
         let info = self.open(id, repo).await?;
         self.remove(id).await?;
-        self.release(repo, info.client);
+        self.release(id);
         Ok(())
     }
 
@@ -708,6 +721,20 @@ impl Uploads {
             .map(str::to_owned)
             .collect();
         ids.dedup();
+        // Sessions counted here but finished through another replica (not
+        // ones just opened, whose objects the listing may predate).
+        let gone: Vec<String> = match self.open_sessions.lock() {
+            Ok(open) => open
+                .ids
+                .iter()
+                .filter(|(id, (_, _, at))| at.elapsed() > SWEEP_MIN_AGE && !ids.contains(id))
+                .map(|(id, _)| id.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for id in gone {
+            self.release(&UploadId(id));
+        }
         let now = now_unix();
         let mut removed = 0;
         for raw in ids {
@@ -724,7 +751,7 @@ impl Uploads {
             if stale {
                 self.remove(&id).await?;
                 if let Some(info) = info {
-                    self.release(&info.repository, info.client);
+                    self.release(&id);
                 }
                 removed += 1;
             }
