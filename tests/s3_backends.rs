@@ -37,7 +37,11 @@ macro_rules! on_every_backend {
     )*};
 }
 
-on_every_backend!(import_pull_history, push_and_uploads_across_replicas, concurrent_pushes_to_one_tag);
+on_every_backend!(
+    import_pull_history,
+    push_and_uploads_across_replicas,
+    concurrent_pushes_to_one_tag
+);
 
 /// `curl -s` against `addr`: (status, headers lower-case, body).
 fn curl(addr: &str, path: &str, args: &[&str]) -> (u16, String, Vec<u8>) {
@@ -67,7 +71,11 @@ fn header_of(head: &str, name: &str) -> String {
 
 /// A signed bundle of the fixture image `latest` as `stacks/busybox:1.0`.
 fn fixture_bundle(dir: &Path) -> std::path::PathBuf {
-    let config = write_config(dir, &fixture_layout(), &[("latest", "stacks/busybox", &["1.0"])]);
+    let config = write_config(
+        dir,
+        &fixture_layout(),
+        &[("latest", "stacks/busybox", &["1.0"])],
+    );
     let bundle = dir.join("b.tar");
     create_bundle(&config, &bundle, &[]);
     bundle
@@ -113,9 +121,20 @@ fn import_pull_history(b: Backend) {
     let (status, head, _) = curl(&server.addr, &path, &["-I"]);
     assert_eq!(status, 200);
     assert_eq!(header_of(&head, "content-length"), bytes.len().to_string());
+    // Redirect mode: S3 answers 307 to a presigned URL that serves the
+    // blob; the filesystem has no such URL and serves it itself.
+    let redirecting = b.serve(&["--blob-redirect"]);
+    let (status, head, _) = curl(&redirecting.addr, &path, &[]);
+    let (_, _, body) = curl(&redirecting.addr, &path, &["-L"]);
+    if b.kind == Kind::Fs {
+        assert_eq!(status, 200);
+    } else {
+        assert_eq!(status, 307, "{head}");
+        assert!(header_of(&head, "location").starts_with("http://127.0.0.1:"));
+    }
+    assert!(body == bytes, "the redirected blob differs");
     // The inventory names every blob of the image.
-    let inv: serde_json::Value =
-        serde_json::from_str(&b.airlock_ok(&["inventory"], &[])).unwrap();
+    let inv: serde_json::Value = serde_json::from_str(&b.airlock_ok(&["inventory"], &[])).unwrap();
     let listed: Vec<&str> = inv["blobs"]
         .as_array()
         .unwrap()
@@ -171,23 +190,50 @@ fn push_and_uploads_across_replicas(b: Backend) {
     let (status, head, _) = curl(
         &c.addr,
         &loc,
-        &["-X", "PATCH", "-H", "Content-Range: 0-99999", "--data-binary", &p1],
+        &[
+            "-X",
+            "PATCH",
+            "-H",
+            "Content-Range: 0-99999",
+            "--data-binary",
+            &p1,
+        ],
     );
     assert_eq!((status, header_of(&head, "range")), (202, "0-99999".into()));
     let p2 = part(100_000..250_000);
     let (status, head, _) = curl(
         &a.addr,
         &loc,
-        &["-X", "PATCH", "-H", "Content-Range: 100000-249999", "--data-binary", &p2],
+        &[
+            "-X",
+            "PATCH",
+            "-H",
+            "Content-Range: 100000-249999",
+            "--data-binary",
+            &p2,
+        ],
     );
-    assert_eq!((status, header_of(&head, "range")), (202, "0-249999".into()));
+    assert_eq!(
+        (status, header_of(&head, "range")),
+        (202, "0-249999".into())
+    );
     // A stale offset through the other replica is refused with the current size.
     let (status, head, _) = curl(
         &c.addr,
         &loc,
-        &["-X", "PATCH", "-H", "Content-Range: 100000-249999", "--data-binary", &p2],
+        &[
+            "-X",
+            "PATCH",
+            "-H",
+            "Content-Range: 100000-249999",
+            "--data-binary",
+            &p2,
+        ],
     );
-    assert_eq!((status, header_of(&head, "range")), (416, "0-249999".into()));
+    assert_eq!(
+        (status, header_of(&head, "range")),
+        (416, "0-249999".into())
+    );
     // Two PATCHes for one offset, both past the size check before either
     // lands: their bodies are held back until both are in flight.
     let p3 = &blob[250_000..];
@@ -260,7 +306,11 @@ fn concurrent_pushes_to_one_tag(b: Backend) {
         let tagged = curl(
             &server.addr,
             "/v2/race/app/manifests/tag",
-            &["-I", "-H", "Accept: application/vnd.oci.image.manifest.v1+json"],
+            &[
+                "-I",
+                "-H",
+                "Accept: application/vnd.oci.image.manifest.v1+json",
+            ],
         );
         let winner = header_of(&tagged.1, "docker-content-digest");
         assert!(digests.contains(&winner), "{winner} {digests:?}");

@@ -151,7 +151,11 @@ mod common;
 async fn s3_store(
     kind: common::backend::Kind,
     part_size: u64,
-) -> (common::backend::S3Server, tempfile::TempDir, airlock::store::s3::S3Store) {
+) -> (
+    common::backend::S3Server,
+    tempfile::TempDir,
+    airlock::store::s3::S3Store,
+) {
     use airlock::store::s3::{S3Settings, S3Store};
     static ENV: std::sync::Once = std::sync::Once::new();
     // SAFETY: set once, to the same values, by the S3 tests of this binary
@@ -176,7 +180,9 @@ async fn s3_store(
 /// upload; of writers racing with `commit_new` for one key, one wins.
 async fn s3_extras(store: airlock::store::s3::S3Store) {
     let s: Arc<dyn Blobstore> = Arc::new(store.clone());
-    let big: Vec<u8> = (0..(16u32 << 20) + 12_345).map(|i| (i % 249) as u8).collect();
+    let big: Vec<u8> = (0..(16u32 << 20) + 12_345)
+        .map(|i| (i % 249) as u8)
+        .collect();
     let d = Digest::sha256_of(&big);
     let key = blob_key(&d);
     let mut w = s.writer(&key).await.unwrap();
@@ -192,7 +198,13 @@ async fn s3_extras(store: airlock::store::s3::S3Store) {
     w.write(Bytes::from(vec![1u8; 12 << 20])).await.unwrap();
     w.cancel().await.unwrap();
     assert_eq!(s.stat("uploads/cancelled").await.unwrap(), None);
-    assert_eq!(store.sweep_multipart(std::time::Duration::ZERO).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .sweep_multipart(std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        0
+    );
     // Exactly one of many racing conditional creates wins.
     let mut tasks = Vec::new();
     for i in 0..8u8 {

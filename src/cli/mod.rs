@@ -19,14 +19,13 @@ mod user;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
 use airlock::state::StateStore;
-use airlock::store::fs::FsStore;
 use airlock::store::OpenedStore;
+use airlock::store::fs::FsStore;
 
 #[derive(Parser)]
 #[command(
@@ -62,11 +61,6 @@ impl DataArg {
             tokio::runtime::Handle::current().block_on(target.open(create))
         })
         .with_context(|| format!("opening the blobstore {}", target.url))
-    }
-
-    /// State in the store, created if missing (for commands that write).
-    pub fn state(&self) -> Result<StateStore> {
-        Ok(StateStore::new(self.open(true)?.blobstore()))
     }
 
     /// The filesystem blobstore of an existing data directory, for the

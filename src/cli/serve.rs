@@ -49,9 +49,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let opened = resolved.store.open(true).await.with_context(|| {
-        format!("opening the blobstore {}", resolved.store.url)
-    })?;
+    let opened = resolved
+        .store
+        .open(true)
+        .await
+        .with_context(|| format!("opening the blobstore {}", resolved.store.url))?;
     opened.sweep_scratch().await;
     let state = StateStore::with_cache_bytes(opened.blobstore(), resolved.cache_size);
     if !resolved.webhooks.is_empty() {

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{ConfigError, Settings, StoreSection};
-use crate::store::s3::S3Settings;
-use crate::store::space::FreeSpaceFloor;
-use crate::store::{OpenedStore, StoreUrl};
 use crate::auth::{Policy, ThrottleLimits, User};
 use crate::registry::RegistryConfig;
 use crate::registry::uploads::UploadLimits;
 use crate::server::{App, Limits, tls};
 use crate::stacks::api::StacksConfig;
 use crate::state::StateStore;
+use crate::store::s3::S3Settings;
+use crate::store::space::FreeSpaceFloor;
+use crate::store::{OpenedStore, StoreUrl};
 use crate::torcx::api::TorcxConfig;
 
 /// A checked config, ready to serve.
@@ -95,8 +95,9 @@ impl StoreSection {
         s3.region = self.s3_region.clone();
         s3.path_style = self.s3_path_style;
         if let Some(ca) = &self.s3_ca_file {
-            let pem = std::fs::read_to_string(ca)
-                .map_err(|e| ConfigError::value("store.s3_ca_file", format!("{}: {e}", ca.display())))?;
+            let pem = std::fs::read_to_string(ca).map_err(|e| {
+                ConfigError::value("store.s3_ca_file", format!("{}: {e}", ca.display()))
+            })?;
             if !pem.contains("-----BEGIN CERTIFICATE-----") {
                 return Err(ConfigError::value(
                     "store.s3_ca_file",

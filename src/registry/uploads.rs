@@ -693,7 +693,7 @@ impl Uploads {
     /// Cancels a session (DELETE): removes all its objects.
     pub async fn cancel(&self, id: &UploadId, repo: &RepositoryName) -> Result<()> {
         let _g = self.lock(id).await;
-        let info = self.open(id, repo).await?;
+        self.open(id, repo).await?;
         self.remove(id).await?;
         self.release(id);
         Ok(())
@@ -744,15 +744,13 @@ impl Uploads {
             let Some(_g) = self.try_lock(&id) else {
                 continue;
             };
-            let (stale, info) = match self.info(&id).await? {
-                Some(info) => (self.expired(&info, now), Some(info)),
-                None => (true, None),
+            let stale = match self.info(&id).await? {
+                Some(info) => self.expired(&info, now),
+                None => true,
             };
             if stale {
                 self.remove(&id).await?;
-                if let Some(info) = info {
-                    self.release(&id);
-                }
+                self.release(&id);
                 removed += 1;
             }
         }

@@ -63,7 +63,9 @@ impl std::str::FromStr for StoreUrl {
         }
         if let Some(path) = s.strip_prefix("file://") {
             if !path.starts_with('/') {
-                return Err(format!("{s}: a file URL names an absolute path (file:///path)"));
+                return Err(format!(
+                    "{s}: a file URL names an absolute path (file:///path)"
+                ));
             }
             return Ok(StoreUrl::File(path.into()));
         }
@@ -194,7 +196,14 @@ mod tests {
             Ok(StoreUrl::File("/var/lib/airlock".into()))
         );
         assert_eq!("data".parse(), Ok(StoreUrl::File("data".into())));
-        for bad in ["s3://", "s3://Up/x", "s3://b/../x", "gs://b/x", "file://rel", ""] {
+        for bad in [
+            "s3://",
+            "s3://Up/x",
+            "s3://b/../x",
+            "gs://b/x",
+            "file://rel",
+            "",
+        ] {
             assert!(bad.parse::<StoreUrl>().is_err(), "{bad}");
         }
     }

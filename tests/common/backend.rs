@@ -100,7 +100,10 @@ impl S3Server {
                 c
             }
             Kind::S3sFs => {
-                require("s3s-fs", "cargo install s3s-fs@0.14.1 --features binary --locked");
+                require(
+                    "s3s-fs",
+                    "cargo install s3s-fs@0.14.1 --features binary --locked",
+                );
                 let mut c = Command::new("s3s-fs");
                 c.args(["--host", "127.0.0.1", "--port", &port])
                     .args(["--access-key", AWS_ENV[0].1, "--secret-key", AWS_ENV[1].1])

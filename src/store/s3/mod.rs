@@ -39,7 +39,9 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::verify::{self, VERIFY_WHOLE_MAX};
-use super::{BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key};
+use super::{
+    Blobstore, BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key,
+};
 
 const ROOT_KEY: &str = "refs/root";
 /// Default multipart part size (16 MiB).
@@ -126,7 +128,7 @@ pub struct S3Store {
 }
 
 /// The HTTP status of a failed request, if it got a response.
-fn status<E>(e: &SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpResponse>) -> Option<u16> {
+fn status<E>(e: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> Option<u16> {
     e.raw_response().map(|r| r.status().as_u16())
 }
 
@@ -135,7 +137,7 @@ fn status<E>(e: &SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpR
 fn error<E: std::error::Error + Send + Sync + 'static>(
     op: &str,
     key: &str,
-    e: SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpResponse>,
+    e: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> StoreError {
     if status(&e) == Some(404) {
         return StoreError::NotFound(key.to_string());
@@ -269,7 +271,9 @@ impl S3Store {
     async fn probe_conditional_writes(&self) -> Result<bool> {
         let key = format!("refs/probe-{}", uuid::Uuid::new_v4());
         let full = self.full(&key)?;
-        let first = self.put_if(&full, Bytes::from_static(b"probe"), None).await?;
+        let first = self
+            .put_if(&full, Bytes::from_static(b"probe"), None)
+            .await?;
         let again = self
             .put_if(&full, Bytes::from_static(b"probe"), Some(Condition::Absent))
             .await?;
@@ -329,21 +333,23 @@ impl S3Store {
 
     /// `GetObject` of `key` (bytes `start..end` when given): the body and
     /// the object's size and ETag. Errors: `NotFound`, `Range`.
-    async fn get(
-        &self,
-        key: &str,
-        range: Option<(u64, u64)>,
-    ) -> Result<(S3Body, u64, String)> {
+    async fn get(&self, key: &str, range: Option<(u64, u64)>) -> Result<(S3Body, u64, String)> {
         let full = self.full(key)?;
         let mut req = self.client.get_object().bucket(&self.bucket).key(&full);
         if let Some((start, end)) = range {
             if start > end {
-                let size = self.stat(key).await?.ok_or(StoreError::NotFound(key.into()))?;
+                let size = self
+                    .stat(key)
+                    .await?
+                    .ok_or(StoreError::NotFound(key.into()))?;
                 return Err(StoreError::Range { start, end, size });
             }
             if start == end {
                 // An empty range has no `Range` header form: check it against the size.
-                let size = self.stat(key).await?.ok_or(StoreError::NotFound(key.into()))?;
+                let size = self
+                    .stat(key)
+                    .await?
+                    .ok_or(StoreError::NotFound(key.into()))?;
                 if end > size {
                     return Err(StoreError::Range { start, end, size });
                 }
@@ -354,7 +360,10 @@ impl S3Store {
         let out = match req.send().await {
             Ok(out) => out,
             Err(e) if status(&e) == Some(416) => {
-                let size = self.stat(key).await?.ok_or(StoreError::NotFound(key.into()))?;
+                let size = self
+                    .stat(key)
+                    .await?
+                    .ok_or(StoreError::NotFound(key.into()))?;
                 let (start, end) = range.unwrap_or((0, size));
                 return Err(StoreError::Range { start, end, size });
             }
@@ -380,7 +389,12 @@ impl S3Store {
 
     /// Moves the blob `digest` (found corrupt) to the quarantine prefix,
     /// if the object is still the one read (its ETag). Logged at error.
-    async fn quarantine(&self, digest: &crate::digest::Digest, actual: &crate::digest::Digest, etag: &str) {
+    async fn quarantine(
+        &self,
+        digest: &crate::digest::Digest,
+        actual: &crate::digest::Digest,
+        etag: &str,
+    ) {
         let (Ok(from), Ok(to)) = (
             self.full(&super::blob_key(digest)),
             self.full(&verify::quarantine_key(digest)),
@@ -417,7 +431,12 @@ impl S3Store {
 
     /// Checks the whole `bytes` of the blob `digest` (read with `etag`); a
     /// mismatch quarantines it and is [`StoreError::Corrupt`].
-    async fn verify_whole(&self, digest: &crate::digest::Digest, bytes: &[u8], etag: &str) -> Result<()> {
+    async fn verify_whole(
+        &self,
+        digest: &crate::digest::Digest,
+        bytes: &[u8],
+        etag: &str,
+    ) -> Result<()> {
         let actual = digest.same_alg_of(bytes);
         if &actual != digest {
             self.quarantine(digest, &actual, etag).await;
@@ -505,7 +524,7 @@ fn copy_source(bucket: &str, full: &str) -> String {
 }
 
 #[async_trait::async_trait]
-impl super::Blobstore for S3Store {
+impl Blobstore for S3Store {
     async fn stat(&self, key: &str) -> Result<Option<u64>> {
         let full = self.full(key)?;
         match self
