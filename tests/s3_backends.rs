@@ -181,59 +181,20 @@ fn push_and_uploads_across_replicas(b: Backend) {
     let (status, head, _) = curl(&a.addr, "/v2/up/blob/blobs/uploads/", &["-X", "POST"]);
     assert_eq!(status, 202, "{head}");
     let loc = header_of(&head, "location");
-    let part = |n: std::ops::Range<usize>| {
+    // PATCH of blob[range] through `addr`: (status, Range header).
+    let patch = |addr: &str, n: std::ops::Range<usize>| {
         let p = tmp.path().join(format!("part-{}", n.start));
-        std::fs::write(&p, &blob[n]).unwrap();
-        format!("@{}", p.display())
+        std::fs::write(&p, &blob[n.clone()]).unwrap();
+        let range = format!("Content-Range: {}-{}", n.start, n.end - 1);
+        let data = format!("@{}", p.display());
+        let args = ["-X", "PATCH", "-H", &range, "--data-binary", &data];
+        let (status, head, _) = curl(addr, &loc, &args);
+        (status, header_of(&head, "range"))
     };
-    let p1 = part(0..100_000);
-    let (status, head, _) = curl(
-        &c.addr,
-        &loc,
-        &[
-            "-X",
-            "PATCH",
-            "-H",
-            "Content-Range: 0-99999",
-            "--data-binary",
-            &p1,
-        ],
-    );
-    assert_eq!((status, header_of(&head, "range")), (202, "0-99999".into()));
-    let p2 = part(100_000..250_000);
-    let (status, head, _) = curl(
-        &a.addr,
-        &loc,
-        &[
-            "-X",
-            "PATCH",
-            "-H",
-            "Content-Range: 100000-249999",
-            "--data-binary",
-            &p2,
-        ],
-    );
-    assert_eq!(
-        (status, header_of(&head, "range")),
-        (202, "0-249999".into())
-    );
+    assert_eq!(patch(&c.addr, 0..100_000), (202, "0-99999".into()));
+    assert_eq!(patch(&a.addr, 100_000..250_000), (202, "0-249999".into()));
     // A stale offset through the other replica is refused with the current size.
-    let (status, head, _) = curl(
-        &c.addr,
-        &loc,
-        &[
-            "-X",
-            "PATCH",
-            "-H",
-            "Content-Range: 100000-249999",
-            "--data-binary",
-            &p2,
-        ],
-    );
-    assert_eq!(
-        (status, header_of(&head, "range")),
-        (416, "0-249999".into())
-    );
+    assert_eq!(patch(&c.addr, 100_000..250_000), (416, "0-249999".into()));
     // Two PATCHes for one offset, both past the size check before either
     // lands: their bodies are held back until both are in flight.
     let p3 = &blob[250_000..];

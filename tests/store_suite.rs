@@ -205,21 +205,7 @@ async fn s3_extras(store: airlock::store::s3::S3Store) {
             .unwrap(),
         0
     );
-    // Exactly one of many racing conditional creates wins.
-    let mut tasks = Vec::new();
-    for i in 0..8u8 {
-        let s = s.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut w = s.writer("uploads/race/00000000000000000000").await.unwrap();
-            w.write(Bytes::from(vec![i; 10])).await.unwrap();
-            w.commit_new().await.unwrap()
-        }));
-    }
-    let mut wins = 0;
-    for t in tasks {
-        wins += usize::from(t.await.unwrap());
-    }
-    assert_eq!(wins, 1);
+    commit_new_race(s.clone()).await;
     // A blob whose content no longer matches its key is quarantined.
     let fake = Digest::sha256_of(b"expected");
     let mut w = s.writer(&blob_key(&fake)).await.unwrap();
@@ -232,10 +218,8 @@ async fn s3_extras(store: airlock::store::s3::S3Store) {
     assert_eq!(s.stat(&blob_key(&fake)).await.unwrap(), None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fs_commit_new_has_one_winner() {
-    let dir = tempfile::tempdir().unwrap();
-    let s: Arc<dyn Blobstore> = Arc::new(FsStore::open(dir.path()).unwrap());
+/// Of many writers racing with `commit_new` for one key, exactly one wins.
+async fn commit_new_race(s: Arc<dyn Blobstore>) {
     let mut tasks = Vec::new();
     for i in 0..8u8 {
         let s = s.clone();
@@ -250,6 +234,12 @@ async fn fs_commit_new_has_one_winner() {
         wins += usize::from(t.await.unwrap());
     }
     assert_eq!(wins, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_commit_new_has_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    commit_new_race(Arc::new(FsStore::open(dir.path()).unwrap())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -51,16 +51,7 @@ impl Drop for S3Server {
 
 /// Fails (never skips) when `tool` is missing, naming how to install it.
 fn require(tool: &str, install: &str) {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        found,
-        "`{tool}` is required by this test: {install} (scripts/install-test-deps.sh)"
-    );
+    super::require_installed(tool, &format!("{install} (scripts/install-test-deps.sh)"));
 }
 
 impl S3Server {

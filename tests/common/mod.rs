@@ -16,16 +16,18 @@ use std::time::{Duration, Instant};
 
 /// Fails (never skips) when `tool` is missing, naming the Debian package.
 pub fn require_tool(tool: &str, package: &str) {
+    require_installed(tool, &format!("apt-get install {package}"));
+}
+
+/// Fails (never skips) when `tool` is missing, saying how to install it.
+pub fn require_installed(tool: &str, install: &str) {
     let found = Command::new("sh")
         .arg("-c")
         .arg(format!("command -v {tool}"))
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    assert!(
-        found,
-        "`{tool}` is required by this test: apt-get install {package}"
-    );
+    assert!(found, "`{tool}` is required by this test: {install}");
 }
 
 /// A directory that lives for the whole test binary.
