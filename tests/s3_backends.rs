@@ -345,7 +345,7 @@ fn s3_missing_bucket_is_a_clear_error() {
     args[1] = "s3://no-such-bucket/x".into();
     let o = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .arg("history")
-        .args(&args)
+        .args(args)
         .envs(common::backend::AWS_ENV)
         .output()
         .unwrap();
