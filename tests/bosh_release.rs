@@ -388,9 +388,14 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
         "registry": {"mirror_namespace": "docker.io", "allow_push": true, "blob_redirect": true},
         "bpm": {"memory_limit": "8G"},
     }});
-    // S3 is rendered as the contract says, and airlock accepts it
-    // (`--check-config` does not contact the store).
-    let (config, bpm) = render_airlock(&props, tmp.path(), Check::Accepted);
+    // S3 is rendered as the contract says and airlock accepts it
+    // (`--check-config` does not contact the store); what it refuses here
+    // is the torcx keys, which pre-start writes on the VM.
+    let (config, bpm) = render_airlock(
+        &props,
+        tmp.path(),
+        Check::RefusedWith("/var/vcap/data/airlock/torcx/"),
+    );
     let job = tmp.path().join("jobs/airlock");
     assert_eq!(config["listen"].as_str(), Some("0.0.0.0:8443"));
     assert_eq!(config["store"]["url"].as_str(), Some("s3://blobs/airlock"));

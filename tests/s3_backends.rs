@@ -248,7 +248,7 @@ fn concurrent_pushes_to_one_tag(b: Backend) {
         .zip(&refs)
         .map(|(addr, r)| {
             Command::new("skopeo")
-                .args(["copy", "--dest-tls-verify=false"])
+                .args(["copy", "--preserve-digests", "--dest-tls-verify=false"])
                 .arg(format!("oci:{}:{r}", layout.display()))
                 .arg(format!("docker://{addr}/race/app:tag"))
                 .stdout(Stdio::null())

@@ -250,6 +250,13 @@ async fn s3_backends_pass_the_suite() {
         suite(Arc::new(store.clone())).await;
         let (_server2, _dir2, store2) = s3_store(kind, 5 << 20).await;
         cas_race(Arc::new(store2)).await;
-        s3_extras(store).await;
+        if kind == Kind::S3sFs {
+            s3_extras(store).await;
+        } else {
+            // moto 5.2.1 answers CompleteMultipartUpload with a
+            // `CompleteMultipartUploadResponse` root that aws-sdk-s3
+            // rejects: multipart is tested on s3s-fs only.
+            commit_new_race(Arc::new(store)).await;
+        }
     }
 }
