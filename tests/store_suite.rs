@@ -245,18 +245,17 @@ async fn fs_commit_new_has_one_winner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_backends_pass_the_suite() {
     use common::backend::Kind;
-    for kind in [Kind::Moto, Kind::S3sFs] {
-        let (_server, _dir, store) = s3_store(kind, 5 << 20).await;
-        suite(Arc::new(store.clone())).await;
-        let (_server2, _dir2, store2) = s3_store(kind, 5 << 20).await;
-        cas_race(Arc::new(store2)).await;
-        if kind == Kind::S3sFs {
-            s3_extras(store).await;
-        } else {
-            // moto 5.2.1 answers CompleteMultipartUpload with a
-            // `CompleteMultipartUploadResponse` root that aws-sdk-s3
-            // rejects: multipart is tested on s3s-fs only.
-            commit_new_race(Arc::new(store)).await;
-        }
-    }
+    // s3s-fs: everything, including racing conditional writes.
+    let (_server, _dir, store) = s3_store(Kind::S3sFs, 5 << 20).await;
+    suite(Arc::new(store.clone())).await;
+    let (_server2, _dir2, store2) = s3_store(Kind::S3sFs, 5 << 20).await;
+    cas_race(Arc::new(store2)).await;
+    s3_extras(store).await;
+    // moto 5.2.1: the suite (sequential conditional writes). Its server
+    // does not serialize concurrent conditional PUTs (16 racing `If-Match`
+    // PUTs of one ETag all succeeded in one run) and answers
+    // CompleteMultipartUpload with a root element aws-sdk-s3 rejects, so
+    // the races and multipart run on s3s-fs only.
+    let (_server3, _dir3, store3) = s3_store(Kind::Moto, 5 << 20).await;
+    suite(Arc::new(store3)).await;
 }
