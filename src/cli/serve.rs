@@ -65,7 +65,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
         tokio::spawn(deliverer.run());
     }
-    let gc = match (resolved.gc.clone(), opened.fs()) {
+    let gc = match (resolved.gc, opened.fs()) {
         (None, _) => None,
         (Some((opts, interval)), Some(fs)) => Some(airlock::ops::gc::spawn_periodic(
             fs.clone(),
