@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Installs every tool the tests use: Debian packages with apt-get and the
-# oras client (tests/push_clients.rs) and the Prometheus text-format parser
-# (tests/metrics.rs) with pip. The one list of test
-# dependencies: .ci/run and scripts/test.sh both call this.
+# oras client (tests/push_clients.rs), the Prometheus text-format parser
+# (tests/metrics.rs) and moto's S3 server (tests/s3_backends.rs) with pip,
+# and the s3s-fs S3 server (tests/s3_backends.rs) with cargo install. The
+# one list of test dependencies: .ci/run and scripts/test.sh both call this.
 #
 #   scripts/install-test-deps.sh               # install (needs root)
 #   scripts/install-test-deps.sh --if-missing  # only when a tool is missing
 set -euo pipefail
 
 APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby iproute2)
-PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1)
+PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1 "moto[server]==5.2.1")
+# s3s-fs: 0.14.1 is the newest that builds with this machine's Rust;
+# --locked uses its own Cargo.lock (reproducible, no dependency resolution).
+CARGO_CRATES=(s3s-fs@0.14.1)
 prog=$(basename "$0")
 die() {
     echo "$prog: error: $*" >&2
@@ -17,7 +21,7 @@ die() {
 }
 
 all_present() {
-    for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby ss; do
+    for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby ss moto_server s3s-fs; do
         command -v "$tool" >/dev/null 2>&1 || return 1
     done
     [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras, prometheus_client' 2>/dev/null
@@ -33,7 +37,7 @@ case "${1:-}" in
 esac
 
 [ "$(id -u)" -eq 0 ] ||
-    die "not root: install as root with apt-get install ${APT_PACKAGES[*]} and pip install ${PIP_PACKAGES[*]}"
+    die "not root: install as root with apt-get install ${APT_PACKAGES[*]}, pip install ${PIP_PACKAGES[*]} and cargo install --locked --features binary ${CARGO_CRATES[*]}"
 
 echo "$prog: apt-get install ${APT_PACKAGES[*]}"
 apt-get update -qq </dev/null || die "apt-get update failed"
@@ -46,3 +50,10 @@ command -v python3 >/dev/null 2>&1 || die "python3 not found after installing py
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}" </dev/null ||
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --break-system-packages "${PIP_PACKAGES[@]}" </dev/null ||
     die "pip install of ${PIP_PACKAGES[*]} failed"
+
+if ! command -v s3s-fs >/dev/null 2>&1; then
+    echo "$prog: cargo install --locked --features binary ${CARGO_CRATES[*]}"
+    command -v cargo >/dev/null 2>&1 || die "cargo not found: s3s-fs is installed with cargo"
+    cargo install --quiet --locked --features binary "${CARGO_CRATES[@]}" </dev/null ||
+        die "cargo install of ${CARGO_CRATES[*]} failed"
+fi

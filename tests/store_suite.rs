@@ -143,3 +143,122 @@ async fn fs_backend_passes_the_suite() {
     let dir = tempfile::tempdir().unwrap();
     cas_race(Arc::new(FsStore::open(dir.path()).unwrap())).await;
 }
+
+mod common;
+
+/// An S3 store on a fresh server of `kind` (the server lives as long as
+/// the returned guard), with `part_size`.
+async fn s3_store(
+    kind: common::backend::Kind,
+    part_size: u64,
+) -> (
+    common::backend::S3Server,
+    tempfile::TempDir,
+    airlock::store::s3::S3Store,
+) {
+    use airlock::store::s3::{S3Settings, S3Store};
+    static ENV: std::sync::Once = std::sync::Once::new();
+    // SAFETY: set once, to the same values, by the S3 tests of this binary
+    // before they create their clients; the standard AWS chain reads them.
+    ENV.call_once(|| unsafe {
+        for (k, v) in common::backend::AWS_ENV {
+            std::env::set_var(k, v);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::backend::S3Server::start(kind, dir.path());
+    let mut settings = S3Settings::new(common::backend::BUCKET, "suite");
+    settings.endpoint = Some(server.endpoint.clone());
+    settings.part_size = part_size;
+    settings.parallel_parts = 3;
+    let store = S3Store::open(&settings).await.unwrap();
+    (server, dir, store)
+}
+
+/// A multipart object (three 5 MiB parts in parallel, a short last one)
+/// reads back whole and by range; a cancelled one leaves no object and no
+/// upload; a second `commit_new` of a key loses.
+async fn s3_extras(store: airlock::store::s3::S3Store) {
+    let s: Arc<dyn Blobstore> = Arc::new(store.clone());
+    let big: Vec<u8> = (0..(16u32 << 20) + 12_345)
+        .map(|i| (i % 249) as u8)
+        .collect();
+    let d = Digest::sha256_of(&big);
+    let key = blob_key(&d);
+    let mut w = s.writer(&key).await.unwrap();
+    for c in big.chunks(1 << 20) {
+        w.write(Bytes::copy_from_slice(c)).await.unwrap();
+    }
+    assert_eq!(s.stat(&key).await.unwrap(), None, "visible before commit");
+    w.commit().await.unwrap();
+    assert_eq!(s.stat(&key).await.unwrap(), Some(big.len() as u64));
+    assert!(read(&*s, &key, None).await == big);
+    assert!(collect(&*s, &key, Some((5 << 20, 11 << 20))).await == big[5 << 20..11 << 20]);
+    let mut w = s.writer("uploads/cancelled").await.unwrap();
+    w.write(Bytes::from(vec![1u8; 12 << 20])).await.unwrap();
+    w.cancel().await.unwrap();
+    assert_eq!(s.stat("uploads/cancelled").await.unwrap(), None);
+    // (s3s-fs 0.14.1 has no ListMultipartUploads: `sweep_multipart` is
+    // not checked here; at start-up its failure is only logged.)
+    let mut w = s.writer("uploads/once/00000000000000000000").await.unwrap();
+    w.write(Bytes::from_static(b"first")).await.unwrap();
+    assert!(w.commit_new().await.unwrap());
+    let mut w = s.writer("uploads/once/00000000000000000000").await.unwrap();
+    w.write(Bytes::from_static(b"second")).await.unwrap();
+    assert!(!w.commit_new().await.unwrap());
+    assert_eq!(
+        read(&*s, "uploads/once/00000000000000000000", None).await,
+        b"first"
+    );
+    // A blob whose content no longer matches its key is quarantined.
+    let fake = Digest::sha256_of(b"expected");
+    let mut w = s.writer(&blob_key(&fake)).await.unwrap();
+    w.write(Bytes::from_static(b"tampered")).await.unwrap();
+    w.commit().await.unwrap();
+    assert!(matches!(
+        store::get_verified(&*s, &fake).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    assert_eq!(s.stat(&blob_key(&fake)).await.unwrap(), None);
+}
+
+/// Of many writers racing with `commit_new` for one key, exactly one wins.
+async fn commit_new_race(s: Arc<dyn Blobstore>) {
+    let mut tasks = Vec::new();
+    for i in 0..8u8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut w = s.writer("uploads/race/00000000000000000000").await.unwrap();
+            w.write(Bytes::from(vec![i; 10])).await.unwrap();
+            w.commit_new().await.unwrap()
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        wins += usize::from(t.await.unwrap());
+    }
+    assert_eq!(wins, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_commit_new_has_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    commit_new_race(Arc::new(FsStore::open(dir.path()).unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_backends_pass_the_suite() {
+    use common::backend::Kind;
+    // Neither test server serializes *concurrent* conditional PUTs (in
+    // one run 15 of 16 racing `If-Match` PUTs of one ETag succeeded on
+    // s3s-fs 0.14.1, 16 of 16 on moto 5.2.1), so `cas_race` and
+    // `commit_new_race` cannot run on them; AWS S3 answers the losers 412
+    // or 409. Sequential conditional writes are checked by `suite`.
+    let (_server, _dir, store) = s3_store(Kind::S3sFs, 5 << 20).await;
+    suite(Arc::new(store.clone())).await;
+    s3_extras(store).await;
+    // moto 5.2.1 answers CompleteMultipartUpload with a root element
+    // aws-sdk-s3 rejects: multipart runs on s3s-fs only.
+    let (_server3, _dir3, store3) = s3_store(Kind::Moto, 5 << 20).await;
+    suite(Arc::new(store3)).await;
+}

@@ -1,4 +1,5 @@
-//! `airlock import`, `inventory` and `history`: commands on a data directory.
+//! `airlock import`, `inventory` and `history`: commands on a blobstore
+//! (`--data DIR` or `--store URL`).
 
 use std::path::PathBuf;
 
@@ -42,9 +43,9 @@ pub struct HistoryArgs {
 pub async fn import(args: ImportArgs) -> Result<()> {
     let keyring = sign::Keyring::load(&args.keyring)?;
     let reader = bundle_reader(&args.bundles)?;
-    let fs = args.data.fs_store()?;
-    args.data.sweep_tmp(&fs);
-    let state = airlock::state::StateStore::new(std::sync::Arc::new(fs));
+    let opened = args.data.open(true)?;
+    opened.sweep_scratch().await;
+    let state = airlock::state::StateStore::new(opened.blobstore());
     let pb = progress_bar();
     let report = bundle_import::import(
         &state,

@@ -19,14 +19,13 @@ mod user;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
 use airlock::state::StateStore;
+use airlock::store::OpenedStore;
 use airlock::store::fs::FsStore;
-use airlock::store::space::FreeSpaceFloor;
 
 #[derive(Parser)]
 #[command(
@@ -45,65 +44,39 @@ struct Cli {
     command: Command,
 }
 
-/// `--data DIR`: where the filesystem blobstore lives.
+/// `--data DIR` or `--store URL`: where the blobstore lives (the
+/// `[store]` keys of the serve config, as flags: one parser, one `open`).
 #[derive(clap::Args)]
 pub struct DataArg {
-    /// Data directory of the filesystem blobstore.
-    #[arg(long, env = "AIRLOCK_DATA", default_value = "./airlock-data")]
-    pub data: PathBuf,
-    /// Refuse writes (HTTP 507, failed import) that would leave less free
-    /// space on the data directory's file system: a size (`512M`, `2G`), a
-    /// share (`5%`), `default` (the smaller of 1 GiB and 1 %) or `0` (off).
-    #[arg(long, env = "AIRLOCK_MIN_FREE_SPACE", default_value = "default", value_parser = parse_floor)]
-    pub min_free_space: FreeSpaceFloor,
+    #[command(flatten)]
+    pub store: airlock::config::StoreSection,
 }
 
 impl DataArg {
-    /// State in the data directory, created if missing (for commands that write).
-    pub fn state(&self) -> Result<StateStore> {
-        self.state_with_cache(airlock::state::DEFAULT_CACHE_BYTES)
+    /// The blobstore, opened (a filesystem directory is created when
+    /// `create`). Runs on the caller's multi-threaded runtime.
+    pub fn open(&self, create: bool) -> Result<OpenedStore> {
+        let target = self.store.target()?;
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(target.open(create))
+        })
+        .with_context(|| format!("opening the blobstore {}", target.url))
     }
 
-    /// As [`DataArg::state`], with a page cache of `bytes` (`serve --cache-size`).
-    pub fn state_with_cache(&self, bytes: u64) -> Result<StateStore> {
-        Ok(StateStore::with_cache_bytes(
-            Arc::new(self.fs_store()?),
-            bytes,
-        ))
-    }
-
-    /// The filesystem blobstore itself (created if missing), for the
-    /// commands that manage its files (`gc`, `fsck`, start-up sweeps).
-    pub fn fs_store(&self) -> Result<FsStore> {
-        Ok(FsStore::open(&self.data)
-            .with_context(|| format!("opening data directory {}", self.data.display()))?
-            .with_min_free_space(self.min_free_space))
-    }
-
-    /// Removes what killed writers left in `tmp/` (files no live writer
-    /// holds, untouched for [`airlock::store::fs::TMP_MIN_AGE`]); logged, never fatal.
-    pub fn sweep_tmp(&self, store: &FsStore) {
-        match store.sweep_tmp(airlock::store::fs::TMP_MIN_AGE, true) {
-            Ok((0, _)) => {}
-            Ok((files, bytes)) => tracing::info!(files, bytes, "stale temporary files removed"),
-            Err(e) => tracing::warn!(error = %e, "cannot sweep tmp/"),
-        }
-    }
-
-    /// The filesystem blobstore of an existing data directory.
+    /// The filesystem blobstore of an existing data directory, for the
+    /// commands that manage its files (`gc`, `fsck`).
     pub fn existing_fs_store(&self) -> Result<FsStore> {
-        if !self.data.is_dir() {
-            bail!("data directory {} does not exist", self.data.display());
+        match self.open(false)? {
+            OpenedStore::Fs(fs) => Ok(fs),
+            OpenedStore::S3(_) => {
+                bail!("this command works on the filesystem store only (not on S3 yet)")
+            }
         }
-        self.fs_store()
     }
 
-    /// State in an existing data directory, for commands that only read.
+    /// State in an existing store, for commands that only read.
     pub fn existing_state(&self) -> Result<StateStore> {
-        if !self.data.is_dir() {
-            bail!("data directory {} does not exist", self.data.display());
-        }
-        self.state()
+        Ok(StateStore::new(self.open(false)?.blobstore()))
     }
 }
 
@@ -147,11 +120,6 @@ enum Command {
 
 /// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024).
 pub use airlock::config::parse_size;
-
-/// Parses a free-space floor (see [`FreeSpaceFloor::parse`]).
-pub fn parse_floor(s: &str) -> std::result::Result<FreeSpaceFloor, String> {
-    FreeSpaceFloor::parse(s)
-}
 
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
 pub fn progress_bar() -> indicatif::ProgressBar {

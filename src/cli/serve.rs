@@ -9,7 +9,6 @@ use anyhow::{Context as _, Result};
 
 use airlock::config::{self, Settings};
 use airlock::state::StateStore;
-use airlock::store::fs::FsStore;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -50,15 +49,13 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let fs = FsStore::open(&resolved.data)
-        .with_context(|| format!("opening data directory {}", resolved.data.display()))?
-        .with_min_free_space(resolved.min_free_space);
-    match fs.sweep_tmp(airlock::store::fs::TMP_MIN_AGE, true) {
-        Ok((0, _)) => {}
-        Ok((files, bytes)) => tracing::info!(files, bytes, "stale temporary files removed"),
-        Err(e) => tracing::warn!(error = %e, "cannot sweep tmp/"),
-    }
-    let state = StateStore::with_cache_bytes(Arc::new(fs.clone()), resolved.cache_size)
+    let opened = resolved
+        .store
+        .open(true)
+        .await
+        .with_context(|| format!("opening the blobstore {}", resolved.store.url))?;
+    opened.sweep_scratch().await;
+    let state = StateStore::with_cache_bytes(opened.blobstore(), resolved.cache_size)
         .with_root_refresh(resolved.root_refresh);
     if !resolved.webhooks.is_empty() {
         let deliverer = airlock::events::deliver::Deliverer::new(
@@ -69,9 +66,19 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
         tokio::spawn(deliverer.run());
     }
-    let gc = resolved.gc.map(|(opts, interval)| {
-        airlock::ops::gc::spawn_periodic(fs, state.clone(), opts, interval)
-    });
+    let gc = match (resolved.gc, opened.fs()) {
+        (None, _) => None,
+        (Some((opts, interval)), Some(fs)) => Some(airlock::ops::gc::spawn_periodic(
+            fs.clone(),
+            state.clone(),
+            opts,
+            interval,
+        )),
+        (Some(_), None) => anyhow::bail!(
+            "gc.interval: garbage collection works on the filesystem store only (not on {} yet)",
+            resolved.store.url
+        ),
+    };
     let (app, limits, listen, tls) = resolved.into_app(state);
     let result = airlock::server::serve(&listen, Arc::new(app), limits, tls).await;
     if let Some(task) = gc {

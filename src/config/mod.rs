@@ -16,7 +16,7 @@ mod sections;
 
 use std::path::{Path, PathBuf};
 
-pub use resolve::Resolved;
+pub use resolve::{Resolved, StoreTarget};
 pub use sections::*;
 
 /// Errors of reading or checking a config, each one line with its cause.

@@ -7,21 +7,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ConfigError, Settings};
+use super::{ConfigError, Settings, StoreSection};
 use crate::auth::{Policy, ThrottleLimits, User};
 use crate::registry::RegistryConfig;
 use crate::registry::uploads::UploadLimits;
 use crate::server::{App, Limits, tls};
 use crate::stacks::api::StacksConfig;
 use crate::state::StateStore;
+use crate::store::s3::S3Settings;
+use crate::store::space::FreeSpaceFloor;
+use crate::store::{OpenedStore, StoreUrl};
 use crate::torcx::api::TorcxConfig;
 
 /// A checked config, ready to serve.
 pub struct Resolved {
     /// Addresses to listen on.
     pub listen: Vec<SocketAddr>,
-    /// The filesystem blobstore's directory.
-    pub data: PathBuf,
+    /// The blobstore: which, and how to open it.
+    pub store: StoreTarget,
     /// Registry switches and upload caps.
     pub registry: RegistryConfig,
     /// `/stacks/v1` switches.
@@ -40,14 +43,88 @@ pub struct Resolved {
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
     /// Bytes of metadata pages kept in memory.
     pub cache_size: u64,
-    /// The free-space floor of the filesystem blobstore.
-    pub min_free_space: crate::store::space::FreeSpaceFloor,
     /// How stale the state root may be when another process changed it
     /// ([`StateStore::with_root_refresh`]).
     pub root_refresh: Duration,
     /// Garbage collection inside the server: its options and interval
     /// (`None`: never).
     pub gc: Option<(crate::ops::gc::GcOptions, Duration)>,
+}
+
+/// Which blobstore to open and how ([`StoreSection::target`]).
+#[derive(Debug, Clone)]
+pub struct StoreTarget {
+    /// `store.url`, else `store.path` [default: ./airlock-data].
+    pub url: StoreUrl,
+    /// The S3 settings (used when `url` is `s3://`).
+    pub s3: S3Settings,
+    /// The free-space floor of the filesystem store.
+    pub min_free_space: FreeSpaceFloor,
+}
+
+impl StoreTarget {
+    /// Opens the store (see [`crate::store::open`]); a filesystem
+    /// directory is created when `create`, else it must exist.
+    pub async fn open(&self, create: bool) -> crate::store::Result<OpenedStore> {
+        crate::store::open(&self.url, &self.s3, self.min_free_space, create).await
+    }
+}
+
+impl StoreSection {
+    /// Checks the `[store]` keys: one of `url` and `path`, a valid URL,
+    /// part size and free-space floor.
+    ///
+    /// Errors: [`ConfigError::Value`] naming the key.
+    pub fn target(&self) -> Result<StoreTarget, ConfigError> {
+        let url = match (&self.url, &self.path) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::value(
+                    "store.url",
+                    "set store.url (--store) or store.path (--data), not both",
+                ));
+            }
+            (Some(u), None) => u
+                .parse::<StoreUrl>()
+                .map_err(|e| ConfigError::value("store.url", e))?,
+            (None, Some(p)) => StoreUrl::File(p.clone()),
+            (None, None) => StoreUrl::File("./airlock-data".into()),
+        };
+        let (bucket, prefix) = match &url {
+            StoreUrl::S3 { bucket, prefix } => (bucket.as_str(), prefix.as_str()),
+            StoreUrl::File(_) => ("", ""),
+        };
+        let mut s3 = S3Settings::new(bucket, prefix);
+        s3.endpoint = self.s3_endpoint.clone();
+        s3.region = self.s3_region.clone();
+        s3.path_style = self.s3_path_style;
+        if let Some(ca) = &self.s3_ca_file {
+            let pem = std::fs::read_to_string(ca).map_err(|e| {
+                ConfigError::value("store.s3_ca_file", format!("{}: {e}", ca.display()))
+            })?;
+            if !pem.contains("-----BEGIN CERTIFICATE-----") {
+                return Err(ConfigError::value(
+                    "store.s3_ca_file",
+                    format!("{}: no PEM certificate found", ca.display()),
+                ));
+            }
+        }
+        s3.ca_file = self.s3_ca_file.clone();
+        s3.single_writer = self.s3_single_writer.unwrap_or(false);
+        if let Some(size) = &self.s3_part_size {
+            if size.0 < 5 << 20 {
+                return Err(ConfigError::value("store.s3_part_size", "at least 5M"));
+            }
+            s3.part_size = size.0;
+        }
+        let min_free_space =
+            FreeSpaceFloor::parse(self.min_free_space.as_deref().unwrap_or("default"))
+                .map_err(|e| ConfigError::value("store.min_free_space", e))?;
+        Ok(StoreTarget {
+            url,
+            s3,
+            min_free_space,
+        })
+    }
 }
 
 fn get(v: Option<NonZeroU64>, default: u64) -> u64 {
@@ -66,13 +143,7 @@ impl Settings {
         } else {
             self.listen
         };
-        if let Some(url) = &self.store.url {
-            return Err(ConfigError::value(
-                "store.url",
-                format!("{url}: object-store (S3) blobstores are not built yet; use store.path"),
-            ));
-        }
-        let data = self.store.path.unwrap_or_else(|| "./airlock-data".into());
+        let store = self.store.target()?;
         let root_refresh = match self.store.root_refresh_ms {
             Some(ms) => Duration::from_millis(ms),
             None if self.store.url.is_some() => crate::state::DEFAULT_REMOTE_ROOT_REFRESH,
@@ -149,6 +220,7 @@ impl Settings {
                     as usize,
                 max_sessions_per_client: get(l.max_upload_sessions_per_client, 128) as usize,
             },
+            blob_redirect: self.registry.blob_redirect.unwrap_or(false),
         };
         let limits = Limits {
             header_timeout: Duration::from_secs(get(l.header_timeout_secs, 30)),
@@ -189,10 +261,6 @@ impl Settings {
             })?;
         }
 
-        let min_free_space = crate::store::space::FreeSpaceFloor::parse(
-            self.store.min_free_space.as_deref().unwrap_or("default"),
-        )
-        .map_err(|e| ConfigError::value("store.min_free_space", e))?;
         let duration = |key: &str, v: &Option<String>, default: &str| {
             crate::ops::parse_duration(v.as_deref().unwrap_or(default))
                 .map_err(|e| ConfigError::value(key, e))
@@ -240,7 +308,7 @@ impl Settings {
         .map_err(|e| ConfigError::value("user", e))?;
         Ok(Resolved {
             listen,
-            data,
+            store,
             registry,
             stacks,
             torcx,
@@ -249,7 +317,6 @@ impl Settings {
             policy,
             import_keyring: self.import.keyring,
             webhooks: self.webhooks,
-            min_free_space,
             root_refresh,
             gc,
             cache_size: l

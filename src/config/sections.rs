@@ -78,15 +78,32 @@ pub struct StoreSection {
     /// Data directory of the filesystem blobstore [default: ./airlock-data].
     #[arg(long = "data", env = "AIRLOCK_DATA")]
     pub path: Option<PathBuf>,
-    /// Object-store URL (`s3://bucket/prefix`) instead of `path`.
-    #[arg(long = "store-url", env = "AIRLOCK_STORE_URL")]
+    /// Blobstore URL instead of `path`: `s3://BUCKET/PREFIX` (S3) or
+    /// `file:///path` (the same as `path`).
+    #[arg(long = "store", visible_alias = "store-url", env = "AIRLOCK_STORE")]
     pub url: Option<String>,
-    /// S3 endpoint for `url` (e.g. a MinIO or Ceph RGW address).
+    /// S3 endpoint URL for `url` (MinIO, Ceph RGW, s3s; unset: AWS).
     #[arg(long, env = "AIRLOCK_S3_ENDPOINT")]
     pub s3_endpoint: Option<String>,
-    /// S3 region for `url`.
+    /// S3 region for `url` [default: AWS_REGION, AWS_DEFAULT_REGION, the
+    /// AWS profile's, else us-east-1].
     #[arg(long, env = "AIRLOCK_S3_REGION")]
     pub s3_region: Option<String>,
+    /// Path-style S3 addressing (`endpoint/bucket/key`) [default: true
+    /// when s3_endpoint is set, else virtual-hosted].
+    #[arg(long, env = "AIRLOCK_S3_PATH_STYLE", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub s3_path_style: Option<bool>,
+    /// PEM CA bundle trusted for the S3 endpoint (besides the system's).
+    #[arg(long, env = "AIRLOCK_S3_CA_FILE")]
+    pub s3_ca_file: Option<PathBuf>,
+    /// Multipart part size of S3 writes (at least 5M) [default: 16M].
+    #[arg(long, env = "AIRLOCK_S3_PART_SIZE")]
+    pub s3_part_size: Option<Size>,
+    /// Accept an S3 server that ignores conditional writes, promising that
+    /// only one airlock process writes to the bucket [default: false:
+    /// refuse to start on such a server].
+    #[arg(long, env = "AIRLOCK_S3_SINGLE_WRITER", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub s3_single_writer: Option<bool>,
     /// Refuse writes (HTTP 507) that would leave less free space: a size
     /// (`512M`, `2G`), a share (`5%`), `default` (the smaller of 1 GiB and
     /// 1 %) or `0` (off) [default: default].
@@ -189,6 +206,10 @@ pub struct RegistrySection {
     /// (docker `registry-mirrors`), e.g. `docker.io`.
     #[arg(long, env = "AIRLOCK_MIRROR_NAMESPACE")]
     pub mirror_namespace: Option<String>,
+    /// Answer blob GETs with 307 to a presigned URL of the object store
+    /// (S3 only; clients must reach the store) [default: false].
+    #[arg(long, env = "AIRLOCK_BLOB_REDIRECT", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub blob_redirect: Option<bool>,
 }
 
 /// `[limits]`: caps and timeouts (one key per serve flag).
@@ -391,6 +412,7 @@ impl Settings {
             }
         };
         fix(&mut self.store.path);
+        fix(&mut self.store.s3_ca_file);
         fix(&mut self.tls.cert);
         fix(&mut self.tls.key);
         fix(&mut self.tls.client_ca);

@@ -73,7 +73,10 @@ fn errors_name_the_key_path() {
 fn defaults_match_the_flags_of_old() {
     let r = Settings::default().resolve().unwrap();
     assert_eq!(r.listen, vec!["127.0.0.1:5000".parse().unwrap()]);
-    assert_eq!(r.data, Path::new("./airlock-data"));
+    assert_eq!(
+        r.store.url,
+        crate::store::StoreUrl::File("./airlock-data".into())
+    );
     assert!(!r.registry.allow_push && !r.registry.allow_delete);
     assert_eq!(r.registry.uploads.max_blob_size, 64 << 30);
     assert_eq!(r.registry.max_page, 1000);

@@ -33,6 +33,11 @@ pub struct RegistryConfig {
     pub max_page: usize,
     /// Caps on one page of the referrers list (descriptors, bytes).
     pub referrers: super::referrers::ReferrersLimits,
+    /// Redirect mode: a blob GET answers 307 to a URL of the object store
+    /// ([`crate::store::Blobstore::presigned_get`], S3 only) instead of
+    /// streaming the blob through airlock. Off by default: inside an air gap
+    /// clients often cannot reach the object store.
+    pub blob_redirect: bool,
 }
 
 /// Default [`RegistryConfig::max_page`]: 1,000 entries.
@@ -50,6 +55,7 @@ impl Default for RegistryConfig {
             max_page: DEFAULT_MAX_PAGE,
             referrers: super::referrers::ReferrersLimits::default(),
             uploads: super::uploads::UploadLimits::default(),
+            blob_redirect: false,
         }
     }
 }

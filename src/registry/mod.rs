@@ -176,7 +176,7 @@ async fn dispatch(
                 .into_response()
         }
         (Route::Blob { name, digest }, Method::GET | Method::HEAD) => {
-            pull::blob(state, &name, &digest, headers, head).await?
+            pull::blob(state, &name, &digest, headers, head, cfg.blob_redirect).await?
         }
         (Route::Blob { name, digest }, Method::DELETE) if del => {
             delete::blob(state, &name, &digest).await?.into_response()

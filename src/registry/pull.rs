@@ -100,6 +100,9 @@ pub async fn manifest(
     })
 }
 
+/// How long a redirect's presigned URL is valid: 15 minutes.
+pub const REDIRECT_TTL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
 /// GET/HEAD `/v2/<name>/blobs/<digest>` (end-2), with single byte ranges for
 /// GET (see [`RangeOutcome::evaluate`]; HEAD ignores `Range`, RFC 9110 §14.2).
 ///
@@ -114,12 +117,17 @@ pub async fn manifest(
 /// (not linked in this repository, even if the store holds it; or linked
 /// but missing from the store, which is logged), internal errors for store
 /// failures.
+///
+/// `redirect` (redirect mode): a GET answers 307 `Temporary Redirect` to
+/// the store's presigned URL of the blob when the store has one
+/// ([`store::Blobstore::presigned_get`], valid for [`REDIRECT_TTL`]).
 pub async fn blob(
     state: &StateStore,
     name: &RepositoryName,
     digest: &Digest,
     headers: &HeaderMap,
     head: bool,
+    redirect: bool,
 ) -> Result<Response> {
     let unknown = || RegistryError::new(ErrorCode::BlobUnknown, json!({ "digest": digest }));
     let store = state.blobstore();
@@ -164,6 +172,19 @@ pub async fn blob(
     let Some(size) = size else {
         return Err(missing());
     };
+    if redirect
+        && !head
+        && let Some(url) = store.presigned_get(&key, REDIRECT_TTL).await?
+    {
+        let mut res = axum::http::StatusCode::TEMPORARY_REDIRECT.into_response();
+        if let Ok(v) = axum::http::HeaderValue::from_str(&url) {
+            res.headers_mut().insert(axum::http::header::LOCATION, v);
+        }
+        if let Ok(v) = axum::http::HeaderValue::from_str(&digest.to_string()) {
+            res.headers_mut().insert("docker-content-digest", v);
+        }
+        return Ok(res);
+    }
     Ok(blob_response(&**store, digest, size, headers, head, |s| s).await?)
 }
 

@@ -12,10 +12,18 @@
 //!   chunk's first byte as 20 decimal digits, so keys sort in upload order.
 //!
 //! The current size of a session is the offset of its last chunk plus that
-//! chunk's size. Operations on one session are serialized within this
-//! process; across replicas, concurrent writes to one session can lose a
-//! chunk but never corrupt a blob, because the final PUT stores nothing
-//! unless the whole content matches the client's digest.
+//! chunk's size. Everything about a session is in the store, so a session
+//! opened through one replica can be continued and finished through any
+//! other (load balancers do not pin clients). Operations on one session are
+//! serialized within this process by a lock, and across processes by the
+//! store: a chunk is published with [`ObjectWriter::commit_new`] (create
+//! only if absent: `link(2)`, S3 `If-None-Match: *`), so of two PATCHes
+//! racing for one offset exactly one lands and the other is answered as
+//! out of order (416 with the current size). The final PUT stores nothing
+//! unless the whole content matches the client's digest. A finished blob
+//! needs no root swap: it is linked into its repository
+//! (`registry::links`) and becomes reachable when a manifest naming it is
+//! committed.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,6 +40,9 @@ use crate::store::{self, Blobstore, ObjectWriter, StoreError, blob_key};
 
 /// Bytes buffered before each write to the store.
 const WRITE_BUFFER: usize = 1 << 20;
+/// Sessions counted this long ago and absent from the store are counted
+/// down by the sweep.
+const SWEEP_MIN_AGE: Duration = Duration::from_secs(60);
 /// Prefix of every upload object.
 pub const UPLOADS_PREFIX: &str = "uploads/";
 
@@ -199,6 +210,11 @@ struct OpenSessions {
     total: usize,
     per_repository: HashMap<RepositoryName, usize>,
     per_client: HashMap<IpAddr, usize>,
+    /// The sessions counted, with their repository and client: a session
+    /// opened through another replica and finished through this one is not
+    /// counted down here, and one opened here and finished elsewhere is
+    /// counted down by the next sweep.
+    ids: HashMap<String, (RepositoryName, Option<IpAddr>, std::time::Instant)>,
 }
 
 /// Adds one to `map[key]`.
@@ -361,7 +377,7 @@ impl Uploads {
     }
 
     /// Counts a new session in `repo` opened by `client`; `TooMany` at a cap.
-    fn admit(&self, repo: &RepositoryName, client: Option<IpAddr>) -> Result<()> {
+    fn admit(&self, id: &UploadId, repo: &RepositoryName, client: Option<IpAddr>) -> Result<()> {
         let Ok(mut open) = self.open_sessions.lock() else {
             return Ok(());
         };
@@ -380,6 +396,8 @@ impl Uploads {
             return too_many("client", cap);
         }
         open.total += 1;
+        let now = std::time::Instant::now();
+        open.ids.insert(id.0.clone(), (repo.clone(), client, now));
         count_up(&mut open.per_repository, repo.clone());
         if let Some(ip) = client {
             count_up(&mut open.per_client, ip);
@@ -387,11 +405,13 @@ impl Uploads {
         Ok(())
     }
 
-    /// Forgets a session of `repo` opened by `client` that ended.
-    fn release(&self, repo: &RepositoryName, client: Option<IpAddr>) {
-        if let Ok(mut open) = self.open_sessions.lock() {
+    /// Forgets a session that ended, if this process counted it.
+    fn release(&self, id: &UploadId) {
+        if let Ok(mut open) = self.open_sessions.lock()
+            && let Some((repo, client, _)) = open.ids.remove(&id.0)
+        {
             open.total = open.total.saturating_sub(1);
-            count_down(&mut open.per_repository, repo);
+            count_down(&mut open.per_repository, &repo);
             if let Some(ip) = client {
                 count_down(&mut open.per_client, &ip);
             }
@@ -489,20 +509,21 @@ impl Uploads {
     /// `client`: the IP address of the client, counted against the
     /// per-client cap when known.
     pub async fn create(&self, repo: &RepositoryName, client: Option<IpAddr>) -> Result<UploadId> {
-        self.admit(repo, client)?;
-        let created = self.create_admitted(repo, client).await;
+        let id = UploadId::new();
+        self.admit(&id, repo, client)?;
+        let created = self.create_admitted(id.clone(), repo, client).await;
         if created.is_err() {
-            self.release(repo, client);
+            self.release(&id);
         }
         created
     }
 
     async fn create_admitted(
         &self,
+        id: UploadId,
         repo: &RepositoryName,
         client: Option<IpAddr>,
     ) -> Result<UploadId> {
-        let id = UploadId::new();
         let info = SessionInfo {
             repository: repo.clone(),
             started: crate::state::now_rfc3339(),
@@ -566,7 +587,13 @@ impl Uploads {
             sink.cancel().await;
             return Err(e);
         }
-        sink.writer.commit().await?;
+        if !sink.writer.commit_new().await? {
+            // Another replica (or process) wrote this offset first.
+            return Err(UploadError::OutOfOrder {
+                start: offset,
+                offset: self.size(id).await?,
+            });
+        }
         Ok(offset + count)
     }
 
@@ -592,7 +619,7 @@ impl Uploads {
         let expires = Some(self.expires_at(&info));
         let result = self.assemble(&parts, digest, expected, body, expires).await;
         self.remove(id).await?;
-        self.release(repo, info.client);
+        self.release(id);
         result
     }
 
@@ -666,9 +693,9 @@ impl Uploads {
     /// Cancels a session (DELETE): removes all its objects.
     pub async fn cancel(&self, id: &UploadId, repo: &RepositoryName) -> Result<()> {
         let _g = self.lock(id).await;
-        let info = self.open(id, repo).await?;
+        self.open(id, repo).await?;
         self.remove(id).await?;
-        self.release(repo, info.client);
+        self.release(id);
         Ok(())
     }
 
@@ -694,6 +721,20 @@ impl Uploads {
             .map(str::to_owned)
             .collect();
         ids.dedup();
+        // Sessions counted here but finished through another replica (not
+        // ones just opened, whose objects the listing may predate).
+        let gone: Vec<String> = match self.open_sessions.lock() {
+            Ok(open) => open
+                .ids
+                .iter()
+                .filter(|(id, (_, _, at))| at.elapsed() > SWEEP_MIN_AGE && !ids.contains(id))
+                .map(|(id, _)| id.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for id in gone {
+            self.release(&UploadId(id));
+        }
         let now = now_unix();
         let mut removed = 0;
         for raw in ids {
@@ -703,15 +744,13 @@ impl Uploads {
             let Some(_g) = self.try_lock(&id) else {
                 continue;
             };
-            let (stale, info) = match self.info(&id).await? {
-                Some(info) => (self.expired(&info, now), Some(info)),
-                None => (true, None),
+            let stale = match self.info(&id).await? {
+                Some(info) => self.expired(&info, now),
+                None => true,
             };
             if stale {
                 self.remove(&id).await?;
-                if let Some(info) = info {
-                    self.release(&info.repository, info.client);
-                }
+                self.release(&id);
                 removed += 1;
             }
         }

@@ -769,6 +769,39 @@ impl ObjectWriter for FsWriter {
         Ok(())
     }
 
+    /// `link(2)` instead of `rename(2)`: fails with `EEXIST` when the key
+    /// exists, so of two writers exactly one publishes. Used for upload
+    /// chunks (scratch: their directories are synced here).
+    async fn commit_new(mut self: Box<Self>) -> Result<bool> {
+        let file = self.take_file()?;
+        let tmp = std::mem::take(&mut self.tmp);
+        let final_path = self.final_path.clone();
+        let scratch = self.store.is_scratch(&final_path);
+        let (created, parent) = blocking(move || {
+            file.sync_all()?;
+            drop(file);
+            let parent = final_path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            std::fs::create_dir_all(&parent)?;
+            let linked = std::fs::hard_link(&tmp, &final_path);
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok((false, parent)),
+                Err(e) => return Err(e),
+            }
+            fsync_dir(&parent)?;
+            Ok((true, parent))
+        })
+        .await?;
+        if created && !scratch {
+            self.store.mark_dirty(parent);
+        }
+        Ok(created)
+    }
+
     async fn cancel(mut self: Box<Self>) -> Result<()> {
         self.file = None;
         let tmp = std::mem::take(&mut self.tmp);

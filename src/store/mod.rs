@@ -17,6 +17,8 @@
 
 pub mod fs;
 pub mod hot;
+mod open;
+pub mod s3;
 pub mod space;
 pub mod verify;
 
@@ -26,6 +28,8 @@ use bytes::Bytes;
 use tokio::io::AsyncRead;
 
 use crate::digest::{Digest, HashingReader, Mismatch};
+
+pub use open::{OpenedStore, StoreUrl, open};
 
 /// A boxed, sendable byte stream returned by [`Blobstore::read`].
 pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
@@ -104,9 +108,22 @@ pub trait ObjectWriter: Send {
     async fn commit(self: Box<Self>) -> Result<()>;
     /// Discards everything written.
     async fn cancel(self: Box<Self>) -> Result<()>;
+    /// As [`ObjectWriter::commit`], but only if no object is at the key
+    /// yet, atomically (filesystem: `link(2)`; S3: `If-None-Match: *`):
+    /// `Ok(false)`, discarding what was written and changing nothing, when
+    /// one is. Of two writers racing for one key, exactly one gets `true`
+    /// (upload chunks across replicas, `registry::uploads`). The default
+    /// refuses: a backend that cannot do it atomically must not pretend to.
+    async fn commit_new(self: Box<Self>) -> Result<bool> {
+        self.cancel().await?;
+        Err(StoreError::Io(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this blobstore cannot create objects conditionally",
+        )))
+    }
 }
 
-/// The storage interface (filesystem default; S3-compatible later).
+/// The storage interface (filesystem default, [`fs`]; S3-compatible, [`s3`]).
 ///
 /// Keys are `/`-separated relative paths of `[a-z0-9._-]` segments (no `..`);
 /// any other key is refused with [`StoreError::InvalidKey`].
@@ -153,18 +170,7 @@ pub trait Blobstore: Send + Sync + 'static {
     /// then deletes `from`; a backend may move in place (filesystem: rename).
     /// Errors: `NotFound` when `from` is absent.
     async fn rename(&self, from: &str, to: &str) -> Result<()> {
-        use tokio::io::AsyncReadExt;
-        let mut r = self.read(from, None).await?;
-        let mut w = self.writer(to).await?;
-        let mut buf = vec![0; STREAM_CHUNK];
-        loop {
-            let n = r.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            w.write(Bytes::copy_from_slice(&buf[..n])).await?;
-        }
-        w.commit().await?;
+        copy_through(self, from, to).await?;
         self.delete(from).await
     }
     /// Keys below `prefix` (a directory-like prefix ending in `/`), sorted.
@@ -213,6 +219,36 @@ pub trait Blobstore: Send + Sync + 'static {
         let _ = seen;
         None
     }
+    /// A URL that serves the object to any client for `expires` without
+    /// going through airlock (S3: a presigned `GET`), for the registry's
+    /// redirect mode; `None` (the default, and the filesystem) when the
+    /// backend has no such URL.
+    async fn presigned_get(
+        &self,
+        key: &str,
+        expires: std::time::Duration,
+    ) -> Result<Option<String>> {
+        let _ = (key, expires);
+        Ok(None)
+    }
+}
+
+/// Copies the object at `from` to `to` through [`Blobstore::read`] and
+/// [`Blobstore::writer`] (the default of [`Blobstore::rename`]).
+/// Errors: `NotFound` when `from` is absent.
+pub async fn copy_through<S: Blobstore + ?Sized>(store: &S, from: &str, to: &str) -> Result<()> {
+    use tokio::io::AsyncReadExt;
+    let mut r = store.read(from, None).await?;
+    let mut w = store.writer(to).await?;
+    let mut buf = vec![0; STREAM_CHUNK];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        w.write(Bytes::copy_from_slice(&buf[..n])).await?;
+    }
+    w.commit().await
 }
 
 /// The key of a content-addressed blob: `blobs/<alg>/<first 2 hex>/<hex>`.

@@ -2,6 +2,7 @@
 //! running the `airlock` binary, required external tools.
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod listener;
 pub mod router;
 pub mod site;
@@ -16,16 +17,18 @@ use std::time::{Duration, Instant};
 
 /// Fails (never skips) when `tool` is missing, naming the Debian package.
 pub fn require_tool(tool: &str, package: &str) {
+    require_installed(tool, &format!("apt-get install {package}"));
+}
+
+/// Fails (never skips) when `tool` is missing, saying how to install it.
+pub fn require_installed(tool: &str, install: &str) {
     let found = Command::new("sh")
         .arg("-c")
         .arg(format!("command -v {tool}"))
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    assert!(
-        found,
-        "`{tool}` is required by this test: apt-get install {package}"
-    );
+    assert!(found, "`{tool}` is required by this test: {install}");
 }
 
 /// A directory that lives for the whole test binary.
@@ -268,12 +271,16 @@ pub fn serve(data: &Path, extra: &[&str]) -> Server {
         .args(extra)
         .spawn()
         .unwrap();
-    let server = Server {
+    wait_for_server(Server {
         child,
         addr,
         data: data.to_path_buf(),
         keep: None,
-    };
+    })
+}
+
+/// Waits until `server` answers 200 on `/v2/` (20 s at most).
+pub fn wait_for_server(server: Server) -> Server {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         if let Ok((status, _, _)) = http(&server.addr, "GET", "/v2/", &[]) {

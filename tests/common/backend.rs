@@ -1,0 +1,235 @@
+//! Blobstore backends for integration tests: the filesystem, and real
+//! S3-compatible servers started on loopback (moto's server, data in
+//! memory; s3s-fs, data on disk). A scenario takes a [`Backend`] and runs
+//! the `airlock` binary through it, so one scenario runs on every backend.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Server, free_port, wait_for_server};
+
+/// Which blobstore a scenario runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `--data DIR`.
+    Fs,
+    /// `--store s3://...` on `moto_server` (pip `moto[server]`).
+    Moto,
+    /// `--store s3://...` on `s3s-fs` (cargo `s3s-fs --features binary`).
+    S3sFs,
+}
+
+/// Credentials of the test servers, given to airlock through the standard
+/// AWS variables.
+pub const AWS_ENV: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", "airlocktest"),
+    ("AWS_SECRET_ACCESS_KEY", "airlocktestsecret"),
+    ("AWS_REGION", "us-east-1"),
+];
+
+/// The bucket every S3 backend serves.
+pub const BUCKET: &str = "airlock-test";
+
+/// A running S3-compatible server, killed on drop.
+pub struct S3Server {
+    kind: Kind,
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    port: u16,
+    /// s3s-fs's root directory (one subdirectory per bucket).
+    root: PathBuf,
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Fails (never skips) when `tool` is missing, naming how to install it.
+fn require(tool: &str, install: &str) {
+    super::require_installed(tool, &format!("{install} (scripts/install-test-deps.sh)"));
+}
+
+impl S3Server {
+    /// Starts `kind` (Moto or S3sFs) on a free loopback port, data under
+    /// `dir` (s3s-fs), and creates [`BUCKET`].
+    pub fn start(kind: Kind, dir: &Path) -> S3Server {
+        let root = dir.join("s3root");
+        std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+        let mut server = S3Server {
+            kind,
+            child: None,
+            endpoint: String::new(),
+            port: free_port(),
+            root,
+        };
+        server.endpoint = format!("http://127.0.0.1:{}", server.port);
+        server.restart();
+        if kind == Kind::Moto {
+            let o = Command::new("curl")
+                .args(["-sf", "-X", "PUT", &format!("{}/{BUCKET}", server.endpoint)])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "creating the bucket on moto failed");
+        }
+        server
+    }
+
+    /// Starts the server again on the same port (and, for s3s-fs, the
+    /// same data) after [`S3Server::stop`].
+    pub fn restart(&mut self) {
+        let port = self.port.to_string();
+        let mut cmd = match self.kind {
+            Kind::Moto => {
+                require("moto_server", "pip install 'moto[server]'");
+                let mut c = Command::new("moto_server");
+                c.args(["-H", "127.0.0.1", "-p", &port]);
+                c
+            }
+            Kind::S3sFs => {
+                require(
+                    "s3s-fs",
+                    "cargo install s3s-fs@0.14.1 --features binary --locked",
+                );
+                let mut c = Command::new("s3s-fs");
+                c.args(["--host", "127.0.0.1", "--port", &port])
+                    .args(["--access-key", AWS_ENV[0].1, "--secret-key", AWS_ENV[1].1])
+                    .arg(&self.root);
+                c
+            }
+            Kind::Fs => panic!("the filesystem backend has no server"),
+        };
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "{:?} did not start", self.kind);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the server (an outage).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A blobstore for one scenario: a directory, or a prefix in a bucket of
+/// a fresh server.
+pub struct Backend {
+    /// Which one.
+    pub kind: Kind,
+    /// A scratch directory living as long as the backend.
+    pub dir: tempfile::TempDir,
+    /// The S3 server, for S3 kinds.
+    pub s3: Option<S3Server>,
+}
+
+impl Backend {
+    /// A fresh, empty store of `kind`.
+    pub fn start(kind: Kind) -> Backend {
+        let dir = tempfile::tempdir().unwrap();
+        let s3 = (kind != Kind::Fs).then(|| S3Server::start(kind, dir.path()));
+        Backend { kind, dir, s3 }
+    }
+
+    /// The flags that name this store (`--data DIR` or `--store ...
+    /// --s3-endpoint ...`).
+    pub fn store_args(&self) -> Vec<String> {
+        match &self.s3 {
+            None => vec!["--data".into(), self.data_dir().display().to_string()],
+            Some(s) => vec![
+                "--store".into(),
+                format!("s3://{BUCKET}/site"),
+                "--s3-endpoint".into(),
+                s.endpoint.clone(),
+            ],
+        }
+    }
+
+    /// The filesystem store's directory (also the servers' scratch).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// `airlock SUBCOMMAND <store args> ARGS...` with the AWS variables.
+    pub fn command(&self, subcommand: &[&str], args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_airlock"));
+        c.args(subcommand).args(self.store_args()).args(args);
+        c.envs(AWS_ENV);
+        c
+    }
+
+    /// Runs `airlock SUBCOMMAND <store args> ARGS...`.
+    pub fn airlock(&self, subcommand: &[&str], args: &[&str]) -> Output {
+        self.command(subcommand, args).output().unwrap()
+    }
+
+    /// As [`Backend::airlock`], asserting success; returns stdout.
+    pub fn airlock_ok(&self, subcommand: &[&str], args: &[&str]) -> String {
+        let o = self.airlock(subcommand, args);
+        assert!(
+            o.status.success(),
+            "{:?}: airlock {subcommand:?} {args:?} failed: {}{}",
+            self.kind,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// `airlock import` of `bundle` trusting `keyring`; returns stdout.
+    pub fn import(&self, keyring: &Path, bundle: &Path) -> String {
+        self.airlock_ok(
+            &["import"],
+            &[
+                "--keyring",
+                keyring.to_str().unwrap(),
+                bundle.to_str().unwrap(),
+            ],
+        )
+    }
+
+    /// `airlock history --json`: (generation, digest), newest first.
+    pub fn history(&self) -> Vec<(u64, String)> {
+        let out = self.airlock_ok(&["history"], &["--json"]);
+        let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["generation"].as_u64().unwrap(),
+                    r["digest"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// `airlock serve` on this store (plus `extra`) on a free port.
+    pub fn serve(&self, extra: &[&str]) -> Server {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = self
+            .command(&["serve"], &["--listen", &addr])
+            .args(extra)
+            .spawn()
+            .unwrap();
+        wait_for_server(Server {
+            child,
+            addr,
+            data: self.data_dir(),
+            keep: None,
+        })
+    }
+}
