@@ -103,7 +103,13 @@ async fn list(data: &DataArg, config: Option<PathBuf>, json: bool) -> Result<()>
             purpose: None,
         }));
     }
-    if data.data.is_dir() {
+    // Token users live in the store; a data directory not made yet has none.
+    let target = data.store.target()?;
+    let exists = match &target.url {
+        airlock::store::StoreUrl::File(dir) => dir.is_dir(),
+        airlock::store::StoreUrl::S3 { .. } => true,
+    };
+    if exists {
         let table = tokens::list(&data.existing_state()?).await?;
         rows.extend(table.users.into_iter().map(|(name, u)| Row {
             name,
