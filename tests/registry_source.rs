@@ -252,15 +252,6 @@ impl Drop for Proc {
     }
 }
 
-fn run_ok(cmd: &mut Command) {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 /// A test CA and a server certificate for 127.0.0.1 and localhost
 /// ([`common::ca`]): (ca.crt, srv.crt, srv.key).
 fn make_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -656,7 +647,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", {port}), H).serve_forever()
 fn retries_503_and_resumes_a_cut_download_with_range() {
     require_tool("skopeo", "skopeo");
     let tmp = tempfile::tempdir().unwrap();
-    let (src, raw, want) = source_registry(tmp.path(), "latest", "src/busybox:1.0", false);
+    let (src, _, want) = source_registry(tmp.path(), "latest", "src/busybox:1.0", false);
     let (_proxy, addr, log) = proxy(tmp.path(), &src.addr, true);
     let config = tls_config(
         tmp.path(),
