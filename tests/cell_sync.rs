@@ -445,10 +445,8 @@ fn syncs_over_https_with_a_site_ca_and_with_a_client_certificate() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     make_ca(dir, "ca");
-    make_ca(dir, "rogue");
     issue(dir, "ca", "server", "localhost", SERVER_EXT);
     issue(dir, "ca", "cell1", "cell1", CLIENT_EXT);
-    issue(dir, "rogue", "evil", "cell1", CLIENT_EXT);
     let data = dir.join("data");
     import_bundle(&data, &test_key().1, bundle());
     stack(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
