@@ -13,12 +13,13 @@
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Labels of one HTTP request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -78,6 +79,24 @@ pub struct Metrics {
     pub generation: Gauge<u64, AtomicU64>,
 }
 
+/// A metric of any kind, so that one table can register every family.
+#[derive(Debug)]
+struct Boxed(Box<dyn Metric>);
+
+impl EncodeMetric for Boxed {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 fn latency_histogram() -> Histogram {
     // 0.5 ms .. ~65 s.
     Histogram::new(exponential_buckets(0.0005, 4.0, 9))
@@ -99,56 +118,62 @@ impl Metrics {
             generation: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "http_requests",
-            "HTTP requests by route class, method and status",
-            m.requests.clone(),
-        );
-        registry.register(
-            "http_response_bytes",
-            "Response body bytes sent, by route class",
-            m.bytes_served.clone(),
-        );
-        registry.register(
-            "http_request_duration_seconds",
-            "Time until the response head is ready, by route class",
-            m.latency.clone(),
-        );
-        registry.register(
-            "http_open_connections",
-            "Client connections open",
-            m.open_connections.clone(),
-        );
-        registry.register(
-            "imports",
-            "Bundle imports run in this process, by outcome",
-            m.imports.clone(),
-        );
-        registry.register(
-            "import_bytes",
-            "Blob bytes written by imports in this process",
-            m.import_bytes.clone(),
-        );
-        registry.register(
-            "gc_runs",
-            "Garbage collection runs, by outcome",
-            m.gc_runs.clone(),
-        );
-        registry.register(
-            "gc_freed_bytes",
-            "Bytes freed by garbage collection",
-            m.gc_freed_bytes.clone(),
-        );
-        registry.register(
-            "store_errors",
-            "Blobstore errors seen by requests, by kind (io, no_space, corrupt)",
-            m.store_errors.clone(),
-        );
-        registry.register(
-            "state_generation",
-            "The state generation last read",
-            m.generation.clone(),
-        );
+        // (name without the `airlock_` prefix, help, metric): the kind is the metric's type.
+        let families: [(&str, &str, Box<dyn Metric>); 10] = [
+            (
+                "http_requests",
+                "HTTP requests by route class, method and status",
+                Box::new(m.requests.clone()),
+            ),
+            (
+                "http_response_bytes",
+                "Response body bytes sent, by route class",
+                Box::new(m.bytes_served.clone()),
+            ),
+            (
+                "http_request_duration_seconds",
+                "Time until the response head is ready, by route class",
+                Box::new(m.latency.clone()),
+            ),
+            (
+                "http_open_connections",
+                "Client connections open",
+                Box::new(m.open_connections.clone()),
+            ),
+            (
+                "imports",
+                "Bundle imports run in this process, by outcome",
+                Box::new(m.imports.clone()),
+            ),
+            (
+                "import_bytes",
+                "Blob bytes written by imports in this process",
+                Box::new(m.import_bytes.clone()),
+            ),
+            (
+                "gc_runs",
+                "Garbage collection runs, by outcome",
+                Box::new(m.gc_runs.clone()),
+            ),
+            (
+                "gc_freed_bytes",
+                "Bytes freed by garbage collection",
+                Box::new(m.gc_freed_bytes.clone()),
+            ),
+            (
+                "store_errors",
+                "Blobstore errors seen by requests, by kind (io, no_space, corrupt)",
+                Box::new(m.store_errors.clone()),
+            ),
+            (
+                "state_generation",
+                "The state generation last read",
+                Box::new(m.generation.clone()),
+            ),
+        ];
+        for (name, help, metric) in families {
+            registry.register(name, help, Boxed(metric));
+        }
         Metrics { registry, ..m }
     }
 

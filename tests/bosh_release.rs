@@ -646,6 +646,12 @@ fn example_manifest_and_ops_file() {
         "{}/((airlock_stack))/rootfs.tar",
         default_dir.as_str().unwrap()
     );
+    // `airlock stack cell-properties` names the same directory by default.
+    let help = airlock_ok(&["stack", "cell-properties", "--help"]);
+    assert!(
+        help.contains(&format!("[default: {}]", default_dir.as_str().unwrap())),
+        "{help}"
+    );
     let value_at = |path: &str| {
         ops.iter()
             .find(|o| o["path"] == path)

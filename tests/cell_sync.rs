@@ -2,7 +2,9 @@
 //! promoted rootfs, follows a promotion, rolls back by swapping in the
 //! previous file, adds trusted certs after the sha256 check, refuses a
 //! rootfs whose sha256 does not match (a proxy corrupts one byte) and
-//! honours 429 `Retry-After` (a proxy refuses the first download).
+//! honours 429 `Retry-After` (a proxy refuses the first download); over
+//! airlock's own HTTPS with a test CA (`--ca-file`) and with a client
+//! certificate (mTLS, `--cert`/`--key`).
 //! Every sha256 is computed by coreutils' `sha256sum`, every tar read by
 //! GNU tar.
 
@@ -16,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use common::ca::{CLIENT_EXT, SERVER_EXT, issue, make_ca};
 use common::*;
 
 /// A bundle of `stacks/bb:latest` (busybox) and `stacks/bb:v2` (plus
@@ -410,4 +413,109 @@ fn adds_trusted_certs_after_the_check() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1));
     assert!(err.contains("no PEM certificate"), "{err}");
+}
+
+/// curl over HTTPS trusting `dir/ca.crt`, with the client certificate
+/// `dir/NAME.crt` when `client` names one: (status, body).
+fn curl_tls(dir: &Path, addr: &str, path: &str, client: Option<&str>) -> (u16, Vec<u8>) {
+    require_tool("curl", "curl");
+    let mut cmd = Command::new("curl");
+    cmd.current_dir(dir).args([
+        "-sS",
+        "--cacert",
+        "ca.crt",
+        "-o",
+        "body",
+        "-w",
+        "%{http_code}",
+    ]);
+    if let Some(c) = client {
+        cmd.args(["--cert", &format!("{c}.crt"), "--key", &format!("{c}.key")]);
+    }
+    let o = cmd.arg(format!("https://{addr}{path}")).output().unwrap();
+    let code = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    (code, std::fs::read(dir.join("body")).unwrap_or_default())
+}
+
+#[test]
+fn syncs_over_https_with_a_site_ca_and_with_a_client_certificate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    make_ca(dir, "ca");
+    issue(dir, "ca", "server", "localhost", SERVER_EXT);
+    issue(dir, "ca", "cell1", "cell1", CLIENT_EXT);
+    let data = dir.join("data");
+    import_bundle(&data, &test_key().1, bundle());
+    stack(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
+    let config = dir.join("airlock.toml");
+    std::fs::write(
+        &config,
+        r#"[tls]
+cert = "server.crt"
+key = "server.key"
+client_ca = "ca.crt"
+[[user]]
+name = "cell1"
+roles = ["cell"]
+"#,
+    )
+    .unwrap();
+    let server = serve_tls(&data, &["--config", config.to_str().unwrap()]);
+    let url = format!("https://{}", server.addr);
+    let ca = dir.join("ca.crt");
+    let ca = ca.to_str().unwrap();
+    let (crt, key) = (dir.join("cell1.crt"), dir.join("cell1.key"));
+    let client = [
+        "--cert",
+        crt.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let cells = dir.join("cells");
+    let fails = |extra: &[&str], why: &str| {
+        let o = sync(&url, &cells, extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {err}");
+        // One line per failed stack, naming the cause.
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("airlock: bb: ") && l.contains(why)),
+            "{extra:?}: {err}"
+        );
+        assert!(!cells.join("bb/rootfs.tar").exists());
+    };
+
+    // Trusted, but without a client certificate the cell is anonymous.
+    // (A certificate refused in the TLS handshake, without --ca-file or
+    // from another CA, is retried like a transient error today: left out
+    // until http_client's is_tls_failure sees it.)
+    fails(&["--ca-file", ca], "401");
+
+    // With both: installed, byte for byte what the API published (curl
+    // with the same client certificate reads the assignment).
+    let mut ok = vec!["--ca-file", ca];
+    ok.extend_from_slice(&client);
+    let out = sync_ok(&url, &cells, &ok);
+    assert!(out.contains("bb: installed"), "{out}");
+    let (status, body) = curl_tls(
+        dir,
+        &server.addr,
+        "/stacks/v1/bb?cell=diego-cell/0a",
+        Some("cell1"),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        sha256sum(&cells.join("bb/rootfs.tar")),
+        v["rootfs_digest"].as_str().unwrap()
+    );
+    assert_eq!(
+        curl_tls(dir, &server.addr, "/stacks/v1/bb?cell=x", None).0,
+        401
+    );
+    // Nothing changed: the second pass downloads nothing.
+    assert!(sync_ok(&url, &cells, &ok).contains("bb: up to date"));
 }

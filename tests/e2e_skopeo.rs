@@ -65,12 +65,7 @@ fn skopeo_copy_keeps_every_digest() {
         assert_eq!(sha256sum(&blob_file(&layout, d)), d);
     }
     // inspect --raw returns the stored bytes exactly.
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/stacks/busybox:1.0", s.server.addr),
-    ]);
+    let raw = raw_manifest(&s.server.addr, "stacks/busybox:1.0");
     assert_eq!(raw, std::fs::read(blob_file(&layout, &want)).unwrap());
 }
 
@@ -106,12 +101,7 @@ fn skopeo_copy_all_keeps_the_index() {
         .unwrap()["digest"]
         .as_str()
         .unwrap();
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/docker.io/library/multi@{arm}", s.server.addr),
-    ]);
+    let raw = raw_manifest(&s.server.addr, &format!("docker.io/library/multi@{arm}"));
     assert_eq!(raw, std::fs::read(blob_file(&layout, arm)).unwrap());
 }
 
@@ -169,12 +159,7 @@ fn a_new_import_is_served_without_restart() {
     let bundle = s.dir.join("later.tar");
     create_bundle(&config, &bundle, &[]);
     import_bundle(&s.data, &s.public, &bundle);
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/stacks/later:v2", s.server.addr),
-    ]);
+    let raw = raw_manifest(&s.server.addr, "stacks/later:v2");
     assert_eq!(
         raw,
         std::fs::read(blob_file(&layout, &layout_ref_digest(&layout, "latest"))).unwrap()

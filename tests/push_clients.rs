@@ -56,12 +56,7 @@ fn skopeo_pushes_and_pulls_one_image() {
     assert_eq!(sha256sum(&blob_file(&layout, &want)), want);
     push_fixture(&s, "latest", "pushed/busybox:latest", false);
     // The stored manifest is the layout's, byte for byte.
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/pushed/busybox:latest", s.addr),
-    ]);
+    let raw = raw_manifest(&s.addr, "pushed/busybox:latest");
     assert_eq!(raw, std::fs::read(blob_file(&layout, &want)).unwrap());
     // Pull it back; every digest unchanged.
     let out = tempfile::tempdir().unwrap();
@@ -119,24 +114,14 @@ fn skopeo_copy_all_pushes_the_two_platform_index() {
     let layout = fixture_layout();
     let want = layout_ref_digest(&layout, "multi");
     push_fixture(&s, "multi", "multi/busybox:v1", true);
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/multi/busybox:v1", s.addr),
-    ]);
+    let raw = raw_manifest(&s.addr, "multi/busybox:v1");
     assert_eq!(raw, std::fs::read(blob_file(&layout, &want)).unwrap());
     let index: serde_json::Value = serde_json::from_slice(&raw).unwrap();
     let children = index["manifests"].as_array().unwrap();
     assert_eq!(children.len(), 2);
     for c in children {
         let d = c["digest"].as_str().unwrap();
-        let child = skopeo(&[
-            "inspect",
-            "--raw",
-            "--tls-verify=false",
-            &format!("docker://{}/multi/busybox@{d}", s.addr),
-        ]);
+        let child = raw_manifest(&s.addr, &format!("multi/busybox@{d}"));
         assert_eq!(child, std::fs::read(blob_file(&layout, d)).unwrap());
     }
     let out = tempfile::tempdir().unwrap();
@@ -159,12 +144,7 @@ fn skopeo_cross_repository_copy_mounts_blobs() {
     let layout = fixture_layout();
     let want = layout_ref_digest(&layout, "latest");
     push_fixture(&s, "latest", "team-a/busybox:latest", false);
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/team-a/busybox:latest", s.addr),
-    ]);
+    let raw = raw_manifest(&s.addr, "team-a/busybox:latest");
     let manifest: serde_json::Value = serde_json::from_slice(&raw).unwrap();
     let layer = manifest["layers"][0]["digest"]
         .as_str()
@@ -192,12 +172,7 @@ fn skopeo_cross_repository_copy_mounts_blobs() {
     assert_eq!(st, 200);
     assert_eq!(header(&hd, "docker-content-digest"), Some(layer.as_str()));
     assert_eq!(body, std::fs::read(blob_file(&layout, &layer)).unwrap());
-    let raw_b = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/team-b/busybox:latest", s.addr),
-    ]);
+    let raw_b = raw_manifest(&s.addr, "team-b/busybox:latest");
     assert_eq!(raw_b, std::fs::read(blob_file(&layout, &want)).unwrap());
     // An explicit mount over HTTP: 201 with the blob's Location.
     let (st, hd, _) = http(
@@ -256,12 +231,7 @@ fn containerd_style_ns_pull_and_docker_mirror_default() {
     assert_eq!(st, 200);
     assert_eq!(header(&h, "docker-content-digest"), Some(want.as_str()));
     // skopeo through the same path with the ns parameter's result.
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/library/busybox:latest", s.addr),
-    ]);
+    let raw = raw_manifest(&s.addr, "library/busybox:latest");
     assert_eq!(raw, std::fs::read(blob_file(&layout, &want)).unwrap());
 }
 

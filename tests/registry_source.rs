@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+use common::ca::{SERVER_EXT, issue, make_ca};
 use common::*;
 
 /// skopeo pushes `oci:<fixture>:<r>` to `docker://<addr>/<dest>` over plain HTTP.
@@ -25,6 +26,18 @@ fn push_fixture(addr: &str, r: &str, dest: &str, all: bool) {
     }
     args.extend([src.as_str(), dst.as_str()]);
     skopeo(&args);
+}
+
+/// The source registry: `airlock serve --allow-push` under `dir` with the
+/// fixture's `r` pushed as `dest` by skopeo (`--all` when `all`):
+/// (server, the manifest bytes `skopeo inspect --raw` reads back, their
+/// sha256 by `sha256sum`).
+fn source_registry(dir: &Path, r: &str, dest: &str, all: bool) -> (Server, Vec<u8>, String) {
+    let src = serve(&dir.join("src-data"), &["--allow-push"]);
+    push_fixture(&src.addr, r, dest, all);
+    let raw = raw_manifest(&src.addr, dest);
+    let digest = sha256_bytes(dir, &raw);
+    (src, raw, digest)
 }
 
 /// sha256 of bytes via coreutils `sha256sum` (independent of airlock's hashing).
@@ -91,6 +104,26 @@ fn assert_layout_blobs_hash(layout: &Path) {
     );
 }
 
+/// Imports `bundle` into a fresh store under `dir`, serves it and pulls
+/// `mirror/busybox:1.0` back with skopeo: the pulled manifest is `want`
+/// and every blob hashes to its name. Returns the server.
+fn assert_pulls_back(dir: &Path, bundle: &Path, want: &str) -> Server {
+    let (_, public) = test_key();
+    let data = dir.join("dst");
+    import_bundle(&data, &public, bundle);
+    let dst = serve(&data, &[]);
+    let pulled = dir.join("pulled");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
+        &format!("oci:{}:x", pulled.display()),
+    ]);
+    assert_eq!(layout_ref_digest(&pulled, "x"), want);
+    assert_layout_blobs_hash(&pulled);
+    dst
+}
+
 #[test]
 fn plain_http_tag_and_digest_sources_round_trip() {
     require_tool("skopeo", "skopeo");
@@ -98,43 +131,30 @@ fn plain_http_tag_and_digest_sources_round_trip() {
     let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
     push_fixture(&src.addr, "latest", "src/busybox:1.0", false);
     push_fixture(&src.addr, "multi", "src/multi:v1", true);
-    let raw_single = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/src/busybox:1.0", src.addr),
-    ]);
+    let raw_single = raw_manifest(&src.addr, "src/busybox:1.0");
     let want_single = sha256_bytes(tmp.path(), &raw_single);
-    let raw_multi = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/src/multi:v1", src.addr),
-    ]);
+    let raw_multi = raw_manifest(&src.addr, "src/multi:v1");
     let want_multi = sha256_bytes(tmp.path(), &raw_multi);
 
-    let config = tmp.path().join("mirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[[registry]]
-host = "{a}"
-tls_verify = false
-
-[[image]]
-source = "docker://{a}/src/busybox:1.0"
-repository = "mirror/busybox"
-tags = ["1.0"]
-
-[[image]]
-source = "docker://{a}/src/multi@{want_multi}"
-repository = "mirror/multi"
-tags = ["v1"]
-"#,
-            a = src.addr
-        ),
-    )
-    .unwrap();
+    let a = &src.addr;
+    let config = mirror_config(
+        &tmp.path().join("mirror.toml"),
+        &[a],
+        &[
+            image_toml(
+                &format!("docker://{a}/src/busybox:1.0"),
+                "mirror/busybox",
+                &["1.0"],
+                "",
+            ),
+            image_toml(
+                &format!("docker://{a}/src/multi@{want_multi}"),
+                "mirror/multi",
+                &["v1"],
+                "",
+            ),
+        ],
+    );
     let cache = tmp.path().join("cache");
     let bundle = tmp.path().join("b.tar");
     let summary = create_json(&config, &bundle, &cache, &[]);
@@ -152,19 +172,9 @@ tags = ["v1"]
     let data = tmp.path().join("dst-data");
     import_bundle(&data, &public, &bundle);
     let dst = serve(&data, &[]);
-    let back = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
-    ]);
+    let back = raw_manifest(&dst.addr, "mirror/busybox:1.0");
     assert_eq!(back, raw_single, "manifest bytes changed on the way");
-    let back_multi = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/mirror/multi:v1", dst.addr),
-    ]);
+    let back_multi = raw_manifest(&dst.addr, "mirror/multi:v1");
     assert_eq!(sha256_bytes(tmp.path(), &back_multi), want_multi);
     let pulled = tmp.path().join("pulled");
     skopeo(&[
@@ -209,28 +219,27 @@ fn bad_sources_fail_cleanly_and_leave_no_output() {
         ("docker://host/UPPER:1".to_string(), "invalid"),
     ];
     for (source, want) in cases {
-        let config = tmp.path().join("bad.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[[registry]]\nhost = \"{}\"\ntls_verify = false\n\n[[image]]\nsource = \"{source}\"\nrepository = \"x/y\"\ntags = [\"1\"]\n",
-                src.addr
-            ),
-        )
-        .unwrap();
-        let out = tmp.path().join("bad.tar");
-        let o = create_env(
-            &config,
-            &out,
-            &["--cache", tmp.path().join("cache").to_str().unwrap()],
-            &[],
+        assert_create_fails(
+            tmp.path(),
+            &src.addr,
+            image_toml(&source, "x/y", &["1"], ""),
+            want,
         );
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "{source}: succeeded");
-        assert!(err.contains(want), "{source}: {err}");
-        assert!(!err.contains("panicked"), "{source}: {err}");
-        assert!(!out.exists(), "{source}: partial output left");
     }
+}
+
+/// `bundle create` of `image` (from the plain-HTTP registry `host`) fails
+/// naming `want`, without a panic and leaving no output.
+fn assert_create_fails(dir: &Path, host: &str, image: String, want: &str) {
+    let config = mirror_config(&dir.join("bad.toml"), &[host], std::slice::from_ref(&image));
+    let out = dir.join("bad.tar");
+    let cache = dir.join("cache");
+    let o = create_env(&config, &out, &["--cache", cache.to_str().unwrap()], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{image}: succeeded");
+    assert!(err.contains(want), "{image}: {err}");
+    assert!(!err.contains("panicked"), "{image}: {err}");
+    assert!(!out.exists(), "{image}: partial output left");
 }
 
 /// A child process killed on drop.
@@ -243,65 +252,13 @@ impl Drop for Proc {
     }
 }
 
-fn run_ok(cmd: &mut Command) {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// A test CA and a server certificate for 127.0.0.1 made by `openssl`: (ca.pem, cert, key).
+/// A test CA and a server certificate for 127.0.0.1 and localhost
+/// ([`common::ca`]): (ca.crt, srv.crt, srv.key).
 fn make_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    require_tool("openssl", "openssl");
+    make_ca(dir, "ca");
+    issue(dir, "ca", "srv", "127.0.0.1", SERVER_EXT);
     let p = |n: &str| dir.join(n);
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    run_ok(
-        Command::new("openssl")
-            .args(["req", "-x509"])
-            .args(ec)
-            .arg("-keyout")
-            .arg(p("ca.key"))
-            .arg("-out")
-            .arg(p("ca.pem"))
-            .args(["-days", "2", "-subj", "/CN=airlock test CA"]),
-    );
-    run_ok(
-        Command::new("openssl")
-            .arg("req")
-            .args(ec)
-            .arg("-keyout")
-            .arg(p("srv.key"))
-            .arg("-out")
-            .arg(p("srv.csr"))
-            .args(["-subj", "/CN=127.0.0.1"]),
-    );
-    std::fs::write(
-        p("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    run_ok(
-        Command::new("openssl")
-            .args(["x509", "-req", "-in"])
-            .arg(p("srv.csr"))
-            .arg("-CA")
-            .arg(p("ca.pem"))
-            .arg("-CAkey")
-            .arg(p("ca.key"))
-            .args(["-CAcreateserial", "-days", "2", "-out"])
-            .arg(p("srv.pem"))
-            .arg("-extfile")
-            .arg(p("ext.cnf")),
-    );
-    (p("ca.pem"), p("srv.pem"), p("srv.key"))
+    (p("ca.crt"), p("srv.crt"), p("srv.key"))
 }
 
 /// Waits until `GET /v2/` on plain HTTP `addr` answers.
@@ -453,12 +410,7 @@ fn tls_with_a_site_ca_and_basic_auth_from_registry_auth_file() {
     let (ca, cert, key) = make_certs(tmp.path());
     let (_reg, reg_addr) = docker_registry(tmp.path());
     push_fixture(&reg_addr, "latest", "src/busybox:1.0", false);
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{reg_addr}/src/busybox:1.0"),
-    ]);
+    let raw = raw_manifest(&reg_addr, "src/busybox:1.0");
     let want = sha256_bytes(tmp.path(), &raw);
     let o = Command::new("openssl")
         .args(["passwd", "-apr1", "s3cret pass"])
@@ -497,9 +449,9 @@ fn tls_with_a_site_ca_and_basic_auth_from_registry_auth_file() {
     let config = tls_config(
         tmp.path(),
         &addr,
-        &format!("[[registry]]\nhost = \"{addr}\"\nca_file = \"ca.pem\"\n"),
+        &format!("[[registry]]\nhost = \"{addr}\"\nca_file = \"ca.crt\"\n"),
     );
-    assert!(tmp.path().join("ca.pem") == ca);
+    assert!(tmp.path().join("ca.crt") == ca);
     let o = create_env(
         &config,
         &out,
@@ -536,26 +488,8 @@ fn tls_with_a_site_ca_and_basic_auth_from_registry_auth_file() {
     );
     assert!(!o.status.success(), "wrong password accepted");
 
-    let (_, public) = test_key();
-    let data = tmp.path().join("dst");
-    import_bundle(&data, &public, &out);
-    let dst = serve(&data, &[]);
-    let back = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
-    ]);
-    assert_eq!(back, raw);
-    let pulled = tmp.path().join("pulled");
-    skopeo(&[
-        "copy",
-        "--src-tls-verify=false",
-        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
-        &format!("oci:{}:x", pulled.display()),
-    ]);
-    assert_eq!(layout_ref_digest(&pulled, "x"), want);
-    assert_layout_blobs_hash(&pulled);
+    let dst = assert_pulls_back(tmp.path(), &out, &want);
+    assert_eq!(raw_manifest(&dst.addr, "mirror/busybox:1.0"), raw);
 }
 
 /// A token server (Python): answers `GET /token` with `{"token": TOKEN}` when
@@ -612,12 +546,7 @@ fn bearer_token_flow_with_docker_config_json() {
     let (_ca, cert, key) = make_certs(tmp.path());
     let (_reg, reg_addr) = docker_registry(tmp.path());
     push_fixture(&reg_addr, "latest", "src/busybox:1.0", false);
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{reg_addr}/src/busybox:1.0"),
-    ]);
+    let raw = raw_manifest(&reg_addr, "src/busybox:1.0");
     let want = sha256_bytes(tmp.path(), &raw);
     let token = format!("tok-{}", std::process::id());
     let (_tok, tok_addr, log) = token_server(tmp.path(), &token);
@@ -636,7 +565,7 @@ fn bearer_token_flow_with_docker_config_json() {
     let config = tls_config(
         tmp.path(),
         &addr,
-        &format!("[[registry]]\nhost = \"{addr}\"\nca_file = \"ca.pem\"\n"),
+        &format!("[[registry]]\nhost = \"{addr}\"\nca_file = \"ca.crt\"\n"),
     );
     let out = tmp.path().join("b.tar");
     let summary = create_json(&config, &out, &tmp.path().join("cache"), &[("HOME", &home)]);
@@ -647,19 +576,7 @@ fn bearer_token_flow_with_docker_config_json() {
         "{queries}"
     );
 
-    let (_, public) = test_key();
-    let data = tmp.path().join("dst");
-    import_bundle(&data, &public, &out);
-    let dst = serve(&data, &[]);
-    let pulled = tmp.path().join("pulled");
-    skopeo(&[
-        "copy",
-        "--src-tls-verify=false",
-        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
-        &format!("oci:{}:x", pulled.display()),
-    ]);
-    assert_eq!(layout_ref_digest(&pulled, "x"), want);
-    assert_layout_blobs_hash(&pulled);
+    assert_pulls_back(tmp.path(), &out, &want);
 }
 
 /// A proxy (Python) in front of `upstream` that logs `path attempt range`
@@ -730,15 +647,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", {port}), H).serve_forever()
 fn retries_503_and_resumes_a_cut_download_with_range() {
     require_tool("skopeo", "skopeo");
     let tmp = tempfile::tempdir().unwrap();
-    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
-    push_fixture(&src.addr, "latest", "src/busybox:1.0", false);
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/src/busybox:1.0", src.addr),
-    ]);
-    let want = sha256_bytes(tmp.path(), &raw);
+    let (src, _, want) = source_registry(tmp.path(), "latest", "src/busybox:1.0", false);
     let (_proxy, addr, log) = proxy(tmp.path(), &src.addr, true);
     let config = tls_config(
         tmp.path(),
@@ -770,19 +679,7 @@ fn retries_503_and_resumes_a_cut_download_with_range() {
         "{summary}"
     );
 
-    let (_, public) = test_key();
-    let data = tmp.path().join("dst");
-    import_bundle(&data, &public, &out);
-    let dst = serve(&data, &[]);
-    let pulled = tmp.path().join("pulled");
-    skopeo(&[
-        "copy",
-        "--src-tls-verify=false",
-        &format!("docker://{}/mirror/busybox:1.0", dst.addr),
-        &format!("oci:{}:x", pulled.display()),
-    ]);
-    assert_eq!(layout_ref_digest(&pulled, "x"), want);
-    assert_layout_blobs_hash(&pulled);
+    assert_pulls_back(tmp.path(), &out, &want);
 }
 
 /// Pushes an SBOM artifact whose `subject` is `subject` (size `size`) with
@@ -885,15 +782,7 @@ fn referrers_come_along_by_api_and_by_tag_schema() {
     );
     let tmp = tempfile::tempdir().unwrap();
     // Source A: airlock (referrers API); an SBOM pushed by oras.
-    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
-    push_fixture(&src.addr, "latest", "src/busybox:1.0", false);
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/src/busybox:1.0", src.addr),
-    ]);
-    let subject = sha256_bytes(tmp.path(), &raw);
+    let (src, raw, subject) = source_registry(tmp.path(), "latest", "src/busybox:1.0", false);
     let sbom = tmp.path().join("sbom.spdx.json");
     std::fs::write(&sbom, "{\"spdxVersion\":\"SPDX-2.3\"}\n").unwrap();
     let size = raw.len().to_string();
@@ -927,39 +816,31 @@ fn referrers_come_along_by_api_and_by_tag_schema() {
         "docker-registry grew a referrers API: the fallback is untested"
     );
 
-    let config = tmp.path().join("mirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[[registry]]
-host = "{a}"
-tls_verify = false
-
-[[registry]]
-host = "{b}"
-tls_verify = false
-
-[[image]]
-source = "docker://{a}/src/busybox:1.0"
-repository = "a/busybox"
-tags = ["1.0"]
-
-[[image]]
-source = "docker://{b}/src/busybox:1.0"
-repository = "b/busybox"
-tags = ["1.0"]
-
-[[image]]
-source = "docker://{b}/src/busybox:1.0"
-repository = "c/busybox"
-tags = ["1.0"]
-referrers = false
-"#,
-            a = src.addr,
-            b = reg_addr
-        ),
-    )
-    .unwrap();
+    let (a, b) = (&src.addr, &reg_addr);
+    let config = mirror_config(
+        &tmp.path().join("mirror.toml"),
+        &[a, b],
+        &[
+            image_toml(
+                &format!("docker://{a}/src/busybox:1.0"),
+                "a/busybox",
+                &["1.0"],
+                "",
+            ),
+            image_toml(
+                &format!("docker://{b}/src/busybox:1.0"),
+                "b/busybox",
+                &["1.0"],
+                "",
+            ),
+            image_toml(
+                &format!("docker://{b}/src/busybox:1.0"),
+                "c/busybox",
+                &["1.0"],
+                "referrers = false",
+            ),
+        ],
+    );
     let out = tmp.path().join("b.tar");
     create_json(&config, &out, &tmp.path().join("cache"), &[]);
     let (_, public) = test_key();
@@ -997,37 +878,23 @@ fn tags_and_tag_pattern_select_source_tags() {
     }
     push_fixture(&src.addr, "multi", "src/busybox:1.9", true);
     let digest_of = |t: &str| {
-        let raw = skopeo(&[
-            "inspect",
-            "--raw",
-            "--tls-verify=false",
-            &format!("docker://{}/src/busybox:{t}", src.addr),
-        ]);
+        let raw = raw_manifest(&src.addr, &format!("src/busybox:{t}"));
         sha256_bytes(tmp.path(), &raw)
     };
-    let config = tmp.path().join("mirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[[registry]]
-host = "{a}"
-tls_verify = false
-
-[[image]]
-source = "docker://{a}/src/busybox"
-repository = "picked/busybox"
-tags = ["latest", "1.0"]
-
-[[image]]
-source = "docker://{a}/src/busybox"
-repository = "newest/busybox"
-tag_pattern = '^1\.[0-9]+$'
-max_tags = 2
-"#,
-            a = src.addr
-        ),
-    )
-    .unwrap();
+    let source = format!("docker://{}/src/busybox", src.addr);
+    let config = mirror_config(
+        &tmp.path().join("mirror.toml"),
+        &[&src.addr],
+        &[
+            image_toml(&source, "picked/busybox", &["latest", "1.0"], ""),
+            image_toml(
+                &source,
+                "newest/busybox",
+                &[],
+                "tag_pattern = '^1\\.[0-9]+$'\nmax_tags = 2",
+            ),
+        ],
+    );
     let out = tmp.path().join("b.tar");
     let summary = create_json(&config, &out, &tmp.path().join("cache"), &[]);
     let got: Vec<(String, String, String)> = summary["images"]
@@ -1071,25 +938,12 @@ max_tags = 2
             "max_tags needs tag_pattern",
         ),
     ] {
-        let bad = tmp.path().join("bad.toml");
-        std::fs::write(
-            &bad,
-            format!(
-                "[[registry]]\nhost = \"{a}\"\ntls_verify = false\n\n[[image]]\nsource = \"docker://{a}/src/busybox\"\nrepository = \"x/y\"\n{extra}\n",
-                a = src.addr
-            ),
-        )
-        .unwrap();
-        let out = tmp.path().join("bad.tar");
-        let o = create_env(
-            &bad,
-            &out,
-            &["--cache", tmp.path().join("cache").to_str().unwrap()],
-            &[],
+        assert_create_fails(
+            tmp.path(),
+            &src.addr,
+            image_toml(&source, "x/y", &[], extra),
+            want,
         );
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && err.contains(want), "{extra}: {err}");
-        assert!(!out.exists());
     }
 }
 
@@ -1100,20 +954,17 @@ fn delta_with_have_downloads_only_new_blobs() {
     let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
     push_fixture(&src.addr, "latest", "src/busybox:1.0", false);
     let (_proxy, addr, log) = proxy(tmp.path(), &src.addr, false);
-    let write = |tags: &str| {
-        let config = tmp.path().join("mirror.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[[registry]]\nhost = \"{addr}\"\ntls_verify = false\n\n[[image]]\nsource = \"docker://{addr}/src/busybox\"\nrepository = \"mirror/busybox\"\ntags = [{tags}]\n"
-            ),
+    let write = |tags: &[&str]| {
+        let source = format!("docker://{addr}/src/busybox");
+        mirror_config(
+            &tmp.path().join("mirror.toml"),
+            &[&addr],
+            &[image_toml(&source, "mirror/busybox", tags, "")],
         )
-        .unwrap();
-        config
     };
     // Night 1: a full bundle, imported on the other side.
     let first = tmp.path().join("full.tar");
-    create_json(&write("\"1.0\""), &first, &tmp.path().join("cache1"), &[]);
+    create_json(&write(&["1.0"]), &first, &tmp.path().join("cache1"), &[]);
     let (_, public) = test_key();
     let data = tmp.path().join("dst");
     import_bundle(&data, &public, &first);
@@ -1130,7 +981,7 @@ fn delta_with_have_downloads_only_new_blobs() {
     std::fs::remove_file(&log).unwrap();
     let delta = tmp.path().join("delta.tar");
     let summary = create_json_have(
-        &write("\"1.0\", \"1.1\""),
+        &write(&["1.0", "1.1"]),
         &delta,
         &tmp.path().join("cache2"),
         &inv,
@@ -1178,18 +1029,8 @@ fn delta_with_have_downloads_only_new_blobs() {
     // The delta imports on top, and the new tag pulls with its own digest.
     import_bundle(&data, &public, &delta);
     let dst = serve(&data, &[]);
-    let raw_src = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/src/busybox:1.1", src.addr),
-    ]);
-    let raw_dst = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/mirror/busybox:1.1", dst.addr),
-    ]);
+    let raw_src = raw_manifest(&src.addr, "src/busybox:1.1");
+    let raw_dst = raw_manifest(&dst.addr, "mirror/busybox:1.1");
     assert_eq!(raw_src, raw_dst);
 }
 
@@ -1219,15 +1060,7 @@ fn create_json_have(config: &Path, out: &Path, cache: &Path, have: &Path) -> ser
 fn platforms_carry_some_children_and_keep_the_index_bytes() {
     require_tool("skopeo", "skopeo");
     let tmp = tempfile::tempdir().unwrap();
-    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
-    push_fixture(&src.addr, "multi", "src/multi:v1", true);
-    let raw = skopeo(&[
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{}/src/multi:v1", src.addr),
-    ]);
-    let index_digest = sha256_bytes(tmp.path(), &raw);
+    let (src, raw, index_digest) = source_registry(tmp.path(), "multi", "src/multi:v1", true);
     let index: serde_json::Value = serde_json::from_slice(&raw).unwrap();
     let child = |arch: &str| {
         index["manifests"]
@@ -1239,15 +1072,16 @@ fn platforms_carry_some_children_and_keep_the_index_bytes() {
             .unwrap()
     };
     let (amd64, arm64) = (child("amd64"), child("arm64"));
-    let config = tmp.path().join("mirror.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[registry]]\nhost = \"{a}\"\ntls_verify = false\n\n[[image]]\nsource = \"docker://{a}/src/multi:v1\"\nrepository = \"mirror/multi\"\ntags = [\"v1\"]\nplatforms = [\"linux/arm64\"]\n",
-            a = src.addr
-        ),
-    )
-    .unwrap();
+    let config = mirror_config(
+        &tmp.path().join("mirror.toml"),
+        &[&src.addr],
+        &[image_toml(
+            &format!("docker://{}/src/multi:v1", src.addr),
+            "mirror/multi",
+            &["v1"],
+            "platforms = [\"linux/arm64\"]",
+        )],
+    );
     let out = tmp.path().join("b.tar");
     let summary = create_json(&config, &out, &tmp.path().join("cache"), &[]);
     assert_eq!(summary["images"][0]["digest"], index_digest.as_str());

@@ -314,11 +314,15 @@ async fn states_warn_and_cells_keep_being_served() {
     );
     let props = airlock_ok(&["stack", "cell-properties", "--data", d]);
     assert!(
-        props.contains("persistent_image_list:\n      - \"/var/vcap/packages/bb/rootfs.tar\""),
+        props.contains(
+            "persistent_image_list:\n      - \"/var/vcap/data/airlock-rootfs/bb/rootfs.tar\""
+        ),
         "{props}"
     );
     assert!(
-        props.contains("preloaded_rootfses:\n        - \"bb:/var/vcap/packages/bb/rootfs.tar\""),
+        props.contains(
+            "preloaded_rootfses:\n        - \"bb:/var/vcap/data/airlock-rootfs/bb/rootfs.tar\""
+        ),
         "{props}"
     );
     let ops = airlock_ok(&[

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
 
 use airlock::bundle::sign::SigningKey;
@@ -222,8 +222,54 @@ fn signed_json(asc: &str) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// `airlock torcx profile check` of `profile` on board `amd64-usr` at OS version `os`.
+fn profile_check(data: &str, os: &str, profile: &str) -> Output {
+    airlock(&[
+        "torcx",
+        "profile",
+        "check",
+        "--data",
+        data,
+        "--board",
+        "amd64-usr",
+        "--os-version",
+        os,
+        profile,
+    ])
+}
+
+/// `airlock torcx deprecate` of `hello:VERSION` of `REMOTE` from OS version `os` on, plus `extra`.
+fn deprecate_hello(data: &str, version: &str, os: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "torcx",
+        "deprecate",
+        "--data",
+        data,
+        "--remote",
+        REMOTE,
+        "--name",
+        "hello",
+        "--version",
+        version,
+        "--from-os-version",
+        os,
+    ];
+    args.extend_from_slice(extra);
+    airlock(&args)
+}
+
+/// Asserts `o` exited 0, showing its stderr otherwise.
+fn assert_ok(o: Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 fn base(board: &str, os: &str) -> String {
     format!("/torcx/{REMOTE}/{board}/{os}/")
+}
+
+/// GET `file` of the `amd64-usr` board at OS version `os` from the router.
+async fn get_amd64(r: &Router, os: &str, file: &str) -> common::router::Reply {
+    get(r, &format!("{}{file}", base("amd64-usr", os))).await
 }
 
 #[test]
@@ -480,14 +526,7 @@ fn hostile_archives_are_refused_at_import_and_nothing_changes() {
 async fn contents_are_signed_with_the_remote_key_and_verify_with_gpg() {
     let (dir, data, files) = fixture();
     let r = router(&data);
-    let res = get(
-        &r,
-        &format!(
-            "{}torcx_remote_contents.json.asc",
-            base("amd64-usr", "3033.2.0")
-        ),
-    )
-    .await;
+    let res = get_amd64(&r, "3033.2.0", "torcx_remote_contents.json.asc").await;
     assert_eq!(res.status, 200, "{}", String::from_utf8_lossy(&res.body));
     let text = String::from_utf8(res.body.clone()).unwrap();
     assert!(
@@ -546,24 +585,10 @@ async fn contents_are_signed_with_the_remote_key_and_verify_with_gpg() {
     assert!(!ok, "tampered contents verified: {err}");
     assert!(err.contains("BAD signature"), "{err}");
     // The same bytes until the next change (ETag stable), and 3033.2.1 differs.
-    let again = get(
-        &r,
-        &format!(
-            "{}torcx_remote_contents.json.asc",
-            base("amd64-usr", "3033.2.0")
-        ),
-    )
-    .await;
+    let again = get_amd64(&r, "3033.2.0", "torcx_remote_contents.json.asc").await;
     assert_eq!(again.body, res.body);
     assert_eq!(again.header("etag"), res.header("etag"));
-    let other = get(
-        &r,
-        &format!(
-            "{}torcx_remote_contents.json.asc",
-            base("amd64-usr", "3033.2.1")
-        ),
-    )
-    .await;
+    let other = get_amd64(&r, "3033.2.1", "torcx_remote_contents.json.asc").await;
     let doc = signed_json(&String::from_utf8(other.body).unwrap());
     assert_eq!(doc["value"]["images"][0]["defaultVersion"], "2.0");
     assert_eq!(
@@ -601,17 +626,9 @@ async fn archives_are_served_by_name_with_head_etag_and_ranges() {
         format!("bytes 10-19/{}", bytes.len())
     );
     // Percent-encoded ':' names the same file.
-    let enc = get(
-        &r,
-        &format!("{}hello%3A1.0.torcx.tgz", base("amd64-usr", "3033.2.1")),
-    )
-    .await;
+    let enc = get_amd64(&r, "3033.2.1", "hello%3A1.0.torcx.tgz").await;
     assert_eq!(enc.status, 200);
-    let sq = get(
-        &r,
-        &format!("{}kmod:1.torcx.squashfs", base("amd64-usr", "3033.2.0")),
-    )
-    .await;
+    let sq = get_amd64(&r, "3033.2.0", "kmod:1.torcx.squashfs").await;
     assert_eq!(sq.body, std::fs::read(&files["kmod:1"]).unwrap());
 }
 
@@ -735,59 +752,16 @@ fn deprecation_leaves_future_os_versions_and_profile_check_names_it() {
     )
     .unwrap();
     let p = profile.to_str().unwrap();
-    airlock_ok(&[
-        "torcx",
-        "profile",
-        "check",
-        "--data",
+    assert_ok(profile_check(d, "3033.2.1", p));
+    assert_ok(deprecate_hello(
         d,
-        "--board",
-        "amd64-usr",
-        "--os-version",
-        "3033.2.1",
-        p,
-    ]);
-    airlock_ok(&[
-        "torcx",
-        "deprecate",
-        "--data",
-        d,
-        "--remote",
-        REMOTE,
-        "--name",
-        "hello",
-        "--version",
         "1.0",
-        "--from-os-version",
         "3033.2.1",
-        "--reason",
-        "use 2.0",
-    ]);
+        &["--reason", "use 2.0"],
+    ));
     // Still fine on the older OS; refused, naming why, on the newer one.
-    airlock_ok(&[
-        "torcx",
-        "profile",
-        "check",
-        "--data",
-        d,
-        "--board",
-        "amd64-usr",
-        "--os-version",
-        "3033.2.0",
-        p,
-    ]);
-    let o = airlock(&[
-        "torcx",
-        "profile",
-        "check",
-        "--data",
-        d,
-        "--board",
-        "amd64-usr",
-        "--os-version",
-        "3033.2.1",
-        p,
-    ]);
+    assert_ok(profile_check(d, "3033.2.0", p));
+    let o = profile_check(d, "3033.2.1", p);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("FAIL hello:1.0"), "{out}");
@@ -799,20 +773,7 @@ fn deprecation_leaves_future_os_versions_and_profile_check_names_it() {
     assert!(list.contains("3033.2.1 (deprecated)"), "{list}");
     // Deprecating what does not exist fails and changes nothing.
     let root = common::root_of(&data);
-    let o = airlock(&[
-        "torcx",
-        "deprecate",
-        "--data",
-        d,
-        "--remote",
-        REMOTE,
-        "--name",
-        "hello",
-        "--version",
-        "9",
-        "--from-os-version",
-        "1",
-    ]);
+    let o = deprecate_hello(d, "9", "1", &[]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(common::root_of(&data), root);
 }
@@ -820,29 +781,14 @@ fn deprecation_leaves_future_os_versions_and_profile_check_names_it() {
 #[tokio::test]
 async fn deprecated_versions_leave_the_served_contents() {
     let (_dir, data, _) = fixture();
-    airlock_ok(&[
-        "torcx",
-        "deprecate",
-        "--data",
+    assert_ok(deprecate_hello(
         data.to_str().unwrap(),
-        "--remote",
-        REMOTE,
-        "--name",
-        "hello",
-        "--version",
         "1.0",
-        "--from-os-version",
         "3033.2.1",
-    ]);
+        &[],
+    ));
     let r = router(&data);
-    let res = get(
-        &r,
-        &format!(
-            "{}torcx_remote_contents.json.asc",
-            base("amd64-usr", "3033.2.1")
-        ),
-    )
-    .await;
+    let res = get_amd64(&r, "3033.2.1", "torcx_remote_contents.json.asc").await;
     let doc = signed_json(&String::from_utf8(res.body).unwrap());
     let versions: Vec<&str> = doc["value"]["images"][0]["versions"]
         .as_array()
@@ -851,17 +797,9 @@ async fn deprecated_versions_leave_the_served_contents() {
         .map(|v| v["version"].as_str().unwrap())
         .collect();
     assert_eq!(versions, ["2.0"]);
-    let gone = get(
-        &r,
-        &format!("{}hello:1.0.torcx.tgz", base("amd64-usr", "3033.2.1")),
-    )
-    .await;
+    let gone = get_amd64(&r, "3033.2.1", "hello:1.0.torcx.tgz").await;
     assert_eq!(gone.status, 404);
-    let kept = get(
-        &r,
-        &format!("{}hello:1.0.torcx.tgz", base("amd64-usr", "3033.2.0")),
-    )
-    .await;
+    let kept = get_amd64(&r, "3033.2.0", "hello:1.0.torcx.tgz").await;
     assert_eq!(kept.status, 200);
 }
 
@@ -1261,25 +1199,11 @@ async fn vendor_contents_are_served_byte_for_byte() {
     );
     bundle_and_import(dir.path(), &data, &toml, "vendor");
     let r = router(&data);
-    let res = get(
-        &r,
-        &format!(
-            "{}torcx_remote_contents.json.asc",
-            base("amd64-usr", "3033.2.0")
-        ),
-    )
-    .await;
+    let res = get_amd64(&r, "3033.2.0", "torcx_remote_contents.json.asc").await;
     assert_eq!(res.status, 200);
     assert_eq!(res.body, std::fs::read(&asc).unwrap(), "byte for byte");
     // Other targets keep the site-signed contents.
-    let site = get(
-        &r,
-        &format!(
-            "{}torcx_remote_contents.json.asc",
-            base("amd64-usr", "3033.2.1")
-        ),
-    )
-    .await;
+    let site = get_amd64(&r, "3033.2.1", "torcx_remote_contents.json.asc").await;
     assert!(String::from_utf8_lossy(&site.body).contains("hello"));
     // profile check reads the vendor's list for that target.
     let p = profile_file(

@@ -398,22 +398,12 @@ fn layout_index(images: &[ImageEntry]) -> Result<Vec<u8>> {
                 oci::REF_NAME.to_string(),
                 format!("{}:{}", img.repository, tag),
             )]);
-            manifests.push(Descriptor {
-                media_type: img.media_type.clone(),
-                digest: img.digest.clone(),
-                size: img.size,
-                annotations: Some(annotations),
-                artifact_type: None,
-                platform: None,
-            });
+            let mut d = Descriptor::new(img.media_type.clone(), img.digest.clone(), img.size);
+            d.annotations = Some(annotations);
+            manifests.push(d);
         }
     }
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": oci::OCI_INDEX,
-        "manifests": manifests,
-    });
-    Ok(serde_json::to_vec_pretty(&index)?)
+    Ok(oci::layout_index(&manifests))
 }
 
 fn tar_header(size: u64) -> tar::Header {
@@ -487,7 +477,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         }
     }
     let stacks = stack_entries(&cfg, &images)?;
-    let oci_layout = br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec();
+    let oci_layout = oci::layout_header();
     let index_json = layout_index(&images)?;
     let doc = BundleDoc {
         format: FORMAT_V1.into(),

@@ -104,8 +104,9 @@ pub enum StackCmd {
     CellProperties {
         #[command(flatten)]
         data: DataArg,
-        /// Where the cells keep `<stack>/rootfs.tar`.
-        #[arg(long, default_value = "/var/vcap/packages")]
+        /// Where the cells keep `<stack>/rootfs.tar`: by default where the
+        /// BOSH job `airlock-rootfs` installs them (its `install_dir`).
+        #[arg(long, default_value = "/var/vcap/data/airlock-rootfs")]
         rootfs_dir: String,
         /// Print a BOSH ops file instead of job property blocks.
         #[arg(long)]

@@ -163,21 +163,14 @@ pub async fn platforms(
         if !oci::is_manifest_type(&child.media_type) || oci::is_index_type(&child.media_type) {
             continue;
         }
-        let p = &child.platform;
-        let os = p
-            .as_ref()
-            .and_then(|p| p["os"].as_str())
-            .unwrap_or("unknown");
+        let parts = child.platform_parts();
+        let os = parts.as_ref().map_or("unknown", |(os, _, _)| os.as_str());
         if os == "unknown" {
             continue;
         }
         let mut img = platform_image(store, &child.digest).await?;
-        if let Some(p) = p {
-            img.platform = platform_string(
-                os,
-                p["architecture"].as_str().unwrap_or("unknown"),
-                p["variant"].as_str(),
-            );
+        if let Some((os, arch, variant)) = &parts {
+            img.platform = platform_string(os, arch, *variant);
         }
         out.push(img);
     }

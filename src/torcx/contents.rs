@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::format::{
-    ContentsImage, ContentsVersion, Envelope, PACKAGE_LIST_V0, Package, PackageList,
+    Addon, ContentsImage, ContentsVersion, Envelope, PACKAGE_LIST_V0, Package, PackageList,
     PackageLocation, PackageVersion, REMOTE_CONTENTS_V1, RemoteContents, archive_file_name,
 };
 use super::table::{Build, RemoteTable, Target};
@@ -33,27 +33,33 @@ fn grouped<'a>(
     by_name
 }
 
+/// The addons offered at `target`, sorted by name, each version entry made by `version`.
+fn addons<V>(
+    remote: &RemoteTable,
+    target: &Target,
+    version: impl Fn(&Build) -> V,
+) -> Vec<Addon<V>> {
+    grouped(remote, target)
+        .into_iter()
+        .map(|(name, (default, builds))| Addon {
+            name: name.to_string(),
+            default_version: default.map(str::to_string),
+            versions: builds.iter().map(|b| version(b)).collect(),
+        })
+        .collect()
+}
+
 /// The site contents for `target`; `None` when the remote offers nothing there.
 ///
 /// Every version carries `hash: "sha512-<hex>"` (never empty) and
 /// `location: "<name>:<version>.torcx.<fmt>"` relative to the base URL.
 pub fn site_contents(remote: &RemoteTable, target: &Target) -> Option<RemoteContents> {
-    let images: Vec<ContentsImage> = grouped(remote, target)
-        .into_iter()
-        .map(|(name, (default, builds))| ContentsImage {
-            name: name.to_string(),
-            default_version: default.map(str::to_string),
-            versions: builds
-                .iter()
-                .map(|b| ContentsVersion {
-                    version: b.version.clone(),
-                    format: b.format,
-                    hash: format!("sha512-{}", b.sha512),
-                    location: archive_file_name(&b.name, &b.version, b.format),
-                })
-                .collect(),
-        })
-        .collect();
+    let images: Vec<ContentsImage> = addons(remote, target, |b| ContentsVersion {
+        version: b.version.clone(),
+        format: b.format,
+        hash: format!("sha512-{}", b.sha512),
+        location: archive_file_name(&b.name, &b.version, b.format),
+    });
     (!images.is_empty()).then_some(RemoteContents { images })
 }
 
@@ -81,27 +87,17 @@ pub fn sign_contents(contents: &RemoteContents, key: &SigningKey) -> Result<Stri
 /// each location an absolute `url`, as tectonic-torcx expects. `None` when
 /// the remote offers nothing there.
 pub fn package_list(remote: &RemoteTable, target: &Target, base_url: &str) -> Option<Vec<u8>> {
-    let packages: Vec<Package> = grouped(remote, target)
-        .into_iter()
-        .map(|(name, (default, builds))| Package {
-            name: name.to_string(),
-            default_version: default.map(str::to_string),
-            versions: builds
-                .iter()
-                .map(|b| PackageVersion {
-                    version: b.version.clone(),
-                    hash: format!("sha512-{}", b.sha512),
-                    locations: vec![PackageLocation {
-                        url: Some(format!(
-                            "{base_url}{}",
-                            archive_file_name(&b.name, &b.version, b.format)
-                        )),
-                        path: None,
-                    }],
-                })
-                .collect(),
-        })
-        .collect();
+    let packages: Vec<Package> = addons(remote, target, |b| PackageVersion {
+        version: b.version.clone(),
+        hash: format!("sha512-{}", b.sha512),
+        locations: vec![PackageLocation {
+            url: Some(format!(
+                "{base_url}{}",
+                archive_file_name(&b.name, &b.version, b.format)
+            )),
+            path: None,
+        }],
+    });
     if packages.is_empty() {
         return None;
     }

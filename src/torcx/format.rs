@@ -136,12 +136,14 @@ pub struct RemoteContents {
     pub images: Vec<ContentsImage>,
 }
 
-/// One addon of a contents document.
+/// One addon of a contents document (`images[]`, §1.4) or of a package
+/// list (`packages[]`, §1.5): both have the same shape, only their version
+/// entries differ ([`ContentsVersion`], [`PackageVersion`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ContentsImage {
+pub struct Addon<V> {
     /// Addon name.
     pub name: String,
-    /// What the profile reference `com.coreos.cl` resolves to.
+    /// What the profile reference `com.coreos.cl` resolves to, if anything.
     #[serde(
         rename = "defaultVersion",
         default,
@@ -149,8 +151,11 @@ pub struct ContentsImage {
     )]
     pub default_version: Option<String>,
     /// The versions on offer.
-    pub versions: Vec<ContentsVersion>,
+    pub versions: Vec<V>,
 }
+
+/// One addon of a contents document.
+pub type ContentsImage = Addon<ContentsVersion>;
 
 /// One version of an addon in a contents document.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -173,20 +178,7 @@ pub struct PackageList {
 }
 
 /// One addon of a package list.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Package {
-    /// Addon name.
-    pub name: String,
-    /// The default version, if any.
-    #[serde(
-        rename = "defaultVersion",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub default_version: Option<String>,
-    /// The versions on offer.
-    pub versions: Vec<PackageVersion>,
-}
+pub type Package = Addon<PackageVersion>;
 
 /// One version of a package list entry.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod backend;
+pub mod ca;
 pub mod listener;
 pub mod router;
 pub mod site;
@@ -265,6 +266,17 @@ pub fn free_port() -> u16 {
 
 /// Starts `airlock serve --data DATA` plus `extra` on a free port and waits until `/v2/` answers 200.
 pub fn serve(data: &Path, extra: &[&str]) -> Server {
+    start_serve(data, extra, false)
+}
+
+/// Starts `airlock serve --data DATA` plus `extra` (which sets up TLS, e.g.
+/// `--config FILE` with a `[tls]` section) on a free port and waits until
+/// it accepts connections.
+pub fn serve_tls(data: &Path, extra: &[&str]) -> Server {
+    start_serve(data, extra, true)
+}
+
+fn start_serve(data: &Path, extra: &[&str], tls: bool) -> Server {
     let addr = format!("127.0.0.1:{}", free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .args(["serve", "--data", data.to_str().unwrap(), "--listen", &addr])
@@ -283,8 +295,15 @@ pub fn serve(data: &Path, extra: &[&str]) -> Server {
 pub fn wait_for_server(server: Server) -> Server {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if let Ok((status, _, _)) = http(&server.addr, "GET", "/v2/", &[]) {
-            assert_eq!(status, 200);
+        let ready = if tls {
+            TcpStream::connect(&server.addr).is_ok()
+        } else {
+            http(&server.addr, "GET", "/v2/", &[]).is_ok_and(|(status, _, _)| {
+                assert_eq!(status, 200);
+                true
+            })
+        };
+        if ready {
             return server;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -343,6 +362,47 @@ pub fn skopeo(args: &[&str]) -> Vec<u8> {
         String::from_utf8_lossy(&o.stderr)
     );
     o.stdout
+}
+
+/// The manifest bytes of `docker://ADDR/REFERENCE` as `skopeo inspect
+/// --raw` prints them (plain HTTP).
+pub fn raw_manifest(addr: &str, reference: &str) -> Vec<u8> {
+    skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{addr}/{reference}"),
+    ])
+}
+
+/// One `[[image]]` table of a mirror config: `source`, `repository`,
+/// `tags` (left out when empty), then `extra` TOML lines as given.
+pub fn image_toml(source: &str, repository: &str, tags: &[&str], extra: &str) -> String {
+    let mut t = format!("[[image]]\nsource = \"{source}\"\nrepository = \"{repository}\"\n");
+    if !tags.is_empty() {
+        let quoted: Vec<String> = tags.iter().map(|t| format!("\"{t}\"")).collect();
+        t.push_str(&format!("tags = [{}]\n", quoted.join(", ")));
+    }
+    if !extra.is_empty() {
+        t.push_str(extra);
+        t.push('\n');
+    }
+    t
+}
+
+/// Writes the mirror config `path`: a plain-HTTP `[[registry]]`
+/// (`tls_verify = false`) per host of `hosts`, then `images`
+/// ([`image_toml`]); returns `path`.
+pub fn mirror_config(path: &Path, hosts: &[&str], images: &[String]) -> PathBuf {
+    let mut text = String::new();
+    for h in hosts {
+        text.push_str(&format!(
+            "[[registry]]\nhost = \"{h}\"\ntls_verify = false\n\n"
+        ));
+    }
+    text.push_str(&images.join("\n"));
+    std::fs::write(path, text).unwrap();
+    path.to_path_buf()
 }
 
 /// The file of blob `digest` in an OCI layout.

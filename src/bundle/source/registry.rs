@@ -222,10 +222,7 @@ impl Remote {
             let index =
                 Manifest::parse(&bytes).with_context(|| format!("index {}", root.digest))?;
             for child in &index.manifests {
-                if platforms
-                    .iter()
-                    .any(|p| platform_matches(p, child.platform.as_ref()))
-                {
+                if platforms.iter().any(|p| platform_matches(p, child)) {
                     puller
                         .walk(child, &mut blobs, &mut downloads, &mut seen, skip)
                         .await?;
@@ -294,14 +291,15 @@ impl Remote {
 
 /// True when an index entry's `platform` is `want` (`OS/ARCH[/VARIANT]`; a
 /// variant in `want` must match, none matches any).
-fn platform_matches(want: &str, platform: Option<&serde_json::Value>) -> bool {
-    let Some(p) = platform else { return false };
-    let field = |k: &str| p.get(k).and_then(|v| v.as_str()).unwrap_or("");
+fn platform_matches(want: &str, desc: &Descriptor) -> bool {
+    let Some((os, arch, variant)) = desc.platform_parts() else {
+        return false;
+    };
     let mut parts = want.split('/');
-    let (os, arch, variant) = (parts.next(), parts.next(), parts.next());
-    os == Some(field("os"))
-        && arch == Some(field("architecture"))
-        && variant.is_none_or(|v| v == field("variant"))
+    let (w_os, w_arch, w_variant) = (parts.next(), parts.next(), parts.next());
+    w_os == Some(os.as_str())
+        && w_arch == Some(arch.as_str())
+        && w_variant.is_none_or(|v| v == variant.unwrap_or(""))
 }
 
 /// True when `d` was read as a manifest during the walk (so it can have referrers).
@@ -416,14 +414,7 @@ impl Puller<'_> {
                 })?
         };
         self.cache.put_small(&digest, &bytes)?;
-        Ok(Descriptor {
-            media_type,
-            size: bytes.len() as u64,
-            digest,
-            annotations: None,
-            artifact_type: None,
-            platform: None,
-        })
+        Ok(Descriptor::new(media_type, digest, bytes.len() as u64))
     }
 
     /// A child manifest's bytes: from the cache, else pulled by digest; verified either way.
