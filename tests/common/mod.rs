@@ -283,16 +283,25 @@ fn start_serve(data: &Path, extra: &[&str], tls: bool) -> Server {
         .args(extra)
         .spawn()
         .unwrap();
-    wait_for_server(Server {
-        child,
-        addr,
-        data: data.to_path_buf(),
-        keep: None,
-    })
+    wait_for_server_tls(
+        Server {
+            child,
+            addr,
+            data: data.to_path_buf(),
+            keep: None,
+        },
+        tls,
+    )
 }
 
 /// Waits until `server` answers 200 on `/v2/` (20 s at most).
 pub fn wait_for_server(server: Server) -> Server {
+    wait_for_server_tls(server, false)
+}
+
+/// Waits until `server` answers 200 on `/v2/`, or with `tls` until it
+/// accepts connections (20 s at most).
+fn wait_for_server_tls(server: Server, tls: bool) -> Server {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         let ready = if tls {

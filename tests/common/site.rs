@@ -2,7 +2,7 @@
 //! certificates made with `openssl`, users with `airlock user hash`
 //! passwords, `airlock serve --config` over HTTPS, curl and skopeo helpers.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
