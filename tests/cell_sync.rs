@@ -488,10 +488,31 @@ roles = ["cell"]
         assert!(!cells.join("bb/rootfs.tar").exists());
     };
 
+    // A certificate refused in the TLS handshake is final, not retried:
+    // the server's, without the site CA, and the cell's, from another CA.
+    make_ca(dir, "rogue");
+    issue(dir, "rogue", "evil", "cell1", CLIENT_EXT);
+    let (evil_crt, evil_key) = (dir.join("evil.crt"), dir.join("evil.key"));
+    let rogue = [
+        "--ca-file",
+        ca,
+        "--cert",
+        evil_crt.to_str().unwrap(),
+        "--key",
+        evil_key.to_str().unwrap(),
+    ];
+    for (extra, why) in [(&[][..], "invalid peer certificate"), (&rogue[..], "alert")] {
+        let t0 = std::time::Instant::now();
+        fails(extra, why);
+        // Retried, it would take minutes (30 attempts with backoff).
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "{extra:?}: retried for {:?}",
+            t0.elapsed()
+        );
+    }
+
     // Trusted, but without a client certificate the cell is anonymous.
-    // (A certificate refused in the TLS handshake, without --ca-file or
-    // from another CA, is retried like a transient error today: left out
-    // until http_client's is_tls_failure sees it.)
     fails(&["--ca-file", ca], "401");
 
     // With both: installed, byte for byte what the API published (curl

@@ -335,18 +335,24 @@ impl HttpClient {
 
 /// True when a request failed in the TLS handshake (a certificate the
 /// settings do not trust, say): retrying cannot help.
+///
+/// An `io::Error` is descended through its inner error (`get_ref`), not
+/// `source()`: std's `io::Error::source` returns the inner error's source,
+/// skipping the inner error itself, and hyper-rustls wraps tokio-rustls's
+/// `io::Error(rustls::Error)` in another `io::Error`.
 pub fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if err.is::<rustls::Error>() {
             return true;
         }
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io.get_ref().is_some_and(|i| i.is::<rustls::Error>())
-        {
-            return true;
-        }
-        cur = err.source();
+        cur = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => match io.get_ref() {
+                Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                None => None,
+            },
+            None => err.source(),
+        };
     }
     false
 }

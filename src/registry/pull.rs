@@ -150,6 +150,21 @@ pub async fn blob(
         tracing::warn!(%digest, %name, "blob linked in state is missing from the blobstore");
         unknown()
     };
+    if redirect && !head {
+        if store.stat(&key).await?.is_none() {
+            return Err(missing());
+        }
+        if let Some(url) = store.presigned_get(&key, REDIRECT_TTL).await? {
+            let mut res = axum::http::StatusCode::TEMPORARY_REDIRECT.into_response();
+            if let Ok(v) = axum::http::HeaderValue::from_str(&url) {
+                res.headers_mut().insert(axum::http::header::LOCATION, v);
+            }
+            if let Ok(v) = axum::http::HeaderValue::from_str(&digest.to_string()) {
+                res.headers_mut().insert("docker-content-digest", v);
+            }
+            return Ok(res);
+        }
+    }
     if !head && !headers.contains_key(header::RANGE) {
         // The whole blob (the common GET): size and body from one store call.
         let Some((size, body)) = store.stream_sized(&key).await? else {
@@ -172,19 +187,6 @@ pub async fn blob(
     let Some(size) = size else {
         return Err(missing());
     };
-    if redirect
-        && !head
-        && let Some(url) = store.presigned_get(&key, REDIRECT_TTL).await?
-    {
-        let mut res = axum::http::StatusCode::TEMPORARY_REDIRECT.into_response();
-        if let Ok(v) = axum::http::HeaderValue::from_str(&url) {
-            res.headers_mut().insert(axum::http::header::LOCATION, v);
-        }
-        if let Ok(v) = axum::http::HeaderValue::from_str(&digest.to_string()) {
-            res.headers_mut().insert("docker-content-digest", v);
-        }
-        return Ok(res);
-    }
     Ok(blob_response(&**store, digest, size, headers, head, |s| s).await?)
 }
 

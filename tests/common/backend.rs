@@ -21,6 +21,15 @@ pub enum Kind {
     S3sFs,
 }
 
+impl Kind {
+    /// Whether two racing conditional writes (`If-Match`, `If-None-Match:
+    /// *`) have exactly one winner: the filesystem, not the S3 test
+    /// servers (moto 5.2.1, s3s-fs 0.14.1 check and write without a lock).
+    pub fn serializes_conditional_writes(self) -> bool {
+        self == Kind::Fs
+    }
+}
+
 /// Credentials of the test servers, given to airlock through the standard
 /// AWS variables.
 pub const AWS_ENV: [(&str, &str); 3] = [
