@@ -717,62 +717,13 @@ impl FsWriter {
             .take()
             .ok_or_else(|| StoreError::Io(std::io::Error::other("writer already finished")))
     }
-}
 
-#[async_trait::async_trait]
-impl ObjectWriter for FsWriter {
-    async fn write(&mut self, chunk: Bytes) -> Result<()> {
-        self.store.check_space(chunk.len() as u64)?;
-        let mut file = self.take_file()?;
-        let file = blocking(move || file.write_all(&chunk).map(|()| file)).await?;
-        self.file = Some(file);
-        Ok(())
-    }
-
-    async fn commit(mut self: Box<Self>) -> Result<()> {
-        let file = self.take_file()?;
-        let tmp = std::mem::take(&mut self.tmp);
-        let final_path = self.final_path.clone();
-        // Scratch objects (upload chunks) are never made reachable by a root
-        // swap: their directories are synced here, not queued for it.
-        let scratch = self.store.is_scratch(&final_path);
-        let parent = blocking(move || {
-            file.sync_all()?;
-            drop(file);
-            let parent = final_path
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_default();
-            std::fs::create_dir_all(&parent)?;
-            std::fs::rename(&tmp, &final_path)?;
-            if scratch {
-                fsync_dir(&parent)?;
-                if let Some(grand) = parent.parent() {
-                    fsync_dir(grand)?;
-                }
-            }
-            Ok(parent)
-        })
-        .await?;
-        if scratch {
-            return Ok(());
-        }
-        // The rename lives in `parent`; a directory created for it lives in the grandparent.
-        let mut full = false;
-        if let Some(grand) = parent.parent() {
-            full |= self.store.mark_dirty(grand.to_path_buf());
-        }
-        full |= self.store.mark_dirty(parent);
-        if full {
-            super::Blobstore::sync(&self.store).await?;
-        }
-        Ok(())
-    }
-
-    /// `link(2)` instead of `rename(2)`: fails with `EEXIST` when the key
-    /// exists, so of two writers exactly one publishes. Used for upload
-    /// chunks (scratch: their directories are synced here).
-    async fn commit_new(mut self: Box<Self>) -> Result<bool> {
+    /// Makes the written file the object at its key: fsync, then
+    /// `rename(2)`, or with `exclusive` `link(2)`, which leaves an existing
+    /// object alone (returns `false`). Scratch objects (upload chunks) are
+    /// never made reachable by a root swap: their directories are synced
+    /// here; others are queued for the sync before the root swap.
+    async fn publish(mut self: Box<Self>, exclusive: bool) -> Result<bool> {
         let file = self.take_file()?;
         let tmp = std::mem::take(&mut self.tmp);
         let final_path = self.final_path.clone();
@@ -785,21 +736,60 @@ impl ObjectWriter for FsWriter {
                 .map(Path::to_path_buf)
                 .unwrap_or_default();
             std::fs::create_dir_all(&parent)?;
-            let linked = std::fs::hard_link(&tmp, &final_path);
-            let _ = std::fs::remove_file(&tmp);
-            match linked {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok((false, parent)),
-                Err(e) => return Err(e),
+            if exclusive {
+                let linked = std::fs::hard_link(&tmp, &final_path);
+                let _ = std::fs::remove_file(&tmp);
+                match linked {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok((false, parent)),
+                    Err(e) => return Err(e),
+                }
+            } else {
+                std::fs::rename(&tmp, &final_path)?;
             }
-            fsync_dir(&parent)?;
+            if scratch {
+                fsync_dir(&parent)?;
+                if let Some(grand) = parent.parent() {
+                    fsync_dir(grand)?;
+                }
+            }
             Ok((true, parent))
         })
         .await?;
-        if created && !scratch {
-            self.store.mark_dirty(parent);
+        if !created || scratch {
+            return Ok(created);
         }
-        Ok(created)
+        // The new name lives in `parent`; a directory created for it lives in the grandparent.
+        let mut full = false;
+        if let Some(grand) = parent.parent() {
+            full |= self.store.mark_dirty(grand.to_path_buf());
+        }
+        full |= self.store.mark_dirty(parent);
+        if full {
+            super::Blobstore::sync(&self.store).await?;
+        }
+        Ok(true)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectWriter for FsWriter {
+    async fn write(&mut self, chunk: Bytes) -> Result<()> {
+        self.store.check_space(chunk.len() as u64)?;
+        let mut file = self.take_file()?;
+        let file = blocking(move || file.write_all(&chunk).map(|()| file)).await?;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    async fn commit(self: Box<Self>) -> Result<()> {
+        self.publish(false).await.map(drop)
+    }
+
+    /// `link(2)` instead of `rename(2)`: fails with `EEXIST` when the key
+    /// exists, so of two writers exactly one publishes (upload chunks).
+    async fn commit_new(self: Box<Self>) -> Result<bool> {
+        self.publish(true).await
     }
 
     async fn cancel(mut self: Box<Self>) -> Result<()> {
