@@ -1,4 +1,6 @@
-//! Reading one tar entry of a layer: compression by media type, the entry kind, its metadata (mode, owners, times, PAX records) and its cleaned name, with whiteouts (`.wh.NAME`, `.wh..wh..opq`) recognised (image-spec "Representing Changes").
+//! Reading one tar entry of a layer: compression by media type, the entry kind, its metadata
+//! (mode, owners, times, PAX records) and its cleaned name, with whiteouts (`.wh.NAME`,
+//! `.wh..wh..opq`) recognised (image-spec "Representing Changes").
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Pass 2: writing the surviving entries as deterministic ustar with PAX records where a field does not fit.
+//! Pass 2: writing the surviving entries as deterministic ustar with PAX records where a field
+//! does not fit.
 
 use super::*;
 

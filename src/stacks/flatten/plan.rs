@@ -1,4 +1,5 @@
-//! Pass 1: what the upper layers do to each path (the plan), and the verified, decompressed reading of each layer blob that both passes use.
+//! Pass 1: what the upper layers do to each path (the plan), and the verified, decompressed
+//! reading of each layer blob that both passes use.
 
 use super::*;
 
