@@ -1,0 +1,288 @@
+//! The `/stacks/v1` HTTP API for cells and admins.
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | `GET /stacks/v1/` | the stack table (every stack, the default) |
+//! | `GET /stacks/v1/<name>?cell=<id>[&platform=P]` | what that cell runs: `digest`, `image`, `platform`, `rootfs_url`, `rootfs_sha256`, `rootfs_digest`, `rootfs_size`, `state`, `state_reason`, `promotion`, `latest`, `rollout_percent` |
+//! | `GET /stacks/v1/<name>` | the stack (as `stack show --json`) |
+//! | `GET/HEAD /stacks/v1/<name>/rootfs.tar[?digest=D][&platform=P][&cell=ID]` | the flattened rootfs (a blob: `Docker-Content-Digest`, ranges); `digest` names a promoted image or platform manifest; without it the cell's or the active promotion |
+//! | `PUT /stacks/v1/<name>/cells/<id>` `{"digest", "platform"?}` | 204: the cell's report ([`super::cells`]) |
+//! | `GET /stacks/v1/<name>/status` | `stack status --json` |
+//! | `POST /stacks/v1/<name>/{promote,rollout,rollback,state,default}` | admin: as the CLI; 403 `DENIED` unless `serve --allow-admin` |
+//! | `POST /stacks/v1/<name>/register` `{"image", "description"?}` | a custom stack ([`super::custom`]), if the `custom_stacks` policy allows the caller |
+//! | `GET /stacks/v1/lifecycle/<digest>` | [`super::lifecycle::Lifecycle`]: `current`, `superseded`, `custom` or `unknown`, `restage_required` |
+//!
+//! Cells are served in every state; DEPRECATED, RESTRICTED and DISABLED
+//! add `Warning: 299 - "<Cloud Controller's warning>"`. A stack with
+//! `max_in_flight` N serves at most N rootfs downloads at once; the next
+//! gets 429 `TOOMANYREQUESTS` with `Retry-After` (the base plus a random
+//! share of it, so refused cells do not come back all at once).
+//! Errors are `{"code","message"}` with the status of [`StackError`].
+//!
+//! Owns: paths, query and body parsing, statuses and headers. Handlers call
+//! one function of [`super::ops`], [`super::cells`] or the table.
+//!
+//! Files: `route.rs` (paths), `reads.rs` (cells' requests), `writes.rs` (reports, admin
+//! actions, registration), `error.rs` (error bodies); this file holds the router and dispatch.
+
+use crate::registry::scope::RepositoryScope;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use futures_util::StreamExt;
+use http_body_util::BodyExt;
+use serde_json::json;
+
+use super::StackError;
+use super::cells::{self, CellReport};
+use super::custom::{Actor, CustomPolicy};
+use super::lifecycle;
+use super::ops::{self, PromoteRequest};
+use super::table::{Promotion, Rootfs, Stack, StackName, StackState, StackTable};
+use crate::digest::Digest;
+use crate::registry::pull::blob_response;
+use crate::registry::query::QueryParams;
+use crate::state::{StateStore, now_rfc3339};
+use crate::store::blob_key;
+
+mod error;
+mod reads;
+mod route;
+mod writes;
+use error::*;
+use reads::*;
+use route::*;
+use writes::*;
+
+/// What the operator switched on for `/stacks/v1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StacksConfig {
+    /// Serve the admin POST routes (to the admin role when users are
+    /// configured; `airlock serve --allow-admin`).
+    pub allow_admin: bool,
+    /// Base of `Retry-After` on a 429; a random extra of up to the same again is added.
+    pub retry_after: Duration,
+    /// Cell reports older than this count as stale in `status`.
+    pub stale_after: Duration,
+    /// Who may register custom stacks (`custom_stacks`, default off).
+    pub custom_stacks: CustomPolicy,
+}
+
+impl Default for StacksConfig {
+    /// Admin routes off, `Retry-After` 10 to 20 s, stale after 1 hour.
+    fn default() -> StacksConfig {
+        StacksConfig {
+            allow_admin: false,
+            retry_after: Duration::from_secs(10),
+            stale_after: Duration::from_secs(3600),
+            custom_stacks: CustomPolicy::Off,
+        }
+    }
+}
+
+/// The stacks API's share of the server: its switches and the rootfs
+/// downloads in flight per stack.
+#[derive(Debug, Default)]
+pub struct StacksServer {
+    /// The switches.
+    pub config: StacksConfig,
+    downloads: Mutex<HashMap<String, Arc<AtomicU32>>>,
+    /// The last stack table read, by its document digest (cells ask often;
+    /// the table changes rarely).
+    table: Mutex<Option<(Digest, Arc<StackTable>)>>,
+}
+
+impl StacksServer {
+    /// A server with `config`.
+    pub fn new(config: StacksConfig) -> StacksServer {
+        StacksServer {
+            config,
+            ..StacksServer::default()
+        }
+    }
+
+    /// The stack table in the current state: one read of the root, the
+    /// document parsed only when its digest changed.
+    async fn table(&self, state: &StateStore) -> std::result::Result<Arc<StackTable>, StackError> {
+        let snap = state.snapshot().await?;
+        let Some(digest) = snap
+            .state
+            .as_ref()
+            .and_then(|s| s.documents.get(super::table::DOC_NAME))
+        else {
+            return Ok(Arc::new(StackTable::default()));
+        };
+        if let Ok(cached) = self.table.lock()
+            && let Some((d, t)) = cached.as_ref()
+            && d == digest
+        {
+            return Ok(t.clone());
+        }
+        let table = Arc::new(ops::load_in(state, &snap).await?);
+        if let Ok(mut cached) = self.table.lock() {
+            *cached = Some((digest.clone(), table.clone()));
+        }
+        Ok(table)
+    }
+
+    /// Takes one of `limit` download slots of `stack`; `None` when all are taken.
+    fn acquire(&self, stack: &StackName, limit: u32) -> Option<Slot> {
+        let counter = self
+            .downloads
+            .lock()
+            .ok()?
+            .entry(stack.to_string())
+            .or_default()
+            .clone();
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Slot(counter))
+    }
+
+    /// Rootfs downloads of `stack` in flight now.
+    pub fn in_flight(&self, stack: &str) -> u32 {
+        self.downloads
+            .lock()
+            .ok()
+            .and_then(|m| m.get(stack).map(|c| c.load(Ordering::Acquire)))
+            .unwrap_or(0)
+    }
+}
+
+/// One download slot, given back when the response body is dropped.
+struct Slot(Arc<AtomicU32>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What the stacks API needs from the composition root (`server::App`).
+pub trait Context: Send + Sync + 'static {
+    /// The state to serve (re-read on every request).
+    fn state(&self) -> &StateStore;
+    /// Switches and download slots.
+    fn stacks(&self) -> &StacksServer;
+}
+
+/// The `/stacks/v1` router.
+pub fn router(ctx: Arc<dyn Context>) -> Router {
+    Router::new()
+        .route("/stacks/v1", any(handle))
+        .route("/stacks/v1/", any(handle))
+        .route("/stacks/v1/{*path}", any(handle))
+        .with_state(ctx)
+}
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+async fn handle(
+    State(ctx): State<Arc<dyn Context>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    scope: Option<axum::Extension<RepositoryScope>>,
+    body: Body,
+) -> Response {
+    let scope = scope.map(|axum::Extension(s)| s).unwrap_or_default();
+    dispatch(&*ctx, &method, &uri, &headers, &scope, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+fn method_not_allowed(allow: &'static str) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "UNSUPPORTED",
+        format!("allowed: {allow}"),
+    );
+    e.allow = Some(allow);
+    e
+}
+
+async fn dispatch(
+    ctx: &dyn Context,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    scope: &RepositoryScope,
+    body: Body,
+) -> Result<Response> {
+    let route = Route::parse(uri.path())?;
+    let query = QueryParams::from_uri(uri);
+    let read = matches!(*method, Method::GET | Method::HEAD);
+    match route {
+        Route::List if read => list(ctx).await,
+        Route::Stack(name) if read => match query.get("cell") {
+            Some(cell) => resolve(ctx, &name, cell, query.get("platform")).await,
+            None => show(ctx, &name).await,
+        },
+        Route::Rootfs(name) if read => {
+            rootfs(ctx, &name, &query, headers, *method == Method::HEAD).await
+        }
+        Route::Status(name) if read => status(ctx, &name).await,
+        Route::Lifecycle(digest) if read => {
+            let table = ctx.stacks().table(ctx.state()).await?;
+            Ok(axum::Json(lifecycle::lifecycle(&table, &digest)).into_response())
+        }
+        Route::Register(name) if *method == Method::POST => register(ctx, &name, scope, body).await,
+        Route::Cell(name, id) if *method == Method::PUT => report(ctx, &name, id, body).await,
+        Route::Admin(name, action) if *method == Method::POST => {
+            admin(ctx, &name, action, body).await
+        }
+        Route::Cell(..) => Err(method_not_allowed("PUT")),
+        Route::Admin(..) | Route::Register(..) => Err(method_not_allowed("POST")),
+        _ => Err(method_not_allowed("GET, HEAD")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let n = |s: &str| s.parse::<StackName>().unwrap();
+        assert_eq!(Route::parse("/stacks/v1/").ok(), Some(Route::List));
+        assert_eq!(
+            Route::parse("/stacks/v1/fs4").ok(),
+            Some(Route::Stack(n("fs4")))
+        );
+        assert_eq!(
+            Route::parse("/stacks/v1/fs4/rootfs.tar").ok(),
+            Some(Route::Rootfs(n("fs4")))
+        );
+        assert_eq!(
+            Route::parse("/stacks/v1/fs4/cells/diego-cell%2F0a").ok(),
+            Some(Route::Cell(n("fs4"), "diego-cell/0a".into()))
+        );
+        assert_eq!(
+            Route::parse("/stacks/v1/fs4/cells/diego-cell/0a").ok(),
+            Some(Route::Cell(n("fs4"), "diego-cell/0a".into()))
+        );
+        let d = Digest::sha256_of(b"x");
+        assert_eq!(
+            Route::parse(&format!("/stacks/v1/lifecycle/{d}")).ok(),
+            Some(Route::Lifecycle(d))
+        );
+        assert_eq!(
+            Route::parse("/stacks/v1/lifecycle/status").ok(),
+            Some(Route::Status(n("lifecycle")))
+        );
+        assert!(Route::parse("/stacks/v1/FS4").is_err());
+        assert!(Route::parse("/stacks/v1/fs4/nope").is_err());
+        assert!(Route::parse("/stacks/v1/fs4/cells/a%2").is_err());
+    }
+}

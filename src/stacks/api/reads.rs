@@ -1,0 +1,205 @@
+//! The cells' side: the table, one stack, resolution for a cell, the rootfs download (with
+//! the per-stack `max_in_flight` slots and deprecation warnings) and the rollout status.
+
+use super::*;
+
+/// `Warning: 299 - "..."` for a stack that is not ACTIVE.
+pub(super) fn warn(res: &mut Response, name: &StackName, stack: &Stack) {
+    if let Some(text) = stack.state.warning(name, &stack.state_reason) {
+        let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+        let value: String = format!("299 - \"{quoted}\"")
+            .chars()
+            .map(|c| {
+                if c.is_ascii() && !c.is_ascii_control() {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            res.headers_mut().append(header::WARNING, v);
+        }
+    }
+}
+
+pub(super) async fn list(ctx: &dyn Context) -> Result<Response> {
+    let table = ctx.stacks().table(ctx.state()).await?;
+    let stacks: Vec<_> = table
+        .stacks
+        .iter()
+        .map(|(n, s)| s.view(n, table.default.as_ref() == Some(n)))
+        .collect();
+    Ok(axum::Json(json!({ "default": table.default, "stacks": stacks })).into_response())
+}
+
+pub(super) async fn show(ctx: &dyn Context, name: &StackName) -> Result<Response> {
+    let table = ctx.stacks().table(ctx.state()).await?;
+    let stack = table.get(name)?;
+    let mut res =
+        axum::Json(stack.view(name, table.default.as_ref() == Some(name))).into_response();
+    warn(&mut res, name, stack);
+    Ok(res)
+}
+
+pub(super) fn rootfs_url(name: &StackName, r: &Rootfs) -> String {
+    format!("/stacks/v1/{name}/rootfs.tar?digest={}", r.manifest)
+}
+
+pub(super) fn platform_missing(
+    name: &StackName,
+    p: &Promotion,
+    platform: Option<&str>,
+) -> StackError {
+    let have: Vec<&str> = p.rootfs.iter().map(|r| r.platform.as_str()).collect();
+    StackError::NotFound(format!(
+        "stack {name}: promotion {} has no rootfs for platform {} (has {})",
+        p.id,
+        platform.map_or_else(crate::stacks::image::native_platform, str::to_string),
+        have.join(", ")
+    ))
+}
+
+pub(super) async fn resolve(
+    ctx: &dyn Context,
+    name: &StackName,
+    cell: &str,
+    platform: Option<&str>,
+) -> Result<Response> {
+    cells::check_cell_id(cell)?;
+    let table = ctx.stacks().table(ctx.state()).await?;
+    let stack = table.get(name)?;
+    let res = stack
+        .resolve(name, cell)
+        .ok_or_else(|| StackError::NotFound(format!("stack {name} has no promotion yet")))?;
+    let p = res.promotion;
+    let r = p
+        .rootfs_for(platform)
+        .ok_or_else(|| platform_missing(name, p, platform))?;
+    let body = json!({
+        "stack": name,
+        "cell": cell,
+        "digest": r.manifest,
+        "image": p.image,
+        "platform": r.platform,
+        "rootfs_url": rootfs_url(name, r),
+        "rootfs_sha256": r.sha256.hex(),
+        "rootfs_digest": r.sha256,
+        "rootfs_size": r.size,
+        "state": stack.state.as_str(),
+        "state_reason": stack.state_reason,
+        "promotion": p.id,
+        "latest": res.latest,
+        "rollout_percent": stack.rollout.map_or(100, |r| r.percent),
+    });
+    let mut out = axum::Json(body).into_response();
+    out.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    warn(&mut out, name, stack);
+    Ok(out)
+}
+
+/// The rootfs a download names: `digest` (a promoted image or platform
+/// manifest of this stack), else the cell's, else the active promotion's.
+pub(super) fn find_rootfs<'a>(
+    name: &StackName,
+    stack: &'a Stack,
+    query: &QueryParams,
+) -> Result<&'a Rootfs> {
+    let platform = query.get("platform");
+    if let Some(d) = query.get("digest") {
+        let d: Digest = d
+            .parse()
+            .map_err(|e| StackError::Invalid(format!("digest {d:?}: {e}")))?;
+        for p in stack.promotions.iter().rev() {
+            if let Some(r) = p.rootfs.iter().find(|r| r.manifest == d) {
+                return Ok(r);
+            }
+            if p.image.digest == d {
+                return p
+                    .rootfs_for(platform)
+                    .ok_or_else(|| platform_missing(name, p, platform).into());
+            }
+        }
+        return Err(StackError::NotFound(format!("stack {name} never promoted {d}")).into());
+    }
+    let p = match query.get("cell") {
+        Some(cell) => {
+            cells::check_cell_id(cell)?;
+            stack.resolve(name, cell).map(|r| r.promotion)
+        }
+        None => stack.active(),
+    }
+    .ok_or_else(|| StackError::NotFound(format!("stack {name} has no promotion yet")))?;
+    Ok(p.rootfs_for(platform)
+        .ok_or_else(|| platform_missing(name, p, platform))?)
+}
+
+pub(super) async fn rootfs(
+    ctx: &dyn Context,
+    name: &StackName,
+    query: &QueryParams,
+    headers: &HeaderMap,
+    head: bool,
+) -> Result<Response> {
+    let table = ctx.stacks().table(ctx.state()).await?;
+    let stack = table.get(name)?;
+    let r = find_rootfs(name, stack, query)?;
+    let store = ctx.state().blobstore();
+    let key = blob_key(&r.sha256);
+    let size = store.stat(&key).await?.ok_or_else(|| {
+        tracing::error!(rootfs = %r.sha256, stack = %name, "promoted rootfs missing from the blobstore");
+        StackError::NotFound(format!("rootfs {} is missing from the store", r.sha256))
+    })?;
+    // A GET takes a download slot, given back when the body is dropped
+    // (sent, or the client went away); HEAD takes none.
+    let slot = match stack.max_in_flight {
+        Some(limit) if !head => Some(
+            ctx.stacks()
+                .acquire(name, limit)
+                .ok_or_else(|| too_many(&ctx.stacks().config, name, limit))?,
+        ),
+        _ => None,
+    };
+    let mut res = blob_response(&**store, &r.sha256, size, headers, head, move |stream| {
+        Box::pin(stream.map(move |chunk| {
+            let _held = &slot;
+            chunk
+        }))
+    })
+    .await?;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-tar"),
+    );
+    warn(&mut res, name, stack);
+    Ok(res)
+}
+
+pub(super) fn too_many(cfg: &StacksConfig, name: &StackName, limit: u32) -> ApiError {
+    let base = cfg.retry_after.as_secs().max(1);
+    let secs = base + rand::random::<u64>() % (base + 1);
+    let mut e = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "TOOMANYREQUESTS",
+        format!(
+            "stack {name}: {limit} rootfs downloads in flight (max_in_flight {limit}); retry after {secs} s"
+        ),
+    );
+    e.retry_after = Some(secs);
+    e
+}
+
+pub(super) async fn status(ctx: &dyn Context, name: &StackName) -> Result<Response> {
+    let table = ctx.stacks().table(ctx.state()).await?;
+    let stack = table.get(name)?;
+    let reports = cells::reports(&**ctx.state().blobstore(), name).await?;
+    let s = cells::status(
+        name,
+        stack,
+        &reports,
+        time::OffsetDateTime::now_utc(),
+        ctx.stacks().config.stale_after,
+    );
+    Ok(axum::Json(s).into_response())
+}

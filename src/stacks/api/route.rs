@@ -1,0 +1,93 @@
+//! [`Route`]: a `/stacks/v1` path and method parsed into what is asked (percent-decoded
+//! names, the admin actions).
+
+use super::*;
+
+/// A parsed `/stacks/v1` path.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Route {
+    List,
+    Stack(StackName),
+    Rootfs(StackName),
+    Status(StackName),
+    Cell(StackName, String),
+    Admin(StackName, Action),
+    Register(StackName),
+    Lifecycle(Digest),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Action {
+    Promote,
+    Rollout,
+    Rollback,
+    State,
+    Default,
+}
+
+/// Percent-decodes a path part (`%2F` in a cell id); `None` when malformed.
+pub(super) fn decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl Route {
+    pub(super) fn parse(path: &str) -> Result<Route> {
+        let no_route = || {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "NOT_FOUND",
+                format!("no stacks endpoint {path}"),
+            )
+        };
+        let rest = path
+            .strip_prefix("/stacks/v1")
+            .ok_or_else(no_route)?
+            .trim_start_matches('/');
+        if rest.is_empty() {
+            return Ok(Route::List);
+        }
+        let (name, tail) = match rest.split_once('/') {
+            Some((n, t)) => (n, Some(t)),
+            None => (rest, None),
+        };
+        if name == "lifecycle"
+            && let Some(Ok(d)) = tail.map(str::parse::<Digest>)
+        {
+            return Ok(Route::Lifecycle(d));
+        }
+        let name: StackName = name.parse()?;
+        Ok(match tail {
+            None | Some("") => Route::Stack(name),
+            Some("rootfs.tar") => Route::Rootfs(name),
+            Some("status") => Route::Status(name),
+            Some("promote") => Route::Admin(name, Action::Promote),
+            Some("rollout") => Route::Admin(name, Action::Rollout),
+            Some("rollback") => Route::Admin(name, Action::Rollback),
+            Some("state") => Route::Admin(name, Action::State),
+            Some("default") => Route::Admin(name, Action::Default),
+            Some("register") => Route::Register(name),
+            Some(t) => match t.strip_prefix("cells/") {
+                Some(id) => {
+                    let id = decode(id)
+                        .ok_or_else(|| StackError::Invalid(format!("bad cell id {id:?}")))?;
+                    cells::check_cell_id(&id)?;
+                    Route::Cell(name, id)
+                }
+                None => return Err(no_route()),
+            },
+        })
+    }
+}
