@@ -97,7 +97,9 @@ fn handles(route: &'static str, method: &'static str, status: u16) -> Handles {
     let same = |k: &(&'static str, &'static str, u16)| {
         std::ptr::eq(k.0, route) && std::ptr::eq(k.1, method) && k.2 == status
     };
-    if let Some(h) = HANDLES.with_borrow(|v| v.iter().find(|(k, _)| same(k)).map(|(_, h)| h.clone())) {
+    if let Some(h) =
+        HANDLES.with_borrow(|v| v.iter().find(|(k, _)| same(k)).map(|(_, h)| h.clone()))
+    {
         return h;
     }
     let m = global();

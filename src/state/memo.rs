@@ -99,7 +99,10 @@ struct Slot {
 
 impl Slot {
     fn holds(&self, k: &Key<'_>) -> bool {
-        self.kind == k.kind && *k.root == self.root && self.text.as_ref() == k.text && self.prefix == k.prefix
+        self.kind == k.kind
+            && *k.root == self.root
+            && self.text.as_ref() == k.text
+            && self.prefix == k.prefix
     }
 }
 
@@ -159,11 +162,23 @@ mod tests {
         assert!(memo.get(&k).is_none());
         memo.put(&k, Answer::Digest(d.clone()));
         assert!(matches!(memo.get(&k), Some(Answer::Digest(x)) if x == d));
-        assert!(memo.get(&Key::text(&r2, Kind::Tag, "v1")).is_none(), "another root");
-        assert!(memo.get(&Key::text(&r1, Kind::Tag, "v2")).is_none(), "another key");
-        assert!(memo.get(&Key::text(&r1, Kind::Repository, "v1")).is_none(), "another kind");
+        assert!(
+            memo.get(&Key::text(&r2, Kind::Tag, "v1")).is_none(),
+            "another root"
+        );
+        assert!(
+            memo.get(&Key::text(&r1, Kind::Tag, "v2")).is_none(),
+            "another key"
+        );
+        assert!(
+            memo.get(&Key::text(&r1, Kind::Repository, "v1")).is_none(),
+            "another kind"
+        );
         memo.put(&Key::digest(&r1, Kind::Blob, &d), Answer::Size(7));
-        assert!(matches!(memo.get(&Key::digest(&r1, Kind::Blob, &d)), Some(Answer::Size(7))));
+        assert!(matches!(
+            memo.get(&Key::digest(&r1, Kind::Blob, &d)),
+            Some(Answer::Size(7))
+        ));
         assert!(memo.get(&Key::digest(&r1, Kind::Manifest, &d)).is_none());
         let off = Memo::new(false);
         off.put(&k, Answer::Absent);

@@ -315,7 +315,9 @@ impl StateStore {
                             Some(v) => Some(page::digest_value(&v)?),
                             None => None,
                         };
-                        let answer = found.clone().map_or(memo::Answer::Absent, memo::Answer::Digest);
+                        let answer = found
+                            .clone()
+                            .map_or(memo::Answer::Absent, memo::Answer::Digest);
                         self.pages.memo.put(&key, answer);
                         found
                     }

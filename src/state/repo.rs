@@ -165,7 +165,12 @@ impl Repository {
     /// The answer for `key` in this repository's tree: from the memo
     /// ([`super::memo`]) or, the first time, the value under `full_key()`
     /// read from the pages, decoded with `decode`, and remembered.
-    async fn memoized<F>(&self, key: Key<'_>, full_key: F, decode: fn(&Value) -> Result<Answer>) -> Result<Answer>
+    async fn memoized<F>(
+        &self,
+        key: Key<'_>,
+        full_key: F,
+        decode: fn(&Value) -> Result<Answer>,
+    ) -> Result<Answer>
     where
         F: FnOnce() -> String,
     {
