@@ -42,7 +42,7 @@ fi
 [ -x "$airlock" ] || die "$airlock is not executable"
 base_bin=${AIRLOCK_BASE_BIN:-}
 MT=application/vnd.oci.image.manifest.v1+json
-sha() { echo "sha256:$(sha256sum "$1" | cut -d' ' -f1)"; }
+. "$repo/scripts/bench/small-image.sh"
 
 # --- load ----------------------------------------------------------------------------
 start_airlock() { # NAME BINARY -> port in port_of[NAME]
@@ -57,19 +57,7 @@ start_airlock() { # NAME BINARY -> port in port_of[NAME]
 declare -A port_of
 start_airlock airlock "$airlock"
 base=http://127.0.0.1:${port_of[airlock]}
-head -c 4096 /dev/urandom >"$work/layer"
-printf '{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}' >"$work/config"
-layer=$(sha "$work/layer")
-config=$(sha "$work/config")
-for f in layer config; do
-    curl -sSf -o /dev/null -X POST --data-binary @"$work/$f" -H 'Content-Type: application/octet-stream' \
-        "$base/v2/bench/small/blobs/uploads/?digest=$(sha "$work/$f")" || die "pushing the $f failed"
-done
-printf '{"schemaVersion":2,"mediaType":"%s","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"%s","size":4096}]}' \
-    "$MT" "$config" "$(stat -c %s "$work/config")" "$layer" >"$work/manifest"
-curl -sSf -o /dev/null -X PUT --data-binary @"$work/manifest" -H "Content-Type: $MT" \
-    "$base/v2/bench/small/manifests/v1" || die "pushing the manifest failed"
-manifest=$(sha "$work/manifest")
+push_small_image "$base" "$work"
 servers=(nginx airlock)
 if [ -n "$base_bin" ]; then
     start_airlock base "$base_bin"
@@ -79,26 +67,7 @@ fi
 # --- nginx -------------------------------------------------------------------------------
 blob_file() { local hex=${1#sha256:}; echo "$work/data/blobs/sha256/${hex:0:2}/$hex"; }
 port_of[nginx]=$(free_port)
-mkdir -p "$work/nginx"
-cat >"$work/nginx/nginx.conf" <<EOF
-user $(id -un);
-worker_processes 2;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    client_body_temp_path $work/nginx;
-    proxy_temp_path $work/nginx;
-    fastcgi_temp_path $work/nginx;
-    uwsgi_temp_path $work/nginx;
-    scgi_temp_path $work/nginx;
-    server {
-        listen 127.0.0.1:${port_of[nginx]};
+nginx_conf "$work/nginx" 2 "127.0.0.1:${port_of[nginx]}" <<EOF
         location = /v2/ { return 200 "{}"; }
         location = /v2/bench/small/blobs/$layer {
             default_type application/octet-stream;
@@ -108,8 +77,6 @@ http {
             default_type $MT;
             alias $(blob_file "$manifest");
         }
-    }
-}
 EOF
 nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' >"$work/nginx/stdout.log" 2>&1 &
 pids+=("$!")
