@@ -56,6 +56,51 @@ pub enum DigestError {
     },
 }
 
+/// A cheap hasher for keys made of digests and object keys that embed one
+/// (multiply-rotate over 8-byte words, as rustc's FxHash): digest text is
+/// uniformly distributed and such keys are trusted (digests the state or
+/// the store names), so the keyed SipHash of `HashMap`'s default is not
+/// needed on the hot paths (page cache, small blobs in memory).
+#[derive(Default, Clone, Copy)]
+pub struct DigestHasher(u64);
+
+impl DigestHasher {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+}
+
+impl std::hash::Hasher for DigestHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(Self::K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(Self::K);
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(Self::K);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+}
+
+/// A `HashMap` hashed with [`DigestHasher`].
+pub type DigestMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<DigestHasher>>;
+
 /// A validated content digest such as `sha256:9f86d0...`.
 ///
 /// Implements the image-spec "Digests" section: `algorithm ":" encoded`,
@@ -93,6 +138,17 @@ impl Digest {
         let mut h = Hasher::new(self.algorithm);
         h.update(bytes);
         h.finish()
+    }
+
+    /// The text form `<alg>:<hex>` (as `to_string`, without the
+    /// formatting machinery: it is sent in headers of every pull).
+    pub fn text(&self) -> String {
+        let name = self.algorithm.name();
+        let mut s = String::with_capacity(name.len() + 1 + self.hex.len());
+        s.push_str(name);
+        s.push(':');
+        s.push_str(&self.hex);
+        s
     }
 
     /// The referrers tag schema form `<alg>-<hex>` (distribution-spec

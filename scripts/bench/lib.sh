@@ -56,6 +56,39 @@ build_airlock() {
     airlock=$repo/target/release/airlock
 }
 
+# nginx_conf DIR WORKERS LISTEN < SERVER_BODY: writes DIR/nginx.conf for
+# `nginx -c DIR/nginx.conf -g 'daemon off;'`: WORKERS worker processes,
+# sendfile, tcp_nopush, tcp_nodelay, access log off, keep-alive without a
+# request cap, pid, error log and temporary files in DIR, and one server
+# listening on LISTEN whose body (location blocks) is read from stdin.
+nginx_conf() {
+    mkdir -p "$1"
+    {
+        cat <<EOF
+user $(id -un);
+worker_processes $2;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_requests 1000000;
+    client_body_temp_path $1;
+    proxy_temp_path $1;
+    fastcgi_temp_path $1;
+    uwsgi_temp_path $1;
+    scgi_temp_path $1;
+    server {
+        listen $3;
+EOF
+        cat
+        printf '    }\n}\n'
+    } >"$1/nginx.conf"
+}
+
 bench_cleanup() {
     local p
     if declare -F bench_cleanup_extra >/dev/null; then bench_cleanup_extra || true; fi

@@ -65,23 +65,11 @@ stop() {
     wait "$pid" || true
     pid=
 }
-sha() { echo "sha256:$(sha256sum "$1" | cut -d' ' -f1)"; }
+. "$repo/scripts/bench/small-image.sh"
 
 # --- load ---------------------------------------------------------------------
 serve
-head -c 4096 /dev/urandom >"$work/layer"
-printf '{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}' >"$work/config"
-layer=$(sha "$work/layer")
-config=$(sha "$work/config")
-for f in layer config; do
-    curl -sSf -o /dev/null -X POST --data-binary @"$work/$f" -H 'Content-Type: application/octet-stream' \
-        "$base/v2/bench/small/blobs/uploads/?digest=$(sha "$work/$f")" || die "pushing the $f failed"
-done
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"%s","size":4096}]}' \
-    "$config" "$(stat -c %s "$work/config")" "$layer" >"$work/manifest"
-curl -sSf -o /dev/null -X PUT --data-binary @"$work/manifest" \
-    -H 'Content-Type: application/vnd.oci.image.manifest.v1+json' "$base/v2/bench/small/manifests/v1" ||
-    die "pushing the manifest failed"
+push_small_image "$base" "$work"
 stop
 
 # --- measure --------------------------------------------------------------------
@@ -98,7 +86,7 @@ check() { # URL EXPECTED_DIGEST
     [ "sha256:$got" = "$2" ] || die "GET $1 returned content with digest sha256:$got, expected $2"
 }
 declare -A path=([a]="/v2/bench/small/blobs/$layer" [b]="/v2/bench/small/manifests/v1")
-declare -A want=([a]="$layer" [b]="$(sha "$work/manifest")")
+declare -A want=([a]="$layer" [b]="$manifest")
 declare -A label=([a]="(a) 4 KiB blob GET" [b]="(b) manifest GET by tag")
 for k in a b; do
     url=$base${path[$k]}

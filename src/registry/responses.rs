@@ -31,7 +31,7 @@ pub fn entity_headers(
 ) {
     headers.insert(header::CONTENT_TYPE, content_type);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-    if let Ok(v) = HeaderValue::from_str(&digest.to_string()) {
+    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(digest.text())) {
         headers.insert(DOCKER_CONTENT_DIGEST, v);
     }
 }
@@ -118,7 +118,7 @@ impl IntoResponse for BlobResponse {
             &self.digest,
         );
         h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        if let Ok(v) = HeaderValue::from_str(&etag(&self.digest)) {
+        if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(etag(&self.digest))) {
             h.insert(header::ETAG, v);
         }
         h.insert(
@@ -131,7 +131,12 @@ impl IntoResponse for BlobResponse {
 
 /// The strong entity tag of a blob: its digest in quotes.
 pub fn etag(digest: &Digest) -> String {
-    format!("\"{digest}\"")
+    let text = digest.text();
+    let mut tag = String::with_capacity(text.len() + 2);
+    tag.push('"');
+    tag.push_str(&text);
+    tag.push('"');
+    tag
 }
 
 /// 416 for a blob range beyond its end: `Content-Range: bytes */<size>`,

@@ -100,6 +100,22 @@ impl Route {
             "/v2/_catalog" => return Ok(Route::Catalog),
             p => p.strip_prefix("/v2/").ok_or(RegistryError::NoEndpoint)?,
         };
+        // Fast path for the two reads every pull makes: `<name>/manifests/<ref>`
+        // and `<name>/blobs/<digest>`. The table below would find the same
+        // row (no other row can match a path whose second-to-last segment is
+        // `manifests` or `blobs` followed by one non-empty segment).
+        if let Some(last) = rest.rfind('/')
+            && let Some(prev) = rest[..last].rfind('/')
+        {
+            let (segment, after) = (&rest[prev + 1..last], &rest[last + 1..]);
+            if !after.is_empty() {
+                match segment {
+                    "manifests" => return build(Kind::Manifest, &rest[..prev], after),
+                    "blobs" => return build(Kind::Blob, &rest[..prev], after),
+                    _ => {}
+                }
+            }
+        }
         for (marker, tail, kind) in TABLE {
             let Some(at) = rfind_marker(rest, marker) else {
                 continue;

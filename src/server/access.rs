@@ -12,8 +12,10 @@
 //! caps (413 `DENIED` past `max_upload_bytes_per_user`: a body is counted
 //! chunk by chunk as the registry reads it), the user's repository scope
 //! handed to the registry as a request extension, and the audit
-//! actor: every request runs inside [`audit::scope`] with the user and the
-//! client address, so every state change it makes records them.
+//! actor: every request that may change state runs inside [`audit::scope`]
+//! with the user and the client address, so every state change it makes
+//! records them (registry reads, `GET`/`HEAD` under `/v2/`, never change
+//! state and skip it when no users are configured).
 //! Never decides a permission itself ([`Policy::allows`], [`auth::required`]).
 
 use std::sync::Arc;
@@ -44,8 +46,13 @@ use crate::state::{Actor, audit};
 /// reads against it).
 pub async fn check(app: Arc<App>, req: Request, next: Next) -> Response {
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
-    let address = client.map(|a| a.to_string());
     let policy = &*app.auth;
+    if policy.is_open() && registry_read(&req) {
+        // A registry read never commits: no actor to record (and no client
+        // address to format on the hot path of pulls).
+        return next.run(req).await;
+    }
+    let address = client.map(|a| a.to_string());
     if policy.is_open() {
         let actor = Actor {
             who: auth::OPEN_WHO.into(),
@@ -152,6 +159,12 @@ pub async fn check(app: Arc<App>, req: Request, next: Next) -> Response {
         return finish(over_quota(policy, &who), &path);
     }
     res
+}
+
+/// A GET or HEAD under `/v2/`: the registry's reads (pull, tags, catalog,
+/// referrers, upload progress), which never change state.
+fn registry_read(req: &Request) -> bool {
+    matches!(*req.method(), Method::GET | Method::HEAD) && req.uri().path().starts_with("/v2/")
 }
 
 fn principal_name(p: &Principal) -> String {

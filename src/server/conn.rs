@@ -441,6 +441,13 @@ fn too_slow_response(
 /// Completes when the connection should be closed: no request started
 /// within the header timeout after accept, or no request in progress and
 /// no activity for the idle timeout.
+///
+/// Requests never wake this timer (a wake-up per request would re-poll the
+/// connection and re-arm a timer on every request): it sleeps until the
+/// deadline computed now, or at most one idle timeout, and then
+/// recomputes. Activity only ever moves the deadline later, except the end
+/// of the first request when the idle timeout is shorter than the header
+/// timeout, which the cap of one idle timeout covers.
 async fn idle_deadline(activity: &Activity, limits: &Limits) {
     loop {
         let now = Instant::now();
@@ -461,10 +468,7 @@ async fn idle_deadline(activity: &Activity, limits: &Limits) {
             }
             continue;
         }
-        tokio::select! {
-            () = tokio::time::sleep_until(deadline) => {}
-            () = activity.changed.notified() => {}
-        }
+        tokio::time::sleep_until(deadline.min(now + limits.idle_timeout)).await;
     }
 }
 
@@ -478,8 +482,6 @@ pub(super) struct Activity {
     requests: AtomicU64,
     /// Requests whose response head is not ready yet.
     in_flight: AtomicUsize,
-    /// Signalled when a request starts or ends (the deadline changes).
-    changed: Notify,
     /// Set on the first HTTP/2 request: from then on socket traffic is
     /// not activity, only requests and their bodies are.
     h2: AtomicBool,
@@ -496,7 +498,6 @@ impl Activity {
             last_ms: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
-            changed: Notify::new(),
             h2: AtomicBool::new(false),
             close: Notify::new(),
             close_requested: AtomicBool::new(false),
@@ -540,7 +541,6 @@ impl Activity {
     pub(super) fn begin_request(self: &Arc<Self>) -> RequestGuard {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.requests.fetch_add(1, Ordering::AcqRel);
-        self.changed.notify_one();
         RequestGuard(self.clone())
     }
 }
@@ -552,7 +552,6 @@ impl Drop for RequestGuard {
     fn drop(&mut self) {
         self.0.touch();
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
     }
 }
 

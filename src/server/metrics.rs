@@ -6,6 +6,7 @@
 //! `Content-Length`) and the latency histogram (until the response head is
 //! ready). Never exposes anything per repository or per client.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,6 +16,9 @@ use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 
 use super::App;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+
 use crate::metrics::{RequestLabels, RouteLabels, global};
 
 /// `Content-Type` of the exposition (OpenMetrics 1.0 text).
@@ -64,6 +68,62 @@ fn method_label(m: &Method) -> &'static str {
     }
 }
 
+/// The metric handles of one (route class, method, status): counters and
+/// histograms share their values with the registered families, so a
+/// handle kept here counts in `/metrics` like the family's own.
+#[derive(Clone)]
+struct Handles {
+    requests: Counter,
+    latency: Histogram,
+    /// Bytes served (`None` for HEAD, which sends no body).
+    bytes: Option<Counter>,
+}
+
+/// Handles seen by this thread at most (route classes × methods × the few
+/// statuses a route answers: well under this in practice).
+const HANDLES_PER_THREAD: usize = 64;
+
+thread_local! {
+    /// This thread's handles by (route, method, status): looked up by
+    /// pointer and number, without hashing labels or taking the families'
+    /// locks (the hot path of every request).
+    static HANDLES: RefCell<Vec<((&'static str, &'static str, u16), Handles)>> =
+        const { RefCell::new(Vec::new()) };
+}
+
+/// The handles of (route, method, status), from this thread's list or
+/// the families (and then kept, up to [`HANDLES_PER_THREAD`]).
+fn handles(route: &'static str, method: &'static str, status: u16) -> Handles {
+    let same = |k: &(&'static str, &'static str, u16)| {
+        std::ptr::eq(k.0, route) && std::ptr::eq(k.1, method) && k.2 == status
+    };
+    if let Some(h) =
+        HANDLES.with_borrow(|v| v.iter().find(|(k, _)| same(k)).map(|(_, h)| h.clone()))
+    {
+        return h;
+    }
+    let m = global();
+    let labels = RouteLabels { route };
+    let h = Handles {
+        requests: m
+            .requests
+            .get_or_create(&RequestLabels {
+                route,
+                method,
+                status,
+            })
+            .clone(),
+        latency: m.latency.get_or_create(&labels).clone(),
+        bytes: (method != "HEAD").then(|| m.bytes_served.get_or_create(&labels).clone()),
+    };
+    HANDLES.with_borrow_mut(|v| {
+        if v.len() < HANDLES_PER_THREAD {
+            v.push(((route, method, status), h.clone()));
+        }
+    });
+    h
+}
+
 /// Middleware (see `super::front`): runs `next` on the request and counts
 /// it by route class, method and status, its body bytes (HEAD sends none)
 /// and its latency.
@@ -75,31 +135,22 @@ where
     let method = method_label(req.method());
     let started = Instant::now();
     let res = next(req).await;
-    let m = global();
     let status = res.status().as_u16();
-    m.requests
-        .get_or_create(&RequestLabels {
-            route,
-            method,
-            status,
-        })
-        .inc();
-    let labels = RouteLabels { route };
-    m.latency
-        .get_or_create(&labels)
-        .observe(started.elapsed().as_secs_f64());
-    if method != "HEAD"
+    let h = handles(route, method, status);
+    h.requests.inc();
+    h.latency.observe(started.elapsed().as_secs_f64());
+    if let Some(bytes) = &h.bytes
         && let Some(len) = res
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
     {
-        m.bytes_served.get_or_create(&labels).inc_by(len);
+        bytes.inc_by(len);
     }
     if status == 507 {
-        m.store_error("no_space");
+        global().store_error("no_space");
     } else if status >= 500 {
-        m.store_error("io");
+        global().store_error("io");
     }
     res
 }

@@ -1,18 +1,27 @@
-//! A least-recently-used cache of immutable metadata documents, bounded in
-//! bytes (`airlock serve --cache-size`, default 64 MiB).
+//! A cache of immutable metadata documents, bounded in bytes
+//! (`airlock serve --cache-size`, default 64 MiB), evicting the least
+//! recently used ones first (approximately: the CLOCK algorithm).
 //!
 //! Owns: the byte budget and eviction order. Keys are document digests, so
 //! an entry never goes stale; values are parsed pages (or, for stores
 //! written by the first layout, whole legacy documents), each weighed by
 //! the size of its stored JSON plus a per-entry allowance for the parsed
 //! form ([`weight`]). Never reads the store itself.
+//!
+//! A hit (every request reads a few pages) allocates nothing and moves
+//! nothing: it sets the entry's reference bit. Eviction sweeps the entries
+//! in insertion order ("the clock hand"): an entry referenced since the
+//! hand last passed gets a second chance (its bit is cleared and it goes
+//! to the back), the first one not referenced is evicted. Keys are hashed
+//! with [`crate::digest::DigestHasher`] (a digest's hex is already uniformly distributed;
+//! SipHash over 70 bytes is not needed).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::docs::{RepoTable, RepositoryDoc};
 use super::page::Page;
-use crate::digest::Digest;
+use crate::digest::{Digest, DigestMap};
 
 /// Default byte budget: 64 MiB.
 pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
@@ -37,13 +46,22 @@ pub(super) fn weight(stored: usize, entries: usize) -> u64 {
     (stored + 64 * entries + 128) as u64
 }
 
-/// The cache: digest → (document, weight, last use).
+/// An entry: the document, its weight and whether it was used since the
+/// clock hand last passed it.
+struct Entry {
+    value: Cached,
+    weight: u64,
+    referenced: bool,
+}
+
+/// The cache: digest → (document, weight, reference bit), and the digests
+/// in clock order.
 pub(super) struct ByteLru {
     budget: u64,
     used: u64,
-    tick: u64,
-    map: HashMap<Digest, (Cached, u64, u64)>,
-    order: BTreeMap<u64, Digest>,
+    map: DigestMap<Digest, Entry>,
+    /// The clock: every key of `map` once, the hand at the front.
+    clock: VecDeque<Digest>,
 }
 
 impl ByteLru {
@@ -52,41 +70,51 @@ impl ByteLru {
         ByteLru {
             budget,
             used: 0,
-            tick: 0,
-            map: HashMap::new(),
-            order: BTreeMap::new(),
+            map: DigestMap::default(),
+            clock: VecDeque::new(),
         }
     }
 
-    /// The document under `digest`, marked as just used.
+    /// The document under `digest`, marked as used (no allocation).
     pub(super) fn get(&mut self, digest: &Digest) -> Option<Cached> {
-        self.tick += 1;
-        let tick = self.tick;
-        let (value, _, last) = self.map.get_mut(digest)?;
-        self.order.remove(last);
-        *last = tick;
-        self.order.insert(tick, digest.clone());
-        Some(value.clone())
+        let e = self.map.get_mut(digest)?;
+        e.referenced = true;
+        Some(e.value.clone())
     }
 
-    /// Adds a document of `weight` bytes, evicting the least recently used
-    /// ones until the total fits. A document heavier than the whole budget
-    /// is not kept.
+    /// Adds a document of `weight` bytes, evicting documents not used
+    /// since the clock hand last passed them until the total fits. A
+    /// document heavier than the whole budget is not kept.
     pub(super) fn insert(&mut self, digest: Digest, value: Cached, weight: u64) {
         if weight > self.budget || self.map.contains_key(&digest) {
             return;
         }
         while self.used + weight > self.budget {
-            let Some((_, old)) = self.order.pop_first() else {
+            let Some(old) = self.clock.pop_front() else {
                 break;
             };
-            if let Some((_, w, _)) = self.map.remove(&old) {
-                self.used -= w;
+            match self.map.get_mut(&old) {
+                Some(e) if e.referenced => {
+                    e.referenced = false;
+                    self.clock.push_back(old);
+                }
+                Some(_) => {
+                    if let Some(e) = self.map.remove(&old) {
+                        self.used -= e.weight;
+                    }
+                }
+                None => {}
             }
         }
-        self.tick += 1;
-        self.order.insert(self.tick, digest.clone());
-        self.map.insert(digest, (value, weight, self.tick));
+        self.clock.push_back(digest.clone());
+        self.map.insert(
+            digest,
+            Entry {
+                value,
+                weight,
+                referenced: false,
+            },
+        );
         self.used += weight;
     }
 

@@ -23,6 +23,7 @@ pub mod audit;
 mod cache;
 mod commit;
 pub mod docs;
+mod memo;
 mod ops;
 mod page;
 mod reach;
@@ -206,6 +207,7 @@ impl StateStore {
                 store: store.clone(),
                 cache: Arc::new(Mutex::new(cache::ByteLru::new(bytes))),
                 staged: Default::default(),
+                memo: Arc::new(memo::Memo::new(bytes > 0)),
             },
             store,
             roots: Arc::new(root::RootCache::new(Duration::ZERO)),
@@ -303,13 +305,25 @@ impl StateStore {
     ) -> Result<Option<Repository>> {
         match snap.table()? {
             Table::Empty => Ok(None),
-            Table::Paged(root) => match self.pages.get(&root, name.as_str()).await? {
-                Some(v) => Ok(Some(Repository::paged(
-                    self.pages.clone(),
-                    page::digest_value(&v)?,
-                ))),
-                None => Ok(None),
-            },
+            Table::Paged(root) => {
+                let key = memo::Key::text(&root, memo::Kind::Repository, name.as_str());
+                let found = match self.pages.memo.get(&key) {
+                    Some(memo::Answer::Digest(d)) => Some(d),
+                    Some(_) => None,
+                    None => {
+                        let found = match self.pages.get(&root, name.as_str()).await? {
+                            Some(v) => Some(page::digest_value(&v)?),
+                            None => None,
+                        };
+                        let answer = found
+                            .clone()
+                            .map_or(memo::Answer::Absent, memo::Answer::Digest);
+                        self.pages.memo.put(&key, answer);
+                        found
+                    }
+                };
+                Ok(found.map(|d| Repository::paged(self.pages.clone(), d)))
+            }
             Table::Legacy(d) => match self.legacy_table(&d).await?.repositories.get(name) {
                 Some(r) => Ok(Some(Repository::legacy(
                     self.pages.clone(),

@@ -140,6 +140,8 @@ pub(super) struct Pages {
     pub(super) store: Arc<dyn Blobstore>,
     pub(super) cache: Arc<Mutex<ByteLru>>,
     pub(super) staged: Arc<Mutex<Staged>>,
+    /// Decoded lookups by tree root ([`super::memo`]).
+    pub(super) memo: Arc<super::memo::Memo>,
 }
 
 impl Pages {
@@ -534,6 +536,7 @@ mod tests {
                 store,
                 cache,
                 staged,
+                memo: Arc::new(super::super::memo::Memo::new(true)),
             },
         )
     }

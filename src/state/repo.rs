@@ -21,6 +21,7 @@
 use std::sync::Arc;
 
 use super::docs::{ManifestInfo, RepositoryDoc};
+use super::memo::{Answer, Key, Kind};
 use super::page::{self, Delta, Pages, Value};
 use super::{Result, StateError};
 use crate::digest::Digest;
@@ -137,13 +138,6 @@ impl Repository {
         }
     }
 
-    async fn get(&self, key: &str) -> Result<Option<Value>> {
-        match &self.body {
-            Body::Paged(root) => self.pages.get(root, key).await,
-            Body::Legacy(_) => Ok(None),
-        }
-    }
-
     /// Entries `prefix<after>` (exclusive; from the start of `prefix` when
     /// `None`) up to the end of `prefix`, at most `limit`, as (key without
     /// the prefix, value).
@@ -168,14 +162,41 @@ impl Repository {
         Ok(out)
     }
 
+    /// The answer for `key` in this repository's tree: from the memo
+    /// ([`super::memo`]) or, the first time, the value under `full_key()`
+    /// read from the pages, decoded with `decode`, and remembered.
+    async fn memoized<F>(
+        &self,
+        key: Key<'_>,
+        full_key: F,
+        decode: fn(&Value) -> Result<Answer>,
+    ) -> Result<Answer>
+    where
+        F: FnOnce() -> String,
+    {
+        if let Some(a) = self.pages.memo.get(&key) {
+            return Ok(a);
+        }
+        let answer = match self.pages.get(key.root, &full_key()).await? {
+            Some(v) => decode(&v)?,
+            None => Answer::Absent,
+        };
+        self.pages.memo.put(&key, answer.clone());
+        Ok(answer)
+    }
+
     /// The manifest digest tag `tag` points at.
     pub async fn tag(&self, tag: &Tag) -> Result<Option<Digest>> {
         match &self.body {
             Body::Legacy(doc) => Ok(doc.tags.get(tag).cloned()),
-            Body::Paged(_) => match self.get(&tag_key(tag.as_str())).await? {
-                Some(v) => page::digest_value(&v).map(Some),
-                None => Ok(None),
-            },
+            Body::Paged(root) => {
+                let key = Key::text(root, Kind::Tag, tag.as_str());
+                let decode = |v: &Value| page::digest_value(v).map(Answer::Digest);
+                match self.memoized(key, || tag_key(tag.as_str()), decode).await? {
+                    Answer::Digest(d) => Ok(Some(d)),
+                    _ => Ok(None),
+                }
+            }
         }
     }
 
@@ -183,10 +204,14 @@ impl Repository {
     pub async fn manifest(&self, digest: &Digest) -> Result<Option<ManifestInfo>> {
         match &self.body {
             Body::Legacy(doc) => Ok(doc.manifests.get(digest).cloned()),
-            Body::Paged(_) => match self.get(&manifest_key(digest)).await? {
-                Some(v) => page::parse_value(&v).map(Some),
-                None => Ok(None),
-            },
+            Body::Paged(root) => {
+                let key = Key::digest(root, Kind::Manifest, digest);
+                let decode = |v: &Value| page::parse_value(v).map(Answer::Manifest);
+                match self.memoized(key, || manifest_key(digest), decode).await? {
+                    Answer::Manifest(m) => Ok(Some(m)),
+                    _ => Ok(None),
+                }
+            }
         }
     }
 
@@ -194,10 +219,14 @@ impl Repository {
     pub async fn blob(&self, digest: &Digest) -> Result<Option<u64>> {
         match &self.body {
             Body::Legacy(doc) => Ok(doc.blobs.get(digest).copied()),
-            Body::Paged(_) => match self.get(&blob_key(digest)).await? {
-                Some(v) => page::parse_value(&v).map(Some),
-                None => Ok(None),
-            },
+            Body::Paged(root) => {
+                let key = Key::digest(root, Kind::Blob, digest);
+                let decode = |v: &Value| page::parse_value(v).map(Answer::Size);
+                match self.memoized(key, || blob_key(digest), decode).await? {
+                    Answer::Size(n) => Ok(Some(n)),
+                    _ => Ok(None),
+                }
+            }
         }
     }
 

@@ -10,6 +10,7 @@ mod batch;
 use std::collections::HashSet;
 use std::io::{ErrorKind, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -61,6 +62,11 @@ pub struct FsStore {
     min_free: FreeSpaceFloor,
     /// Small blobs verified by earlier reads ([`super::hot`]).
     hot: Arc<HotBlobs>,
+    /// The root epoch: how many times [`super::Blobstore::read_root`] found
+    /// `refs/root` replaced (by another process, or at the first read). A
+    /// small blob in [`HotBlobs`] whose path was checked in the current
+    /// epoch is served without another `stat(2)` (see [`super::hot`]).
+    epoch: Arc<AtomicU64>,
 }
 
 /// The last `refs/root` read, with the file it was read from held open.
@@ -89,6 +95,7 @@ impl FsStore {
             root_cache: Arc::new(Mutex::new(None)),
             min_free: FreeSpaceFloor::Off,
             hot: Arc::default(),
+            epoch: Arc::default(),
         })
     }
 
@@ -143,6 +150,7 @@ impl FsStore {
         let from = self.root.join(super::blob_key(digest));
         let to = self.root.join(verify::quarantine_key(digest));
         let same = std::fs::metadata(&from).is_ok_and(|m| (m.dev(), m.ino()) == (id.0, id.1));
+        self.hot.remove(&super::blob_key(digest));
         if !same {
             return;
         }
@@ -176,6 +184,7 @@ impl FsStore {
         size: u64,
         digest: Digest,
         id: FileId,
+        epoch: u64,
     ) -> Result<Bytes> {
         let bytes = if size <= INLINE_READ_MAX {
             read_at(&file, 0, size)?
@@ -190,16 +199,24 @@ impl FsStore {
             ));
         }
         let bytes = Bytes::from(bytes);
-        self.hot.insert(key, id, bytes.clone());
+        self.hot.insert(key, id, epoch, bytes.clone());
         Ok(bytes)
     }
 
-    /// The verified bytes of the blob `key` from [`HotBlobs`], when one
-    /// `stat(2)` shows its path still names the file they were read from.
+    /// The verified bytes of the blob `key` from [`HotBlobs`], when its
+    /// path was found naming the file they were read from in the current
+    /// root epoch, or one `stat(2)` shows that now.
     fn hot_read(&self, key: &str) -> Option<Bytes> {
-        let (id, bytes) = self.hot.get(key)?;
+        let hot = self.hot.get(key)?;
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if hot.epoch == epoch {
+            return Some(hot.bytes);
+        }
         match std::fs::metadata(self.root.join(key)) {
-            Ok(m) if file_id(&m) == id => Some(bytes),
+            Ok(m) if file_id(&m) == hot.id => {
+                self.hot.checked(key, epoch);
+                Some(hot.bytes)
+            }
             _ => {
                 self.hot.remove(key);
                 None
@@ -346,7 +363,10 @@ impl FsStore {
     /// small blob ([`VERIFY_WHOLE_MAX`]) comes back verified, from memory
     /// when it is held there ([`FsStore::hot_read`]).
     async fn open_read(&self, key: &str, range: Option<(u64, u64)>) -> Result<Opened> {
-        check_key(key)?;
+        // Read before the path is: a root change meanwhile leaves the
+        // entry to be checked again.
+        let epoch = self.epoch.load(Ordering::Acquire);
+        // Only keys checked by `open_range` (`check_key`) are ever held.
         if let Some(bytes) = self.hot_read(key) {
             let size = bytes.len() as u64;
             let (start, end) = span(range, size)?;
@@ -359,7 +379,9 @@ impl FsStore {
         if let Some((digest, id)) = blob.clone()
             && size <= VERIFY_WHOLE_MAX
         {
-            let bytes = self.read_verified(key, file, size, digest, id).await?;
+            let bytes = self
+                .read_verified(key, file, size, digest, id, epoch)
+                .await?;
             let part = bytes.slice(start as usize..end as usize);
             return Ok(Opened::Small { size, part });
         }
@@ -502,6 +524,7 @@ impl super::Blobstore for FsStore {
 
     async fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
+        self.hot.remove(key);
         match tokio::fs::remove_file(&path).await {
             Ok(()) => {
                 // Scratch directories (`uploads/<id>/`) go with their last object.
@@ -519,6 +542,8 @@ impl super::Blobstore for FsStore {
 
     async fn rename(&self, from: &str, to: &str) -> Result<()> {
         let (src, dst) = (self.path(from)?, self.path(to)?);
+        self.hot.remove(from);
+        self.hot.remove(to);
         let key = from.to_string();
         let parent = dst.parent().map(Path::to_path_buf).unwrap_or_default();
         let p = parent.clone();
@@ -644,6 +669,9 @@ impl super::Blobstore for FsStore {
                 root: root.clone(),
             });
         }
+        // A new root: small blobs in memory are checked against their
+        // paths again ([`super::hot`]).
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         Ok(Some(root))
     }
 
