@@ -87,9 +87,9 @@ tls_details() {
 tls_table() {
     echo
     printf '| %-36s | %15s | %15s | %9s | %-15s |\n' "(h) TLS figure" "airlock TLS" "reference" ratio target
-    row "(h) 4 KiB GET req/s, ref: airlock plain" "$(get h1 airlock_tls 1)" "$(get h1 airlock 1)" ge 0.7 "%15.0f"
-    row "(h) 64 MiB GET MiB/s, ref: airlock plain" "$(get h2 airlock_tls 3)" "$(get h2 airlock 3)" ge 0.8 "%15.1f"
-    row "(h) 4 KiB GET req/s, ref: docker-reg TLS" "$(get h1 airlock_tls 1)" "$(get h1 ref_tls 1)" ge 10 "%15.0f"
-    row "(h) 4 KiB GET p99 ms, ref: docker-reg TLS" "$(get h1 airlock_tls 2)" "$(get h1 ref_tls 2)" none 0 "%15.2f"
-    row "(h) 64 MiB GET MiB/s, ref: docker-reg TLS" "$(get h2 airlock_tls 3)" "$(get h2 ref_tls 3)" none 0 "%15.1f"
+    row "(h) 4 KiB GET req/s / airlock plain" "$(get h1 airlock_tls 1)" "$(get h1 airlock 1)" ge 0.7 "%15.0f"
+    row "(h) 64 MiB GET MiB/s / airlock plain" "$(get h2 airlock_tls 3)" "$(get h2 airlock 3)" ge 0.8 "%15.1f"
+    row "(h) 4 KiB GET req/s / docker-reg TLS" "$(get h1 airlock_tls 1)" "$(get h1 ref_tls 1)" ge 10 "%15.0f"
+    row "(h) 4 KiB p99 ms / docker-reg TLS" "$(get h1 airlock_tls 2)" "$(get h1 ref_tls 2)" none 0 "%15.2f"
+    row "(h) 64 MiB MiB/s / docker-reg TLS" "$(get h2 airlock_tls 3)" "$(get h2 ref_tls 3)" none 0 "%15.1f"
 }
