@@ -16,8 +16,9 @@
 //! `ECDHE_*_WITH_AES_128_GCM_SHA256`), then AES-256-GCM, then
 //! ChaCha20-Poly1305; all of them are AEAD suites with forward secrecy.
 //! AES-128 runs 10 rounds per block against AES-256's 14, so bulk transfers
-//! (64 MiB layers) cost both ends less CPU per byte; OpenSSL clients
-//! (curl, wrk, skopeo's Go stack differs) otherwise ask for AES-256 first.
+//! (64 MiB layers) cost both ends less CPU per byte. OpenSSL clients (curl,
+//! wrk) list AES-256-GCM first and would otherwise get it; a client that
+//! offers only AES-256-GCM or only ChaCha20-Poly1305 still gets that.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
