@@ -47,14 +47,31 @@
 #      clients at once with curl --parallel: manifest PUTs to new tags of one
 #      repository, to new repositories, and blob-upload finishes; throughput
 #      (writes/s) and errors. Target at 128 writers: >= 1x, zero errors.
-#      (h) TLS (rustls; skipped with TLS=0): a second airlock process
-#      serving the same data dir over HTTPS (`serve --tls-cert --tls-key`,
-#      a P-256 certificate from a test CA made with openssl) and a second
-#      docker-registry over the same storage with its `http.tls` settings;
-#      wrk (keep-alive, TLS 1.3) GETs of the 4 KiB blob and the 64 MiB blob
-#      against both. Targets: airlock TLS >= 0.7x airlock plain req/s on the
-#      4 KiB blob, >= 0.8x plain MiB/s on the 64 MiB blob, >= 10x
+#      (h) TLS (rustls; skipped with TLS=0, alone with TLS=only;
+#      scripts/bench/serve-tls.sh): a second airlock process serving the
+#      same data dir over HTTPS (`serve --tls-cert --tls-key`, a P-256
+#      certificate from a test CA made with openssl) and a second
+#      docker-registry over the same storage with its `http.tls` settings.
+#      The same wrk command as (a) and (c) (keep-alive; TLS 1.3, the cipher
+#      suite each server picks from OpenSSL's offer is printed: airlock
+#      prefers AES-128-GCM) GETs the 4 KiB blob, then the 64 MiB blob, from
+#      airlock over plain HTTP, airlock over TLS and docker-registry over
+#      TLS, back to back. Targets: airlock TLS >= 0.7x airlock plain req/s
+#      on the 4 KiB blob, >= 0.8x plain MiB/s on the 64 MiB blob, >= 10x
 #      docker-registry over TLS on the 4 KiB blob.
+#      What limits the 64 MiB figures on a 2-core machine: server and wrk
+#      share both cores, and every byte costs CPU on both sides. Over plain
+#      HTTP the server hashes the blob as it sends it (SHA-256 with the SHA
+#      extensions, the verified read of large blobs; the largest share of
+#      its CPU) and hands mmap'ed pages to writev, the kernel copies them
+#      into the socket and wrk copies them out. Over TLS the server also
+#      copies each 16 KiB record's plaintext into rustls's buffer and
+#      encrypts it (AES-GCM, VAES/AVX2), and wrk (OpenSSL) decrypts it, so
+#      the client's decryption competes with the server for the same two
+#      cores. The TLS/plain ratio is thus a ratio of CPU per byte of the
+#      whole loopback system (server + client), not of the server alone;
+#      on a machine whose clients are elsewhere the server's own share is
+#      what counts (the srv CPU column).
 #   4. Prints the details, then the table: figure | airlock | docker-registry |
 #      ratio (airlock / docker-registry) | target, PASS/FAIL, for the targets:
 #        4 KiB blob GET and manifest GET: req/s >= 10x, p99 <= 0.2x reference
@@ -80,27 +97,13 @@
 #   BENCH_DIR    where the temporary work dir goes (default /var/tmp; needs
 #                about 2 GiB free); removed at exit
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
-#   TLS          1 (default): run (h); 0: skip it
+#   TLS          1 (default): run (h); 0: skip it; only: set up, check the
+#                content, run (h) alone and print its figures
 #   AIRLOCK_LOAD how to load airlock: auto (default: push when `airlock serve
 #                --help` lists --allow-push, else bundle; a failed push is
 #                reported, in the output too, and the bundle is used instead),
 #                push (a failed push is an error), or bundle
 set -euo pipefail
-
-prog=$(basename "$0")
-repo=$(cd "$(dirname "$0")/.." && pwd)
-helpers=$repo/scripts/bench
-HOST=127.0.0.1
-TAG=v1
-MANIFEST_MT=application/vnd.oci.image.manifest.v1+json
-
-die() {
-    echo "$prog: error: $*" >&2
-    exit 1
-}
-note() {
-    echo "$prog: $*" >&2
-}
 
 case "${1:-}" in
     -h | --help)
@@ -108,6 +111,14 @@ case "${1:-}" in
         exit 0
         ;;
 esac
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+[ -d "$BENCH_DIR" ] || { echo "${0##*/}: error: BENCH_DIR $BENCH_DIR is not a directory" >&2; exit 1; }
+. "$(dirname "$0")/bench/lib.sh" # die note need free_port wait_up build_airlock; $work, $pids, cleanup
+helpers=$repo/scripts/bench
+HOST=127.0.0.1
+TAG=v1
+MANIFEST_MT=application/vnd.oci.image.manifest.v1+json
+
 [ $# -eq 0 ] || die "usage: $prog   (settings come from the environment; see --help)"
 DURATION=${DURATION:-10}
 PULLS=${PULLS:-50}
@@ -119,11 +130,9 @@ TLS=${TLS:-1}
 [[ $PULLS =~ ^[1-9][0-9]*$ ]] || die "PULLS must be a positive integer, got '$PULLS'"
 [[ $CONNS =~ ^[1-9][0-9]*$ ]] || die "CONNS must be a positive integer, got '$CONNS'"
 case $AIRLOCK_LOAD in auto | push | bundle) ;; *) die "AIRLOCK_LOAD must be auto, push or bundle, got '$AIRLOCK_LOAD'" ;; esac
+case $TLS in 0 | 1 | only) ;; *) die "TLS must be 1, 0 or only, got '$TLS'" ;; esac
 
 # --- tools -----------------------------------------------------------------
-need() { # tool package
-    command -v "$1" >/dev/null 2>&1 || die "'$1' not found: apt-get install $2"
-}
 need wrk wrk
 need hey hey
 need docker-registry docker-registry
@@ -138,7 +147,8 @@ need awk mawk
 need getconf libc-bin
 need df coreutils
 [ -x /usr/bin/time ] || die "/usr/bin/time not found: apt-get install time"
-for f in gen-serve-layout.py idle-conns.py concurrent-writes.py; do
+[ "$TLS" = 0 ] || need openssl openssl
+for f in gen-serve-layout.py idle-conns.py concurrent-writes.py serve-tls.sh; do
     [ -r "$helpers/$f" ] || die "$helpers/$f missing"
 done
 ulimit -n 4096 2>/dev/null || true # CONNS sockets + wrk's; inherited by both servers
@@ -149,58 +159,22 @@ if [ -n "${AIRLOCK_BIN:-}" ]; then
 else
     need cargo "cargo (or rustup)"
     note "building airlock (cargo build --release)"
-    (cd "$repo" && cargo build --release --quiet) || die "cargo build --release failed"
-    airlock=$repo/target/release/airlock
+    build_airlock
     [ -x "$airlock" ] || die "$airlock missing after build"
 fi
 
-# --- work dir, processes, cleanup --------------------------------------------
-base=${BENCH_DIR:-/var/tmp}
-[ -d "$base" ] || die "BENCH_DIR $base is not a directory"
-avail_kib=$(df -Pk "$base" | awk 'NR == 2 { print $4 }')
+# --- work dir ($work, made and removed with $pids by lib.sh) ---------------------
+avail_kib=$(df -Pk "$work" | awk 'NR == 2 { print $4 }')
 [ "$avail_kib" -ge $((2 * 1024 * 1024)) ] ||
-    die "$base has $((avail_kib / 1024)) MiB free; need about 2048 MiB"
-work=$(mktemp -d "$base/airlock-bench-serve.XXXXXX")
-pids=() # every background process we started; killed at exit
-
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${pids[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# wait_up NAME PID PORT LOG: until GET /v2/ answers 200, or fail
-wait_up() {
-    local i
-    for i in $(seq 1 100); do
-        kill -0 "$2" 2>/dev/null || {
-            cat "$4" >&2
-            die "$1 exited during startup"
-        }
-        if curl -sf -o /dev/null "http://$HOST:$3/v2/"; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    cat "$4" >&2
-    die "$1 did not answer GET http://$HOST:$3/v2/ within 10 s"
-}
+    die "$BENCH_DIR has $((avail_kib / 1024)) MiB free; need about 2048 MiB"
 
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 now_ns() { date +%s%N; }
 clk_tck=$(getconf CLK_TCK)
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+. "$helpers/serve-tls.sh" # part (h): tls_start tls_measure tls_details tls_table
 
 # --- content -----------------------------------------------------------------
 note "work dir $work; generating the OCI layout"
@@ -250,7 +224,7 @@ note "starting docker-registry on $HOST:$ref_port"
 docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 ref_pid=$!
 pids+=("$ref_pid")
-wait_up docker-registry "$ref_pid" "$ref_port" "$work/registry.log"
+wait_up docker-registry "$ref_pid" "http://$HOST:$ref_port/v2/" "$work/registry.log"
 
 try_push() { # PORT NAME: skopeo copy of one image; its output in $work/push.log
     skopeo copy --quiet --preserve-digests --dest-tls-verify=false "oci:$layout:$2" \
@@ -274,7 +248,7 @@ start_airlock() { # [extra serve args...]
         >"$work/airlock.log" 2>&1 &
     air_pid=$!
     pids+=("$air_pid")
-    wait_up airlock "$air_pid" "$air_port" "$work/airlock.log"
+    wait_up airlock "$air_pid" "http://$HOST:$air_port/v2/" "$work/airlock.log"
 }
 serve_help=$("$airlock" serve --help)
 load=$AIRLOCK_LOAD
@@ -377,7 +351,7 @@ note "starting nginx on $HOST:$nginx_port"
 nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' >"$work/nginx/stdout.log" 2>&1 &
 nginx_pid=$!
 pids+=("$nginx_pid")
-wait_up nginx "$nginx_pid" "$nginx_port" "$work/nginx/error.log"
+wait_up nginx "$nginx_pid" "http://$HOST:$nginx_port/v2/" "$work/nginx/error.log"
 port_of[nginx]=$nginx_port
 pid_of[nginx]=$nginx_pid
 label_of[nginx]=nginx
@@ -444,7 +418,7 @@ idle_conns() { # TAG
     done
     sleep 1
 }
-idle_conns f0
+[ "$TLS" = only ] || idle_conns f0
 
 # --- wrk figures -----------------------------------------------------------------
 # Results: $work/res.FIG.SERVER = "rps p99_ms transfer_mib_s server_cpu% wrk_cpu% socket_errors"
@@ -476,6 +450,24 @@ parse_wrk() { # WRK_OUTPUT -> "rps p99_ms transfer_mib_s non2xx socket_errors"
     END { printf "%s %s %s %s %s\n", rps, p99, tr, non2xx, errs }
     ' "$1"
 }
+
+# --- report helpers -------------------------------------------------------------
+field() { awk -v c="$3" '{ print $c }' "$work/res.$1.$2"; } # FIG SERVER COLUMN
+
+# row LABEL AIRLOCK REF TARGET_KIND TARGET_VALUE FORMAT
+#   TARGET_KIND: ge (ratio >= v), le (ratio <= v), abs_lt (airlock < v), none
+row() {
+    awk -v l="$1" -v a="$2" -v r="$3" -v k="$4" -v v="$5" -v f="$6" 'BEGIN {
+        ratio = (r > 0) ? a / r : 0
+        if (k == "ge") t = sprintf(">= %gx  %s", v, (ratio >= v ? "PASS" : "FAIL"))
+        else if (k == "le") t = sprintf("<= %gx  %s", v, (ratio <= v ? "PASS" : "FAIL"))
+        else if (k == "abs_lt") t = sprintf("< %g MiB  %s", v, (a < v ? "PASS" : "FAIL"))
+        else t = "-"
+        printf "| %-36s | " f " | " f " | %8.2fx | %-15s |\n", l, a, r, ratio, t
+    }'
+}
+get() { field "$1" "$2" "$3"; }
+mib() { awk -v k="$1" 'BEGIN { print k / 1024 }'; }
 
 run_wrk() { # FIG SERVER PATH [wrk args...]
     local fig=$1 s=$2 path=$3
@@ -553,6 +545,21 @@ run_hey() { # FIG SERVER PATH [hey args...]
     sleep 1
 }
 
+# TLS=only: part (h) alone, then its report.
+if [ "$TLS" = only ]; then
+    tls_start
+    tls_measure "/v2/bench/small/blobs/$small_blob" "/v2/bench/big/blobs/$big_blob"
+    echo
+    echo "airlock serve benchmark, part (h) only (TLS=only): loopback $HOST, $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo))"
+    echo "  wrk -t2 -c64 -d${DURATION}s shares the CPUs with the servers; load average at start $load_before, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo
+    echo "details (srv/gen CPU = user+sys time of the server/load generator over wall time; 100 % = one core):"
+    printf '  %-28s %-16s %12s %10s %12s %8s %8s %7s\n' figure server req/s "p99 ms" "MiB/s" "srv CPU" "gen CPU" "sockerr"
+    tls_details
+    tls_table
+    exit 0
+fi
+
 accept=(-H "Accept: $MANIFEST_MT")
 for s in "${servers[@]}" nginx; do
     run_wrk a "$s" "/v2/bench/small/blobs/$small_blob"
@@ -567,51 +574,10 @@ for s in "${servers[@]}"; do
     run_hey d "$s" "/v2/bench/small/manifests/$TAG" -m HEAD "${accept[@]}"
 done
 
-# --- (h) TLS: the same GETs over HTTPS ------------------------------------------------
+# --- (h) TLS: plain and TLS GETs back to back (scripts/bench/serve-tls.sh) ----------
 if [ "$TLS" = 1 ]; then
-    need openssl openssl
-    tls=$work/tls
-    mkdir -p "$tls"
-    (
-        cd "$tls"
-        openssl ecparam -name prime256v1 -genkey -noout -out ca.key
-        openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj /CN=bench-ca
-        openssl ecparam -name prime256v1 -genkey -noout -out server.key
-        openssl req -new -key server.key -out server.csr -subj /CN=localhost
-        printf 'subjectAltName=IP:%s,DNS:localhost\nextendedKeyUsage=serverAuth\n' "$HOST" >server.ext
-        openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext
-    ) >"$work/openssl.log" 2>&1 || {
-        cat "$work/openssl.log" >&2
-        die "openssl could not make the test certificate"
-    }
-    airtls_port=$(free_port)
-    note "(h) starting airlock over TLS on $HOST:$airtls_port (same data dir)"
-    "$airlock" serve --data "$work/airlock-data" --listen "$HOST:$airtls_port" --log warn \
-        --tls-cert "$tls/server.crt" --tls-key "$tls/server.key" >"$work/airlock-tls.log" 2>&1 &
-    airtls_pid=$!
-    pids+=("$airtls_pid")
-    reftls_port=$(free_port)
-    sed -e "s/^  addr: .*/  addr: $HOST:$reftls_port\n  tls:\n    certificate: ${tls//\//\\/}\/server.crt\n    key: ${tls//\//\\/}\/server.key/" \
-        "$work/registry.yml" >"$work/registry-tls.yml"
-    note "(h) starting docker-registry over TLS on $HOST:$reftls_port (same storage)"
-    docker-registry serve "$work/registry-tls.yml" >"$work/registry-tls.log" 2>&1 &
-    reftls_pid=$!
-    pids+=("$reftls_pid")
-    for i in $(seq 1 100); do
-        curl -sf --cacert "$tls/ca.crt" -o /dev/null "https://$HOST:$airtls_port/v2/" &&
-            curl -sf --cacert "$tls/ca.crt" -o /dev/null "https://$HOST:$reftls_port/v2/" && break
-        [ "$i" = 100 ] && {
-            tail -n 20 "$work/airlock-tls.log" "$work/registry-tls.log" >&2
-            die "(h) a TLS server did not answer within 10 s"
-        }
-        sleep 0.1
-    done
-    port_of[airlock_tls]=$airtls_port pid_of[airlock_tls]=$airtls_pid label_of[airlock_tls]="airlock TLS" scheme_of[airlock_tls]=https
-    port_of[ref_tls]=$reftls_port pid_of[ref_tls]=$reftls_pid label_of[ref_tls]="docker-reg TLS" scheme_of[ref_tls]=https
-    for s in airlock_tls ref_tls; do
-        run_wrk h1 "$s" "/v2/bench/small/blobs/$small_blob"
-        run_wrk h2 "$s" "/v2/bench/big/blobs/$big_blob"
-    done
+    tls_start
+    tls_measure "/v2/bench/small/blobs/$small_blob" "/v2/bench/big/blobs/$big_blob"
 fi
 
 # --- (e) concurrent skopeo pulls -------------------------------------------------
@@ -676,11 +642,11 @@ done
 idle_conns f
 
 # --- report ------------------------------------------------------------------------
-field() { awk -v c="$3" '{ print $c }' "$work/res.$1.$2"; } # FIG SERVER COLUMN
 
 echo
 echo "airlock serve benchmark: airlock vs docker-registry $(docker-registry --version 2>/dev/null | awk '{ print $3 }'), loopback $HOST"
 echo "  machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)); wrk -t2 -c64 -d${DURATION}s shares them with the server"
+echo "  load average at start $load_before, at end $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "  airlock loaded by: $load_mode"
 echo "  content: small = 4096 B layer, big = 64 MiB layer, multi = 5 layers (2-6 MiB, 20 MiB total); random bytes, tar+gzip layers"
 echo
@@ -698,16 +664,7 @@ for fig in a b c d; do
         printf '  %-28s %-16s %12.0f %10.2f %12.1f %7s%% %7s%% %7s\n' "$lab" "${label_of[$s]}" "$rps" "$p99" "$tr" "$sc" "$wc" "$errs"
     done
 done
-if [ "$TLS" = 1 ]; then
-    for fig in h1 h2; do
-        lab="(h) 4 KiB blob GET, TLS"
-        [ $fig = h2 ] && lab="(h) 64 MiB blob GET, TLS"
-        for s in airlock_tls ref_tls; do
-            read -r rps p99 tr sc wc errs <"$work/res.$fig.$s"
-            printf '  %-28s %-16s %12.0f %10.2f %12.1f %7s%% %7s%% %7s\n' "$lab" "${label_of[$s]}" "$rps" "$p99" "$tr" "$sc" "$wc" "$errs"
-        done
-    done
-fi
+if [ "$TLS" = 1 ]; then tls_details; fi
 for s in "${servers[@]}"; do
     printf '  %-28s %-16s %s s wall for %s pulls, server CPU %s%%\n' "(e) $PULLS skopeo pulls" "${label_of[$s]}" \
         "$(field e "$s" 1)" "$PULLS" "$(field e "$s" 2)"
@@ -727,20 +684,6 @@ for s in "${servers[@]}"; do
     done
 done
 
-# row LABEL AIRLOCK REF TARGET_KIND TARGET_VALUE FORMAT
-#   TARGET_KIND: ge (ratio >= v), le (ratio <= v), abs_lt (airlock < v), none
-row() {
-    awk -v l="$1" -v a="$2" -v r="$3" -v k="$4" -v v="$5" -v f="$6" 'BEGIN {
-        ratio = (r > 0) ? a / r : 0
-        if (k == "ge") t = sprintf(">= %gx  %s", v, (ratio >= v ? "PASS" : "FAIL"))
-        else if (k == "le") t = sprintf("<= %gx  %s", v, (ratio <= v ? "PASS" : "FAIL"))
-        else if (k == "abs_lt") t = sprintf("< %g MiB  %s", v, (a < v ? "PASS" : "FAIL"))
-        else t = "-"
-        printf "| %-36s | " f " | " f " | %8.2fx | %-15s |\n", l, a, r, ratio, t
-    }'
-}
-get() { field "$1" "$2" "$3"; }
-mib() { awk -v k="$1" 'BEGIN { print k / 1024 }'; }
 
 echo
 printf '| %-36s | %15s | %15s | %9s | %-15s |\n' figure airlock docker-registry ratio target
@@ -772,12 +715,4 @@ done
 row "(f) RSS baseline MiB" "$(mib "${rss_base[airlock]}")" "$(mib "${rss_base[ref]}")" none 0 "%15.1f"
 row "(f) RSS $CONNS idle conns, fresh MiB" "$(mib "$(get f0 airlock 2)")" "$(mib "$(get f0 ref 2)")" abs_lt 100 "%15.1f"
 row "(f) RSS $CONNS idle conns, after load" "$(mib "$(get f airlock 2)")" "$(mib "$(get f ref 2)")" abs_lt 100 "%15.1f"
-if [ "$TLS" = 1 ]; then
-    echo
-    printf '| %-36s | %15s | %15s | %9s | %-15s |\n' "(h) TLS figure" "airlock TLS" "reference" ratio target
-    row "(h) 4 KiB GET req/s, ref: airlock plain" "$(get h1 airlock_tls 1)" "$(get a airlock 1)" ge 0.7 "%15.0f"
-    row "(h) 64 MiB GET MiB/s, ref: airlock plain" "$(get h2 airlock_tls 3)" "$(get c airlock 3)" ge 0.8 "%15.1f"
-    row "(h) 4 KiB GET req/s, ref: docker-reg TLS" "$(get h1 airlock_tls 1)" "$(get h1 ref_tls 1)" ge 10 "%15.0f"
-    row "(h) 4 KiB GET p99 ms, ref: docker-reg TLS" "$(get h1 airlock_tls 2)" "$(get h1 ref_tls 2)" none 0 "%15.2f"
-    row "(h) 64 MiB GET MiB/s, ref: docker-reg TLS" "$(get h2 airlock_tls 3)" "$(get h2 ref_tls 3)" none 0 "%15.1f"
-fi
+if [ "$TLS" = 1 ]; then tls_table; fi

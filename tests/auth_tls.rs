@@ -306,6 +306,54 @@ fn sighup_reloads_the_certificate_for_new_connections() {
     assert_eq!(site.curl(&["/healthz"]).0, 200);
 }
 
+/// The protocol version and cipher suite `openssl s_client` (with `args`)
+/// negotiates with `site`, from its "New, TLSv1.3, Cipher is ..." line.
+fn negotiated(site: &Site, args: &str) -> String {
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect {} -servername localhost {args} </dev/null 2>/dev/null",
+            site.addr()
+        ))
+        .output()
+        .expect("openssl not found: apt-get install openssl");
+    let out = String::from_utf8_lossy(&o.stdout);
+    out.lines()
+        .find(|l| l.starts_with("New, "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn server_order_prefers_aes_128_gcm() {
+    let site = site("");
+    let _server = site.start();
+    // OpenSSL offers AES-256-GCM first (TLS 1.3 and 1.2); the server's order wins.
+    assert_eq!(
+        negotiated(&site, "-tls1_3"),
+        "New, TLSv1.3, Cipher is TLS_AES_128_GCM_SHA256"
+    );
+    let v12 = negotiated(&site, "-tls1_2");
+    assert!(
+        v12.starts_with("New, TLSv1.2, Cipher is ECDHE-") && v12.ends_with("-AES128-GCM-SHA256"),
+        "{v12}"
+    );
+    // A client that offers only AES-256-GCM or only ChaCha20 still gets it.
+    assert_eq!(
+        negotiated(&site, "-tls1_3 -ciphersuites TLS_AES_256_GCM_SHA384"),
+        "New, TLSv1.3, Cipher is TLS_AES_256_GCM_SHA384"
+    );
+    assert_eq!(
+        negotiated(&site, "-tls1_3 -ciphersuites TLS_CHACHA20_POLY1305_SHA256"),
+        "New, TLSv1.3, Cipher is TLS_CHACHA20_POLY1305_SHA256"
+    );
+    // TLS 1.1 and older are refused.
+    assert_eq!(
+        negotiated(&site, "-tls1_1"),
+        "New, (NONE), Cipher is (NONE)"
+    );
+}
+
 fn check(site: &Site, config: &str) -> (bool, String) {
     let path = site.dir.join("check.toml");
     std::fs::write(&path, config).unwrap();

@@ -10,6 +10,15 @@
 //! client without a certificate may still connect (it logs in with a
 //! password); a client certificate that does not chain to the CA bundle
 //! fails the handshake.
+//!
+//! Cipher suites: the server's preference wins (`ignore_client_order`), and
+//! it prefers AES-128-GCM (TLS 1.3 `TLS13_AES_128_GCM_SHA256`, TLS 1.2
+//! `ECDHE_*_WITH_AES_128_GCM_SHA256`), then AES-256-GCM, then
+//! ChaCha20-Poly1305; all of them are AEAD suites with forward secrecy.
+//! AES-128 runs 10 rounds per block against AES-256's 14, so bulk transfers
+//! (64 MiB layers) cost both ends less CPU per byte. OpenSSL clients (curl,
+//! wrk) list AES-256-GCM first and would otherwise get it; a client that
+//! offers only AES-256-GCM or only ChaCha20-Poly1305 still gets that.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -58,7 +67,7 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 /// Errors: a file cannot be read or parsed, the key does not match the
 /// certificate, or the CA bundle holds no usable certificate.
 pub fn server_config(files: &TlsFiles) -> Result<ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(provider());
     let chain = read_certs(&files.cert)?;
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .with_context(|| format!("reading the private key in {}", files.key.display()))?;
@@ -92,7 +101,26 @@ pub fn server_config(files: &TlsFiles) -> Result<ServerConfig> {
         )
     })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.ignore_client_order = true;
     Ok(config)
+}
+
+/// rustls's *ring* provider with its cipher suites in the server's order of
+/// preference: AES-128-GCM first, then AES-256-GCM, then the rest (each
+/// group keeps ring's order; see the module docs).
+pub fn provider() -> rustls::crypto::CryptoProvider {
+    use rustls::CipherSuite as C;
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites.sort_by_key(|s| match s.suite() {
+        C::TLS13_AES_128_GCM_SHA256
+        | C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+        | C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 0,
+        C::TLS13_AES_256_GCM_SHA384
+        | C::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+        | C::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => 1,
+        _ => 2,
+    });
+    provider
 }
 
 impl Tls {
