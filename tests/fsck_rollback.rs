@@ -9,29 +9,9 @@ mod common;
 
 use std::path::Path;
 
-use common::backend::{Backend, Kind};
+use common::backend::{Backend, Kind, on_every_backend};
 use common::objects::{Objects, blob_key, quarantine_key};
 use common::{header, http, synth, test_key};
-
-macro_rules! on_every_backend {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            use super::*;
-            #[test]
-            fn fs() {
-                super::$scenario(Backend::start(Kind::Fs));
-            }
-            #[test]
-            fn moto() {
-                super::$scenario(Backend::start(Kind::Moto));
-            }
-            #[test]
-            fn s3s_fs() {
-                super::$scenario(Backend::start(Kind::S3sFs));
-            }
-        }
-    )*};
-}
 
 on_every_backend!(
     corrupt_content_is_never_served_and_a_reimport_repairs_it,

@@ -11,29 +11,9 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::backend::{Backend, Kind};
+use common::backend::{Backend, Kind, on_every_backend};
 use common::objects::{Objects, blob_key};
 use common::{http, require_tool, synth, test_key};
-
-macro_rules! on_every_backend {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            use super::*;
-            #[test]
-            fn fs() {
-                super::$scenario(Backend::start(Kind::Fs));
-            }
-            #[test]
-            fn moto() {
-                super::$scenario(Backend::start(Kind::Moto));
-            }
-            #[test]
-            fn s3s_fs() {
-                super::$scenario(Backend::start(Kind::S3sFs));
-            }
-        }
-    )*};
-}
 
 on_every_backend!(
     gc_during_pushes_and_pulls_keeps_everything_live_and_sweeps_the_rest,
@@ -138,7 +118,11 @@ fn gc_during_pushes_and_pulls_keeps_everything_live_and_sweeps_the_rest(store: B
     assert_eq!(status, 202);
     let before = objects.keys("blobs/").len();
     let dry = gc_json(&store, &[KEEP_ONE, GRACE, &["--dry-run"]].concat());
-    assert_eq!(objects.keys("blobs/").len(), before, "dry run removed files");
+    assert_eq!(
+        objects.keys("blobs/").len(),
+        before,
+        "dry run removed files"
+    );
     age();
     let report = gc_json(&store, &[KEEP_ONE, GRACE].concat());
     let removed = report["blobs_removed"].as_u64().unwrap();

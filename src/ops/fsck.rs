@@ -214,7 +214,10 @@ async fn rehash(
 /// read may have moved it already; on S3 it does so in the background):
 /// `true` when it is there and gone from `blobs/`, `false` when neither
 /// holds it (removed meanwhile). Errors: the store failed.
-async fn quarantine(store: &dyn Blobstore, digest: &Digest) -> std::result::Result<bool, StoreError> {
+async fn quarantine(
+    store: &dyn Blobstore,
+    digest: &Digest,
+) -> std::result::Result<bool, StoreError> {
     let (from, to) = (blob_key(digest), verify::quarantine_key(digest));
     for _ in 0..50 {
         if store.stat(&to).await?.is_some() && store.stat(&from).await?.is_none() {

@@ -251,7 +251,12 @@ impl Marks {
 
     /// Links: young ones mark their blob, old ones are swept; on a later
     /// look, every link new or rewritten since the first marks its blob.
-    async fn links(&mut self, store: &dyn Blobstore, cutoff: SystemTime, first: bool) -> Result<()> {
+    async fn links(
+        &mut self,
+        store: &dyn Blobstore,
+        cutoff: SystemTime,
+        first: bool,
+    ) -> Result<()> {
         let links = store.list_meta("links/").await.context("listing links/")?;
         for m in links {
             let Some(digest) = link_digest(&m.key) else {
@@ -352,7 +357,16 @@ async fn run_inner(opened: &OpenedStore, state: &StateStore, opts: &GcOptions) -
 
     let sweep_started = Instant::now();
     let run = trash::Run::new();
-    let failed_young = sweep_blobs(store, &run, &marks, mark_start, cutoff, opts.dry_run, &mut report).await?;
+    let failed_young = sweep_blobs(
+        store,
+        &run,
+        &marks,
+        mark_start,
+        cutoff,
+        opts.dry_run,
+        &mut report,
+    )
+    .await?;
     if !opts.dry_run {
         failpoint_after_trash().await;
         // Third look, after the candidates left `blobs/`: whatever names

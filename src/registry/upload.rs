@@ -161,8 +161,21 @@ async fn link(
 /// Links a blob just written by a push ([`link`]); a blob a garbage
 /// collection took meanwhile is a 500 the client retries (nothing is
 /// linked).
-async fn link_pushed(ctx: &dyn Context, name: &RepositoryName, digest: &Digest, size: u64) -> Result<()> {
-    if link(ctx, name, digest, size, &format!("push blob {name}@{digest}")).await? {
+async fn link_pushed(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    digest: &Digest,
+    size: u64,
+) -> Result<()> {
+    if link(
+        ctx,
+        name,
+        digest,
+        size,
+        &format!("push blob {name}@{digest}"),
+    )
+    .await?
+    {
         return Ok(());
     }
     Err(crate::store::StoreError::Io(std::io::Error::other(format!(
