@@ -1,15 +1,23 @@
 //! fsck, quarantine, verified reads and rollback (issue 13), each reproducing
 //! a finding of the issue: a flipped bit served with 200, a re-import that
 //! does not repair it, a corrupt manifest answering HEAD 200, a deleted
-//! repository table that made `history` print only the error.
+//! repository table that made `history` print only the error. Every
+//! scenario runs on every blobstore backend (`on_every_backend!`): the
+//! filesystem, moto's S3 server and s3s-fs (issue 11).
 
 mod common;
 
 use std::path::Path;
 
-use common::{
-    airlock, airlock_ok, header, http, import_bundle, root_of, serve, sha256sum, synth, test_key,
-};
+use common::backend::{Backend, Kind, on_every_backend};
+use common::objects::{Objects, blob_key, quarantine_key};
+use common::{header, http, synth, test_key};
+
+on_every_backend!(
+    corrupt_content_is_never_served_and_a_reimport_repairs_it,
+    fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document,
+    rollback_goes_both_ways,
+);
 
 /// The image of a generated layout holding its largest layer: (repository
 /// path `/v2/<name>/<ref>`, manifest digest, layers as (digest, size) smallest first).
@@ -51,36 +59,38 @@ fn biggest_image(layout: &Path, name: &str) -> Image {
     best.expect("an image with two layers")
 }
 
-fn stored(data: &Path, digest: &str) -> std::path::PathBuf {
-    let hex = digest.strip_prefix("sha256:").unwrap();
-    data.join("blobs/sha256").join(&hex[..2]).join(hex)
+/// Stores the blob `digest` of `layout` with the byte at `at` flipped.
+fn flip_byte(objects: &Objects, layout: &Path, digest: &str, at: usize) {
+    let mut bytes = std::fs::read(common::blob_file(layout, digest)).unwrap();
+    bytes[at] ^= 0x01;
+    objects.put(&blob_key(digest), &bytes);
 }
 
-fn quarantined(data: &Path, digest: &str) -> std::path::PathBuf {
-    let hex = digest.strip_prefix("sha256:").unwrap();
-    data.join("quarantine/sha256").join(&hex[..2]).join(hex)
+/// Waits up to 5 s for `key` to exist (a quarantine S3 does in the background).
+fn appears(objects: &Objects, key: &str) -> bool {
+    let t0 = std::time::Instant::now();
+    while !objects.exists(key) {
+        if t0.elapsed().as_secs() >= 5 {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    true
 }
 
-fn flip_byte(path: &Path, at: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x01;
-    f.write_all_at(&b, at).unwrap();
+/// sha256 of the stored blob `digest` by coreutils' `sha256sum`.
+fn stored_sha256(objects: &Objects, digest: &str) -> String {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), objects.get(&blob_key(digest)).unwrap()).unwrap();
+    common::sha256sum(f.path())
 }
 
-#[test]
-fn corrupt_content_is_never_served_and_a_reimport_repairs_it() {
+fn corrupt_content_is_never_served_and_a_reimport_repairs_it(store: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (_, keyring) = test_key();
     let (bundle, layout) = synth::bundle(dir.path(), "app", 40, 3);
-    let data = dir.path().join("data");
-    import_bundle(&data, &keyring, &bundle);
+    store.import(&keyring, &bundle);
+    let objects = Objects::of(&store);
     let (repo, manifest, layers) = biggest_image(&layout, "app");
     let (small, small_size) = layers.first().unwrap().clone();
     let (large, large_size) = layers.last().unwrap().clone();
@@ -92,15 +102,15 @@ fn corrupt_content_is_never_served_and_a_reimport_repairs_it() {
         small_size <= 4 << 20,
         "the layout needs a layer under the whole-verify threshold"
     );
-    let server = serve(&data, &[]);
+    let server = store.serve(&[]);
     for d in [&small, &large, &manifest] {
-        flip_byte(&stored(&data, d), 100);
+        flip_byte(&objects, &layout, d, 100);
     }
     // A small blob is verified before its first byte: HEAD and GET answer 404.
     let (status, _, _) = http(&server.addr, "HEAD", &format!("{repo}/blobs/{small}"), &[]).unwrap();
     assert_eq!(status, 404, "HEAD of a corrupt small blob");
-    assert!(quarantined(&data, &small).exists());
-    assert!(!stored(&data, &small).exists());
+    assert!(appears(&objects, &quarantine_key(&small)));
+    assert!(!objects.exists(&blob_key(&small)));
     // A corrupt manifest: HEAD 404, never 200.
     let (status, _, _) = http(
         &server.addr,
@@ -131,24 +141,23 @@ fn corrupt_content_is_never_served_and_a_reimport_repairs_it() {
         got < large_size,
         "a complete wrong body was sent ({got} of {large_size} bytes)"
     );
-    std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(
-        quarantined(&data, &large).exists(),
+        appears(&objects, &quarantine_key(&large)),
         "the large corrupt blob was not quarantined"
     );
     // fsck reports every damaged object and exits non-zero.
-    let o = airlock(&["fsck", "--data", data.to_str().unwrap()]);
+    let o = store.airlock(&["fsck"], &[]);
     assert!(!o.status.success());
     let text = String::from_utf8_lossy(&o.stdout);
     for d in [&small, &large, &manifest] {
         assert!(text.contains(d.as_str()), "fsck did not report {d}: {text}");
     }
     // Re-importing the same bundle repairs all three; fsck --deep is clean.
-    import_bundle(&data, &keyring, &bundle);
+    store.import(&keyring, &bundle);
     for d in [&small, &large, &manifest] {
-        assert_eq!(&sha256sum(&stored(&data, d)), d);
+        assert_eq!(&stored_sha256(&objects, d), d);
     }
-    airlock_ok(&["fsck", "--data", data.to_str().unwrap(), "--deep"]);
+    store.airlock_ok(&["fsck"], &["--deep"]);
     let (status, h, _) = http(&server.addr, "GET", &format!("{repo}/blobs/{large}"), &[]).unwrap();
     assert_eq!(status, 200);
     assert_eq!(
@@ -157,74 +166,73 @@ fn corrupt_content_is_never_served_and_a_reimport_repairs_it() {
     );
 }
 
-#[test]
-fn fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document() {
+fn fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document(store: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (_, keyring) = test_key();
     let (bundle, layout) = synth::bundle(dir.path(), "lib", 2, 4);
-    let data = dir.path().join("data");
-    import_bundle(&data, &keyring, &bundle);
-    let d = data.to_str().unwrap();
-    airlock_ok(&["fsck", "--data", d, "--deep"]);
+    store.import(&keyring, &bundle);
+    let objects = Objects::of(&store);
+    store.airlock_ok(&["fsck"], &["--deep"]);
     let (_, _, layers) = biggest_image(&layout, "lib");
     let (layer, _) = layers.last().unwrap().clone();
-    flip_byte(&stored(&data, &layer), 7);
+    flip_byte(&objects, &layout, &layer, 7);
     // Without --deep only references are checked: the blob is there.
-    airlock_ok(&["fsck", "--data", d]);
-    let o = airlock(&["fsck", "--data", d, "--deep", "--json"]);
+    store.airlock_ok(&["fsck"], &[]);
+    let o = store.airlock(&["fsck"], &["--deep", "--json"]);
     assert!(!o.status.success());
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["quarantined"], serde_json::json!([layer]));
-    assert!(quarantined(&data, &layer).exists());
+    assert!(objects.exists(&quarantine_key(&layer)));
+    assert!(!objects.exists(&blob_key(&layer)));
     // Now the reference is missing (quarantined), also without --deep.
-    let o = airlock(&["fsck", "--data", d]);
+    let o = store.airlock(&["fsck"], &[]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("quarantined"));
-    import_bundle(&data, &keyring, &bundle);
-    airlock_ok(&["fsck", "--data", d, "--deep"]);
+    store.import(&keyring, &bundle);
+    store.airlock_ok(&["fsck"], &["--deep"]);
 
     // A deleted repository table: fsck names it, history still lists
     // every generation, rollback to a generation with a readable table works.
     let (bundle2, _) = synth::bundle(dir.path(), "two", 1, 5);
-    import_bundle(&data, &keyring, &bundle2);
+    store.import(&keyring, &bundle2);
+    let root = String::from_utf8(objects.get("refs/root").unwrap()).unwrap();
     let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(stored(&data, root_of(&data).trim())).unwrap())
-            .unwrap();
+        serde_json::from_slice(&objects.get(&blob_key(root.trim())).unwrap()).unwrap();
     let table = state["repositories"].as_str().unwrap().to_string();
-    std::fs::remove_file(stored(&data, &table)).unwrap();
-    let o = airlock(&["fsck", "--data", d]);
+    objects.delete(&blob_key(&table));
+    let o = store.airlock(&["fsck"], &[]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains(&table));
-    let history = airlock_ok(&["history", "--data", d]);
+    let history = store.airlock_ok(&["history"], &[]);
     assert!(history.contains("import bundle"), "{history}");
     assert_eq!(
         history.lines().count(),
         3,
         "history lost generations: {history}"
     );
-    let server = serve(&data, &[]);
+    let server = store.serve(&[]);
     let (status, _, _) = http(&server.addr, "GET", "/v2/two/img-00/manifests/latest", &[]).unwrap();
     assert_eq!(status, 500);
     let (status, _, _) = http(&server.addr, "GET", "/readyz", &[]).unwrap();
     assert_eq!(status, 503);
     drop(server);
     let gen_before: u64 = state["generation"].as_u64().unwrap();
-    let o = airlock(&["rollback", "--data", d, "--to", &gen_before.to_string()]);
+    let o = store.airlock(&["rollback"], &["--to", &gen_before.to_string()]);
     assert!(
         !o.status.success(),
         "rollback to the current generation must fail"
     );
-    airlock_ok(&[
-        "rollback",
-        "--data",
-        d,
-        "--to",
-        &(gen_before - 1).to_string(),
-        "--reason",
-        "table lost",
-    ]);
-    airlock_ok(&["fsck", "--data", d]);
-    let history = airlock_ok(&["history", "--data", d]);
+    store.airlock_ok(
+        &["rollback"],
+        &[
+            "--to",
+            &(gen_before - 1).to_string(),
+            "--reason",
+            "table lost",
+        ],
+    );
+    store.airlock_ok(&["fsck"], &[]);
+    let history = store.airlock_ok(&["history"], &[]);
     assert!(
         history.contains(&format!(
             "rollback to generation {}: table lost",
@@ -234,41 +242,30 @@ fn fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document() {
     );
 }
 
-#[test]
-fn rollback_goes_both_ways() {
+fn rollback_goes_both_ways(store: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (_, keyring) = test_key();
     let (a, _) = synth::bundle(dir.path(), "a", 1, 6);
     let (b, _) = synth::bundle(dir.path(), "b", 1, 7);
-    let data = dir.path().join("data");
-    let d = data.to_str().unwrap();
-    import_bundle(&data, &keyring, &a);
-    import_bundle(&data, &keyring, &b);
-    let server = serve(&data, &[]);
+    store.import(&keyring, &a);
+    store.import(&keyring, &b);
+    let server = store.serve(&[]);
     let status = |path: &str| http(&server.addr, "GET", path, &[]).unwrap().0;
     assert_eq!(status("/v2/b/img-00/manifests/latest"), 200);
-    airlock_ok(&[
-        "rollback",
-        "--data",
-        d,
-        "--to",
-        "1",
-        "--reason",
-        "bad release",
-    ]);
+    store.airlock_ok(&["rollback"], &["--to", "1", "--reason", "bad release"]);
     assert_eq!(status("/v2/b/img-00/manifests/latest"), 404);
     assert_eq!(status("/v2/a/img-00/manifests/latest"), 200);
     // Undo: back to generation 2, as generation 4.
-    let out = airlock_ok(&["rollback", "--data", d, "--to", "2"]);
+    let out = store.airlock_ok(&["rollback"], &["--to", "2"]);
     assert!(out.contains("generation 4"), "{out}");
     assert_eq!(status("/v2/b/img-00/manifests/latest"), 200);
-    let history = airlock_ok(&["history", "--data", d]);
+    let history = store.airlock_ok(&["history"], &[]);
     assert!(
         history.contains("rollback to generation 1: bad release"),
         "{history}"
     );
     assert!(history.contains("rollback to generation 2"), "{history}");
-    let o = airlock(&["rollback", "--data", d, "--to", "9"]);
+    let o = store.airlock(&["rollback"], &["--to", "9"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not in history"));
 }

@@ -20,12 +20,11 @@ mod user;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use airlock::state::StateStore;
 use airlock::store::OpenedStore;
-use airlock::store::fs::FsStore;
 
 #[derive(Parser)]
 #[command(
@@ -61,17 +60,6 @@ impl DataArg {
             tokio::runtime::Handle::current().block_on(target.open(create))
         })
         .with_context(|| format!("opening the blobstore {}", target.url))
-    }
-
-    /// The filesystem blobstore of an existing data directory, for the
-    /// commands that manage its files (`gc`, `fsck`).
-    pub fn existing_fs_store(&self) -> Result<FsStore> {
-        match self.open(false)? {
-            OpenedStore::Fs(fs) => Ok(fs),
-            OpenedStore::S3(_) => {
-                bail!("this command works on the filesystem store only (not on S3 yet)")
-            }
-        }
     }
 
     /// State in an existing store, for commands that only read.

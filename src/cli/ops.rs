@@ -75,9 +75,9 @@ pub struct RollbackArgs {
 }
 
 pub async fn gc(args: GcArgs) -> Result<()> {
-    let fs = args.data.existing_fs_store()?;
-    let state = airlock::state::StateStore::new(std::sync::Arc::new(fs.clone()));
-    let report = gc::run(&fs, &state, &args.policy.options(args.dry_run)).await?;
+    let opened = args.data.open(false)?;
+    let state = airlock::state::StateStore::new(opened.blobstore());
+    let report = gc::run(&opened, &state, &args.policy.options(args.dry_run)).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -87,9 +87,8 @@ pub async fn gc(args: GcArgs) -> Result<()> {
 }
 
 pub async fn fsck(args: FsckArgs) -> Result<()> {
-    let fs = args.data.existing_fs_store()?;
-    let state = airlock::state::StateStore::new(std::sync::Arc::new(fs.clone()));
-    let report = fsck::run(&fs, &state, args.deep).await?;
+    let state = args.data.existing_state()?;
+    let report = fsck::run(&state, args.deep).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

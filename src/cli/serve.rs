@@ -66,19 +66,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
         tokio::spawn(deliverer.run());
     }
-    let gc = match (resolved.gc, opened.fs()) {
-        (None, _) => None,
-        (Some((opts, interval)), Some(fs)) => Some(airlock::ops::gc::spawn_periodic(
-            fs.clone(),
-            state.clone(),
-            opts,
-            interval,
-        )),
-        (Some(_), None) => anyhow::bail!(
-            "gc.interval: garbage collection works on the filesystem store only (not on {} yet)",
-            resolved.store.url
-        ),
-    };
+    let gc = resolved.gc.map(|(opts, interval)| {
+        airlock::ops::gc::spawn_periodic(opened.clone(), state.clone(), opts, interval)
+    });
     let (app, limits, listen, tls) = resolved.into_app(state);
     let result = airlock::server::serve(&listen, Arc::new(app), limits, tls).await;
     if let Some(task) = gc {

@@ -18,7 +18,7 @@ use anyhow::Result;
 use super::rooms;
 use crate::digest::{Digest, Hasher};
 use crate::state::{Reached, StateError, StateStore};
-use crate::store::{self, StoreError, blob_key, fs::FsStore, verify};
+use crate::store::{self, Blobstore, StoreError, blob_key, verify};
 
 /// One problem found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -67,9 +67,9 @@ impl FsckReport {
     }
 }
 
-/// Checks the store `fs` (whose state is `state`); `deep` re-hashes every blob.
+/// Checks the store of `state` (any backend); `deep` re-hashes every blob.
 /// Errors: only a failing store (problems are in the report).
-pub async fn run(fs: &FsStore, state: &StateStore, deep: bool) -> Result<FsckReport> {
+pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
     let mut report = FsckReport::default();
     if let Err(e) = state.root_digest().await {
         report.problem("root", "refs/root", e);
@@ -146,58 +146,90 @@ pub async fn run(fs: &FsStore, state: &StateStore, deep: bool) -> Result<FsckRep
         }
     }
     if deep {
-        rehash_all(fs, &mut report).await?;
+        rehash_all(&**state.blobstore(), &mut report).await?;
     }
     Ok(report)
 }
 
-/// Re-hashes every file under `blobs/`; quarantines the ones that do not match.
-async fn rehash_all(fs: &FsStore, report: &mut FsckReport) -> Result<()> {
-    use crate::store::Blobstore;
-    for (alg_name, fan) in super::fan_dirs(fs.dir())? {
-        for (digest, entry) in super::blob_entries(&alg_name, &fan)? {
-            let Some(digest) = digest else {
-                report.problem("unreadable", entry.path().display(), "not a blob name");
+/// Re-hashes every object under `blobs/`, one fan-out listing at a time;
+/// quarantines the ones that do not match their key.
+async fn rehash_all(store: &dyn Blobstore, report: &mut FsckReport) -> Result<()> {
+    for prefix in super::fan_prefixes() {
+        for m in store.list_meta(&prefix).await? {
+            let Some(digest) = verify::blob_digest(&m.key) else {
+                report.problem("unreadable", &m.key, "not a blob name");
                 continue;
             };
-            let path = entry.path();
-            let alg = digest.algorithm();
-            let actual = tokio::task::spawn_blocking(move || -> std::io::Result<Digest> {
-                use std::io::Read;
-                let mut f = std::fs::File::open(&path)?;
-                let mut h = Hasher::new(alg);
-                let mut buf = vec![0u8; 1 << 20];
-                loop {
-                    let n = f.read(&mut buf)?;
-                    if n == 0 {
-                        return Ok(h.finish());
-                    }
-                    h.update(&buf[..n]);
-                }
-            })
-            .await?;
-            let actual = match actual {
-                Ok(a) => a,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            let actual = match rehash(store, &m.key, &digest).await {
+                Ok(actual) => actual,
+                Err(StoreError::NotFound(_)) => continue,
                 Err(e) => return Err(e.into()),
             };
             report.blobs_rehashed += 1;
-            if actual != digest {
-                let moved = fs
-                    .rename(&blob_key(&digest), &verify::quarantine_key(&digest))
-                    .await;
-                let detail = match moved {
-                    Ok(()) => {
-                        report.quarantined.push(digest.clone());
-                        format!("content hashes to {actual}; moved to quarantine/")
-                    }
-                    Err(StoreError::NotFound(_)) => continue,
-                    Err(e) => format!("content hashes to {actual}; quarantine failed: {e}"),
-                };
-                tracing::error!(%digest, %actual, "fsck: corrupt blob");
-                report.problem("corrupt", &digest, detail);
+            if actual.as_ref() == Some(&digest) {
+                continue;
             }
+            let detail = match quarantine(store, &digest).await {
+                Ok(true) => {
+                    report.quarantined.push(digest.clone());
+                    "content does not match its digest; moved to quarantine/".to_string()
+                }
+                Ok(false) => continue,
+                Err(e) => format!("content does not match its digest; quarantine failed: {e}"),
+            };
+            tracing::error!(%digest, actual = ?actual, "fsck: corrupt blob");
+            report.problem("corrupt", &digest, detail);
         }
     }
     Ok(())
+}
+
+/// The digest of the content at `key`, read whole through the store;
+/// `None` when the store's own verified read found it corrupt (and began
+/// to quarantine it). Errors: `NotFound` (gone meanwhile), the store failed.
+async fn rehash(
+    store: &dyn Blobstore,
+    key: &str,
+    digest: &Digest,
+) -> std::result::Result<Option<Digest>, StoreError> {
+    use tokio::io::AsyncReadExt;
+    let mut r = match store.read(key, None).await {
+        Ok(r) => r,
+        Err(StoreError::Corrupt(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut h = Hasher::new(digest.algorithm());
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) => return Ok(Some(h.finish())),
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Makes sure the corrupt blob `digest` is in `quarantine/` (the verified
+/// read may have moved it already; on S3 it does so in the background):
+/// `true` when it is there and gone from `blobs/`, `false` when neither
+/// holds it (removed meanwhile). Errors: the store failed.
+async fn quarantine(
+    store: &dyn Blobstore,
+    digest: &Digest,
+) -> std::result::Result<bool, StoreError> {
+    let (from, to) = (blob_key(digest), verify::quarantine_key(digest));
+    for _ in 0..50 {
+        if store.stat(&to).await?.is_some() && store.stat(&from).await?.is_none() {
+            return Ok(true);
+        }
+        match store.rename(&from, &to).await {
+            Ok(()) => return Ok(true),
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        // The store's own quarantine is moving it: wait for it to finish.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(store.stat(&to).await?.is_some())
 }

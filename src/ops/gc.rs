@@ -1,5 +1,7 @@
 //! `airlock gc`: mark and sweep over a live store (DESIGN.md "Garbage
-//! collection"), safe while `serve`, `import` and pushes run.
+//! collection"), safe while `serve`, `import` and pushes run, on every
+//! backend (filesystem and S3) through the [`Blobstore`] interface, and
+//! while other replicas on the same bucket push, import and collect.
 //!
 //! Mark (nothing is removed yet), everything into one set of digests:
 //! 1. every generation the [`Retention`] keeps, walked with
@@ -9,35 +11,57 @@
 //! 3. every blob listed by the journal of a live import (an import relies
 //!    on blobs it found present);
 //! 4. a second look once the walk is done: a root swapped meanwhile is
-//!    walked too, links and journals made meanwhile are marked.
+//!    walked too; every link and journal that was not there at the first
+//!    look, or was rewritten since (another size or modification time),
+//!    marks its blobs whatever its age. The looks compare listings, not
+//!    clocks, so a replica or S3 server whose clock differs from ours
+//!    cannot hide a new link from them.
 //!
 //! Sweep: a blob (or document: they share `blobs/`) is a candidate when it
 //! is unmarked, was last written before the mark started, and either is
 //! older than the grace period or was listed by a failed or killed import's
 //! journal (reclaimable at once: no root ever referenced it, or it would be
-//! marked). Candidates are first moved to `gc-trash/` (a rename: readers see
-//! them absent from then on), then a third look marks what a root swap,
-//! link or journal made since the mark started names, and only the trashed
-//! blobs still unmarked are deleted; the others go back. A push that mounts
-//! an old unreferenced blob or an import that found it present therefore
-//! either is seen by the third look or finds the blob already absent (mount
-//! falls back to an upload, import writes it from the bundle): no race
-//! window is left between the last look and the delete. Then: links older
-//! than the grace period, journals of finished imports, `tmp/` files no
-//! live writer holds, stacks scratch files older than the grace period. A
-//! blob written during the mark phase is never swept (its mtime is after
-//! the mark's start). A GC killed between trash and settle leaves
-//! `gc-trash/`: the next run puts it back before it marks.
+//! marked). Candidates are first moved to this run's own
+//! `gc-trash/<run>/` ([`trash`]; readers see them absent from then on),
+//! then a third look marks what a root swap, link or journal made since
+//! the mark started names, and only the trashed blobs still unmarked are
+//! deleted; the others go back. Every writer names a blob before it relies
+//! on it, or checks after naming it that it is still there: an import
+//! writes its journal before its presence checks and writes; a push links
+//! its blob, then checks it (a mount and a finished upload alike, falling
+//! back to an upload or an error the client retries); so a writer either
+//! is seen by the third look or finds the blob absent: no race window is
+//! left between the last look and the delete. Then: links older than the
+//! grace period (unless rewritten meanwhile), journals of finished imports,
+//! scratch (filesystem `tmp/` files no live writer holds, S3 multipart
+//! uploads older than a day), stacks scratch files older than the grace
+//! period. A GC killed between trash and settle leaves `gc-trash/`: the
+//! next run puts every blob there back before it marks.
 //!
-//! Memory: the marked set (one digest per reachable object) and one
-//! directory of the `blobs/<alg>/<2 hex>/` fan-out at a time.
+//! S3: the move to and from `gc-trash/` is a `CopyObject` then a
+//! `DeleteObject`. Killed between the two, both keys hold the same bytes
+//! (content-addressed): the next run sees the blob present and drops the
+//! trash copy. A push that rewrites a candidate between the copy and the
+//! delete loses its write, but it links the blob next and checks it
+//! afterwards: linked before the third look, the blob is put back;
+//! after it, the push finds it absent and answers an error the client
+//! retries. Each run has its own trash directory and settles only it, so
+//! the periodic GCs of several replicas on one bucket never delete a blob
+//! another run is still looking at (a run that starts puts every trashed
+//! blob back, which is always safe). The grace period compares S3's
+//! `LastModified` (the server's clock, whole seconds) with this host's
+//! clock: keep the clocks in step (NTP) and the grace well above the skew.
+//!
+//! Memory: the marked set (one digest per reachable object), the links and
+//! journals seen, and one `blobs/<alg>/<2 hex>/` fan-out listing at a time.
 //!
 //! A walk that meets a missing or corrupt document or manifest stops GC
 //! before anything is swept (what it would have reached is unknown): run
 //! `airlock fsck`, then `airlock rollback` or re-import.
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+mod trash;
+
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
@@ -46,7 +70,7 @@ use super::{Retention, kept_generations, rooms};
 use crate::bundle::journal::{self, Journal};
 use crate::digest::Digest;
 use crate::state::{Reached, StateDoc, StateStore};
-use crate::store::{self, fs::FsStore};
+use crate::store::{self, Blobstore, ObjectMeta, OpenedStore};
 
 /// What `gc` does.
 #[derive(Debug, Clone, Copy)]
@@ -146,9 +170,13 @@ struct Marks {
     /// Blobs listed by dead import journals.
     failed: HashSet<Digest>,
     /// Journals of finished (dead) imports.
-    dead_journals: Vec<PathBuf>,
+    dead_journals: Vec<String>,
     /// Links past the grace period.
-    old_links: Vec<PathBuf>,
+    old_links: Vec<String>,
+    /// Links and journals of the first look, with (size, modification time).
+    seen: HashMap<String, (u64, SystemTime)>,
+    /// Links written or rewritten since the first look.
+    changed_links: HashSet<String>,
 }
 
 impl Marks {
@@ -196,59 +224,76 @@ impl Marks {
         Ok(())
     }
 
-    /// Marks what appeared since `mark_start`: a new root's generation,
-    /// links and journals written since.
-    async fn look_again(
-        &mut self,
-        fs: &FsStore,
-        state: &StateStore,
-        cutoff: SystemTime,
-        mark_start: SystemTime,
-    ) -> Result<()> {
+    /// Marks what appeared since the first look: a new root's generation,
+    /// links and journals new or rewritten since.
+    async fn look_again(&mut self, state: &StateStore, cutoff: SystemTime) -> Result<()> {
         if let Some(now) = state.root_digest().await?
             && !self.descended.contains(&now)
         {
             let doc = state.state_doc(&now).await?;
             self.generation(state, &now, &doc, true).await?;
         }
-        self.links(fs.dir(), cutoff, Some(mark_start))?;
-        self.journals(fs, Some(mark_start)).await
+        let store = &**state.blobstore();
+        self.links(store, cutoff, false).await?;
+        self.journals(store, false).await
     }
 
-    /// Links: young ones mark their blob, old ones are swept (only those
-    /// modified since `since`, on the second look).
-    fn links(&mut self, dir: &Path, cutoff: SystemTime, since: Option<SystemTime>) -> Result<()> {
-        for (path, mtime) in files_under(&dir.join("links"))? {
-            let Some(digest) = link_digest(&path) else {
+    /// Whether `m` is new or rewritten since the first look (recording it
+    /// at the first look).
+    fn changed(&mut self, m: &ObjectMeta, first: bool) -> bool {
+        let now = (m.size, m.modified);
+        if first {
+            self.seen.insert(m.key.clone(), now);
+            return true;
+        }
+        self.seen.get(&m.key) != Some(&now)
+    }
+
+    /// Links: young ones mark their blob, old ones are swept; on a later
+    /// look, every link new or rewritten since the first marks its blob.
+    async fn links(
+        &mut self,
+        store: &dyn Blobstore,
+        cutoff: SystemTime,
+        first: bool,
+    ) -> Result<()> {
+        let links = store.list_meta("links/").await.context("listing links/")?;
+        for m in links {
+            let Some(digest) = link_digest(&m.key) else {
                 continue;
             };
-            if since.is_some_and(|s| mtime < s) {
+            if !self.changed(&m, first) {
                 continue;
             }
-            if mtime >= cutoff {
+            if !first {
+                self.changed_links.insert(m.key);
                 self.reached.insert(digest);
-            } else if since.is_none() {
-                self.old_links.push(path);
+            } else if m.modified >= cutoff {
+                self.reached.insert(digest);
+            } else {
+                self.old_links.push(m.key);
             }
         }
         Ok(())
     }
 
-    /// Journals: a live import's blobs are marked; a dead one's are freed at once.
-    async fn journals(&mut self, fs: &FsStore, since: Option<SystemTime>) -> Result<()> {
-        for (path, mtime) in files_under(&fs.dir().join(journal::PREFIX))? {
-            if since.is_some_and(|s| mtime < s) {
+    /// Journals: a live import's blobs are marked; a dead one's are freed
+    /// at once (first look only: a journal new or rewritten since marks).
+    async fn journals(&mut self, store: &dyn Blobstore, first: bool) -> Result<()> {
+        let journals = store
+            .list_meta(journal::PREFIX)
+            .await
+            .context("listing imports/")?;
+        for m in journals {
+            if !self.changed(&m, first) {
                 continue;
             }
-            let Some(key) = key_of(fs.dir(), &path) else {
+            let Some(j) = Journal::get(store, &m.key).await else {
                 continue;
             };
-            let Some(j) = Journal::get(fs, &key).await else {
-                continue;
-            };
-            if (journal::is_failed_key(&key) || j.is_dead()) && since.is_none() {
+            if (journal::is_failed_key(&m.key) || j.is_dead()) && first {
                 self.failed.extend(j.blobs);
-                self.dead_journals.push(path);
+                self.dead_journals.push(m.key);
             } else {
                 self.reached.extend(j.blobs);
             }
@@ -257,57 +302,20 @@ impl Marks {
     }
 }
 
-/// The blob a link file names: `links/<repo>/_blobs/<alg>-<hex>`.
-fn link_digest(path: &Path) -> Option<Digest> {
-    let name = path.file_name()?.to_str()?;
-    let (alg, hex) = name.split_once('-')?;
-    format!("{alg}:{hex}").parse().ok()
-}
-
-fn key_of(root: &Path, path: &Path) -> Option<String> {
-    Some(path.strip_prefix(root).ok()?.to_str()?.to_string())
-}
-
-/// Every regular file below `dir` with its mtime (absent: none).
-fn files_under(dir: &Path) -> Result<Vec<(PathBuf, SystemTime)>> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = match std::fs::read_dir(&d) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e).with_context(|| format!("listing {}", d.display())),
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else if meta.is_file() {
-                out.push((
-                    entry.path(),
-                    meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                ));
-            }
-        }
+/// The blob a link names: `links/<repo>/_blobs/<alg>-<hex>`.
+fn link_digest(key: &str) -> Option<Digest> {
+    if !key.contains("/_blobs/") {
+        return None;
     }
-    Ok(out)
+    store::trash_digest(key)
 }
 
-/// Removes `path` (unless `dry_run`); returns its size when it was there.
-fn remove(path: &Path, dry_run: bool) -> Option<u64> {
-    let size = std::fs::metadata(path).ok()?.len();
-    if dry_run || std::fs::remove_file(path).is_ok() {
-        Some(size)
-    } else {
-        None
-    }
-}
-
-/// Runs one GC over `fs` (whose state is `state`) and counts it in the
-/// metrics. Errors: the history or a kept generation cannot be read, or a
-/// file cannot be listed; nothing was swept when the mark failed.
-pub async fn run(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result<GcReport> {
-    let result = run_inner(fs, state, opts).await;
+/// Runs one GC over the store `opened` (whose state is `state`) and counts
+/// it in the metrics. Errors: the history or a kept generation cannot be
+/// read, or the store cannot be listed; nothing was swept when the mark
+/// failed.
+pub async fn run(opened: &OpenedStore, state: &StateStore, opts: &GcOptions) -> Result<GcReport> {
+    let result = run_inner(opened, state, opts).await;
     let m = crate::metrics::global();
     let outcome = if result.is_ok() { "ok" } else { "failed" };
     m.gc_runs
@@ -321,7 +329,8 @@ pub async fn run(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result<G
     result
 }
 
-async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result<GcReport> {
+async fn run_inner(opened: &OpenedStore, state: &StateStore, opts: &GcOptions) -> Result<GcReport> {
+    let store = &**state.blobstore();
     let started = Instant::now();
     let mark_start = SystemTime::now();
     let cutoff = mark_start - opts.grace;
@@ -331,7 +340,7 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
     };
     let mut marks = Marks::default();
     if !opts.dry_run {
-        restore_trash(fs.dir())?;
+        trash::restore(store).await?;
     }
     let kept = kept_generations(state, opts.retention).await?;
     report.generation = kept.first().map_or(0, |(_, d)| d.generation);
@@ -339,48 +348,49 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
     for (i, (digest, doc)) in kept.iter().enumerate() {
         marks.generation(state, digest, doc, i == 0).await?;
     }
-    marks.links(fs.dir(), cutoff, None)?;
-    marks.journals(fs, None).await?;
+    marks.links(store, cutoff, true).await?;
+    marks.journals(store, true).await?;
     // Second look: a root swapped, links and journals written during the mark.
-    marks.look_again(fs, state, cutoff, mark_start).await?;
+    marks.look_again(state, cutoff).await?;
     report.marked = marks.reached.len();
     report.mark_ms = started.elapsed().as_millis() as u64;
 
     let sweep_started = Instant::now();
-    sweep_blobs(
-        fs.dir(),
+    let run = trash::Run::new();
+    let failed_young = sweep_blobs(
+        store,
+        &run,
         &marks,
         mark_start,
         cutoff,
         opts.dry_run,
         &mut report,
-    )?;
+    )
+    .await?;
     if !opts.dry_run {
         failpoint_after_trash().await;
         // Third look, after the candidates left `blobs/`: whatever names
         // one of them now keeps it.
-        marks.look_again(fs, state, cutoff, mark_start).await?;
-        settle_trash(fs.dir(), &marks, &mut report)?;
+        marks.look_again(state, cutoff).await?;
+        run.settle(store, &marks.reached, &failed_young, &mut report)
+            .await?;
     }
-    for path in &marks.old_links {
-        if remove(path, opts.dry_run).is_some() {
+    for key in &marks.old_links {
+        // A link rewritten since the first look (a mount) is young again.
+        if !marks.changed_links.contains(key) && remove(store, key, opts.dry_run).await?.is_some() {
             report.links_removed += 1;
         }
     }
-    for path in &marks.dead_journals {
-        if remove(path, opts.dry_run).is_some() {
+    for key in &marks.dead_journals {
+        if remove(store, key, opts.dry_run).await?.is_some() {
             report.journals_removed += 1;
         }
     }
-    let (files, bytes) = fs.sweep_tmp(crate::store::fs::TMP_MIN_AGE, !opts.dry_run)?;
-    report.tmp_files_removed += files;
-    report.tmp_bytes_freed += bytes;
-    for (path, mtime) in files_under(&fs.dir().join("stacks/scratch"))? {
-        if mtime < cutoff
-            && let Some(n) = remove(&path, opts.dry_run)
-        {
+    sweep_scratch(opened, opts.dry_run, &mut report).await;
+    for m in store.list_meta("stacks/scratch/").await? {
+        if m.modified < cutoff && remove(store, &m.key, opts.dry_run).await?.is_some() {
             report.tmp_files_removed += 1;
-            report.tmp_bytes_freed += n;
+            report.tmp_bytes_freed += m.size;
         }
     }
     report.bytes_freed = report.blob_bytes_freed + report.tmp_bytes_freed;
@@ -394,52 +404,79 @@ async fn run_inner(fs: &FsStore, state: &StateStore, opts: &GcOptions) -> Result
     Ok(report)
 }
 
-/// Sweeps `blobs/<alg>/<2 hex>/<hex>` one fan-out directory at a time.
-fn sweep_blobs(
-    root: &Path,
+/// Removes `key` (unless `dry_run`); its size when it was there.
+async fn remove(store: &dyn Blobstore, key: &str, dry_run: bool) -> Result<Option<u64>> {
+    let Some(size) = store.stat(key).await? else {
+        return Ok(None);
+    };
+    if !dry_run {
+        store.delete(key).await?;
+    }
+    Ok(Some(size))
+}
+
+/// Removes what killed writers left: filesystem `tmp/` files no live writer
+/// holds, S3 multipart uploads older than a day (counted as files, their
+/// size unknown). A failure is logged: some S3 servers cannot list uploads.
+async fn sweep_scratch(opened: &OpenedStore, dry_run: bool, report: &mut GcReport) {
+    match opened {
+        OpenedStore::Fs(fs) => match fs.sweep_tmp(store::fs::TMP_MIN_AGE, !dry_run) {
+            Ok((files, bytes)) => {
+                report.tmp_files_removed += files;
+                report.tmp_bytes_freed += bytes;
+            }
+            Err(e) => tracing::warn!(error = %e, "gc: cannot sweep tmp/"),
+        },
+        OpenedStore::S3(_) if dry_run => {}
+        OpenedStore::S3(s3) => match s3.sweep_multipart(store::s3::MULTIPART_MIN_AGE).await {
+            Ok(n) => report.tmp_files_removed += n,
+            Err(e) => tracing::warn!(error = %e, "gc: cannot sweep S3 multipart uploads"),
+        },
+    }
+}
+
+/// Sweeps `blobs/<alg>/<2 hex>/` one fan-out listing at a time: moves the
+/// candidates to the run's trash (dry run: counts them). Returns the
+/// candidates that only a failed import's journal made reclaimable within
+/// the grace period (counted when deleted).
+async fn sweep_blobs(
+    store: &dyn Blobstore,
+    run: &trash::Run,
     marks: &Marks,
     mark_start: SystemTime,
     cutoff: SystemTime,
     dry_run: bool,
     report: &mut GcReport,
-) -> Result<()> {
-    let trash = root.join(TRASH);
-    for (alg_name, fan) in super::fan_dirs(root).context("listing blobs/")? {
-        for (digest, entry) in super::blob_entries(&alg_name, &fan)? {
-            let Some(digest) = digest else {
+) -> Result<HashSet<Digest>> {
+    let mut failed_young = HashSet::new();
+    for prefix in super::fan_prefixes() {
+        let listed = store
+            .list_meta(&prefix)
+            .await
+            .with_context(|| format!("listing {prefix}"))?;
+        for m in listed {
+            let Some(digest) = store::verify::blob_digest(&m.key) else {
                 continue;
             };
-            if marks.reached.contains(&digest) {
-                continue;
-            }
-            let Ok(meta) = entry.metadata() else { continue };
-            let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            if mtime >= mark_start {
+            if marks.reached.contains(&digest) || m.modified >= mark_start {
                 continue;
             }
             let failed = marks.failed.contains(&digest);
-            if mtime >= cutoff && !failed {
+            if m.modified >= cutoff && !failed {
                 report.blobs_in_grace += 1;
                 continue;
             }
-            if failed && mtime >= cutoff {
-                report.failed_import_blobs_removed += 1;
-            }
+            let young = m.modified >= cutoff;
             if dry_run {
                 report.blobs_removed += 1;
-                report.blob_bytes_freed += meta.len();
-                continue;
-            }
-            let trashed = trash.join(trash_name(&digest));
-            std::fs::create_dir_all(&trash).context("creating gc-trash/")?;
-            match std::fs::rename(entry.path(), &trashed) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e).context("moving a blob to gc-trash/"),
+                report.blob_bytes_freed += m.size;
+                report.failed_import_blobs_removed += u64::from(young);
+            } else if run.take(store, &m.key, &digest).await? && young {
+                failed_young.insert(digest);
             }
         }
     }
-    Ok(())
+    Ok(failed_young)
 }
 
 /// `AIRLOCK_FAILPOINT=gc:after_trash=kill` (the process kills itself,
@@ -466,65 +503,11 @@ async fn failpoint_after_trash() {
     }
 }
 
-/// Where candidates wait for the third look (same filesystem as `blobs/`).
-const TRASH: &str = "gc-trash";
-
-/// The file name of `digest` in `gc-trash/`: `<alg>-<hex>`.
-fn trash_name(digest: &Digest) -> String {
-    format!("{}-{}", digest.algorithm().name(), digest.hex())
-}
-
-/// After the third look: deletes trashed blobs still unmarked, puts the
-/// marked ones back (unless the blob was written again meanwhile).
-fn settle_trash(root: &Path, marks: &Marks, report: &mut GcReport) -> Result<()> {
-    for (path, _) in files_under(&root.join(TRASH))? {
-        let Some(digest) = link_digest(&path) else {
-            continue;
-        };
-        if marks.reached.contains(&digest) {
-            put_back(root, &path, &digest)?;
-            report.blobs_put_back += 1;
-        } else if let Some(n) = remove(&path, false) {
-            report.blobs_removed += 1;
-            report.blob_bytes_freed += n;
-        }
-    }
-    Ok(())
-}
-
-/// Puts every blob a killed GC left in `gc-trash/` back, so this run
-/// decides about it afresh.
-fn restore_trash(root: &Path) -> Result<()> {
-    for (path, _) in files_under(&root.join(TRASH))? {
-        match link_digest(&path) {
-            Some(digest) => put_back(root, &path, &digest)?,
-            None => {
-                remove(&path, false);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Moves a trashed blob back to its key, or drops it when the key holds
-/// the blob again (written by a push or import meanwhile: same content).
-fn put_back(root: &Path, trashed: &Path, digest: &Digest) -> Result<()> {
-    let target = root.join(store::blob_key(digest));
-    if target.exists() {
-        remove(trashed, false);
-        return Ok(());
-    }
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::rename(trashed, &target)
-        .with_context(|| format!("putting {digest} back from gc-trash/"))
-}
-
 /// Runs GC every `interval` inside `serve` (first run after one interval);
-/// failures are logged and retried at the next tick.
+/// failures are logged and retried at the next tick. Every replica of a
+/// bucket may run it: concurrent runs are safe (see the module docs).
 pub fn spawn_periodic(
-    fs: FsStore,
+    opened: OpenedStore,
     state: StateStore,
     opts: GcOptions,
     interval: Duration,
@@ -533,7 +516,7 @@ pub fn spawn_periodic(
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         loop {
             tick.tick().await;
-            match run(&fs, &state, &opts).await {
+            match run(&opened, &state, &opts).await {
                 Ok(r) => tracing::info!(report = %r, "periodic gc"),
                 Err(e) => tracing::warn!(error = %format!("{e:#}"), "periodic gc failed"),
             }

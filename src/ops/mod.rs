@@ -3,8 +3,9 @@
 //!
 //! Owns: what is kept (the retention policy, [`Retention`]), what the rooms
 //! built on the registry keep ([`rooms`]), and the commands' reports. Runs
-//! over the filesystem blobstore ([`crate::store::fs::FsStore`]): it reads
-//! object times and sweeps `tmp/`, which only that backend has. Never
+//! over every blobstore through [`crate::store::Blobstore`] (object times
+//! from [`crate::store::Blobstore::list_meta`]); only the sweep of writers'
+//! scratch differs per backend (filesystem `tmp/`, S3 multipart uploads). Never
 //! changes a generation: GC removes only what no kept generation reaches,
 //! rollback adds a generation.
 
@@ -13,10 +14,9 @@ pub mod gc;
 pub mod rollback;
 pub mod rooms;
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::digest::Digest;
+use crate::digest::{Algorithm, Digest};
 use crate::state::{StateDoc, StateError, StateStore};
 use crate::store::StoreError;
 
@@ -71,37 +71,13 @@ fn younger(doc: &StateDoc, horizon: SystemTime) -> bool {
     }
 }
 
-/// The fan-out directories `blobs/<alg>/<2 hex>/` of the data directory
-/// `root`, with their algorithm name (none when there is no `blobs/`).
-fn fan_dirs(root: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
-    let algs = match std::fs::read_dir(root.join("blobs")) {
-        Ok(a) => a,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::new();
-    for alg in algs.flatten() {
-        let name = alg.file_name().to_string_lossy().into_owned();
-        for fan in std::fs::read_dir(alg.path())?.flatten() {
-            out.push((name.clone(), fan.path()));
-        }
-    }
-    Ok(out)
-}
-
-/// The files of one fan-out directory (see [`fan_dirs`]) with the digest
-/// each names (`None`: not a blob name), one directory in memory at a time.
-fn blob_entries(
-    alg: &str,
-    fan: &Path,
-) -> std::io::Result<Vec<(Option<Digest>, std::fs::DirEntry)>> {
-    Ok(std::fs::read_dir(fan)?
-        .flatten()
-        .map(|e| {
-            let hex = e.file_name().to_string_lossy().into_owned();
-            (format!("{alg}:{hex}").parse().ok(), e)
-        })
-        .collect())
+/// The fan-out prefixes `blobs/<alg>/<2 hex>/` of every digest algorithm:
+/// GC and `fsck --deep` list one at a time, so one listing is in memory at
+/// a time (on S3, an empty prefix costs one `ListObjectsV2`).
+fn fan_prefixes() -> impl Iterator<Item = String> {
+    [Algorithm::Sha256, Algorithm::Sha512]
+        .into_iter()
+        .flat_map(|alg| (0..=255u8).map(move |fan| format!("blobs/{}/{fan:02x}/", alg.name())))
 }
 
 /// Parses a duration: `90s`, `15m`, `1h`, `7d`, or plain seconds.

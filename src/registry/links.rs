@@ -65,3 +65,17 @@ pub async fn remove(store: &dyn Blobstore, name: &RepositoryName, digest: &Diges
     store.delete(&key).await?;
     Ok(true)
 }
+
+/// Logs that the blob `digest`, linked in `repo` (by a link or the state),
+/// is absent from `blobs/`: at info when a garbage collection holds it in
+/// `gc-trash/` (it is moving it: that run puts it back or deletes it), at
+/// warn otherwise (damage: `airlock fsck` names it). Callers answer as
+/// for an absent blob either way.
+pub async fn log_missing(store: &dyn Blobstore, digest: &Digest, repo: &RepositoryName) {
+    match crate::store::in_gc_trash(store, digest).await {
+        Ok(true) => {
+            tracing::info!(%digest, %repo, "linked blob is being moved by the garbage collector; answering as absent")
+        }
+        _ => tracing::warn!(%digest, %repo, "blob linked in state is missing from the blobstore"),
+    }
+}

@@ -141,10 +141,47 @@ async fn link(
     digest: &Digest,
     size: u64,
     what: &str,
-) -> Result<()> {
-    links::put(&**ctx.state().blobstore(), name, digest, size).await?;
+) -> Result<bool> {
+    let store = &**ctx.state().blobstore();
+    links::put(store, name, digest, size).await?;
+    // A garbage collection may have taken the (unreferenced) blob before
+    // the link: it looks again after moving its candidates away
+    // (`ops::gc`), so a blob still here now is kept. On S3 its move is a
+    // copy then a delete, which can also take a blob just written: the
+    // same check covers it. Gone: undo the link.
+    if store.stat(&blob_key(digest)).await?.is_none() {
+        links::remove(store, name, digest).await?;
+        tracing::info!(%name, %digest, what, "blob garbage-collected while it was linked; link undone");
+        return Ok(false);
+    }
     tracing::debug!(%name, %digest, size, what, "blob linked");
-    Ok(())
+    Ok(true)
+}
+
+/// Links a blob just written by a push ([`link`]); a blob a garbage
+/// collection took meanwhile is a 500 the client retries (nothing is
+/// linked).
+async fn link_pushed(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    digest: &Digest,
+    size: u64,
+) -> Result<()> {
+    if link(
+        ctx,
+        name,
+        digest,
+        size,
+        &format!("push blob {name}@{digest}"),
+    )
+    .await?
+    {
+        return Ok(());
+    }
+    Err(crate::store::StoreError::Io(std::io::Error::other(format!(
+        "blob {digest} was garbage-collected while it was being linked; push it again"
+    )))
+    .into())
 }
 
 /// POST `/v2/<name>/blobs/uploads/` (end-4a, end-4b, end-11).
@@ -178,14 +215,7 @@ pub async fn start(
             .put_blob(&digest, body)
             .await
             .map_err(|e| upload_error(e, name, None))?;
-        link(
-            ctx,
-            name,
-            &digest,
-            size,
-            &format!("push blob {name}@{digest}"),
-        )
-        .await?;
+        link_pushed(ctx, name, &digest, size).await?;
         return Ok(Created {
             location: blob_location(name, &digest),
             digest,
@@ -229,18 +259,12 @@ async fn mount_blob(
         return Ok(None);
     }
     let Some(size) = state.blobstore().stat(&blob_key(&digest)).await? else {
-        tracing::warn!(%digest, %from, "blob linked in state is missing from the blobstore");
+        links::log_missing(&**state.blobstore(), &digest, &from).await;
         return Ok(None);
     };
     let reason = format!("mount blob {name}@{digest} from {from}");
-    link(ctx, name, &digest, size, &reason).await?;
-    // A garbage collection may have taken the (unreferenced) blob between
-    // the stat and the link: it looks again after moving its candidates
-    // away (`ops::gc`), so a blob still here now is kept. Gone: undo the
-    // link and fall back to an upload session, as for an unknown blob.
-    if state.blobstore().stat(&blob_key(&digest)).await?.is_none() {
-        links::remove(&**state.blobstore(), name, &digest).await?;
-        tracing::info!(%digest, %from, "mounted blob was garbage-collected meanwhile; starting an upload");
+    if !link(ctx, name, &digest, size, &reason).await? {
+        // Fall back to an upload session, as for an unknown blob.
         return Ok(None);
     }
     Ok(Some(Created {
@@ -315,14 +339,7 @@ pub async fn finish(
         .finish(&id, name, &digest, range, body)
         .await
         .map_err(|e| upload_error(e, name, Some(&id)))?;
-    link(
-        ctx,
-        name,
-        &digest,
-        size,
-        &format!("push blob {name}@{digest}"),
-    )
-    .await?;
+    link_pushed(ctx, name, &digest, size).await?;
     Ok(Created {
         location: blob_location(name, &digest),
         digest,

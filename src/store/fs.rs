@@ -323,6 +323,33 @@ fn read_at(file: &std::fs::File, start: u64, end: u64) -> std::io::Result<Vec<u8
     Ok(buf)
 }
 
+/// Calls `f` with the key (relative to `root`) and entry of every file
+/// below `base` (absent: none).
+fn walk_files(
+    root: &Path,
+    base: PathBuf,
+    f: &mut dyn FnMut(String, &std::fs::DirEntry),
+) -> std::io::Result<()> {
+    let mut stack = vec![base];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let p = entry.path();
+            if entry.file_type()?.is_dir() {
+                stack.push(p);
+            } else if let Ok(rel) = p.strip_prefix(root) {
+                f(rel.to_string_lossy().into_owned(), &entry);
+            }
+        }
+    }
+    Ok(())
+}
+
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -572,24 +599,29 @@ impl super::Blobstore for FsStore {
         let root = self.root.clone();
         blocking(move || {
             let mut out = Vec::new();
-            let mut stack = vec![base];
-            while let Some(dir) = stack.pop() {
-                let entries = match std::fs::read_dir(&dir) {
-                    Ok(e) => e,
-                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                    Err(e) => return Err(e),
-                };
-                for entry in entries {
-                    let entry = entry?;
-                    let p = entry.path();
-                    if entry.file_type()?.is_dir() {
-                        stack.push(p);
-                    } else if let Ok(rel) = p.strip_prefix(&*root) {
-                        out.push(rel.to_string_lossy().into_owned());
-                    }
-                }
-            }
+            walk_files(&root, base, &mut |rel, _| out.push(rel))?;
             out.sort();
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn list_meta(&self, prefix: &str) -> Result<Vec<super::ObjectMeta>> {
+        let base = self.path(prefix.trim_end_matches('/'))?;
+        let root = self.root.clone();
+        blocking(move || {
+            let mut out = Vec::new();
+            walk_files(&root, base, &mut |key, entry| {
+                // Gone since the directory was read: not listed.
+                if let Ok(m) = entry.metadata() {
+                    out.push(super::ObjectMeta {
+                        key,
+                        size: m.len(),
+                        modified: m.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+                    });
+                }
+            })?;
+            out.sort_by(|a, b| a.key.cmp(&b.key));
             Ok(out)
         })
         .await

@@ -13,7 +13,9 @@
 //! - `refs/root`: the digest of the current `State` document,
 //! - `quarantine/<alg>/<first 2 hex>/<hex>`: blobs found corrupt, never
 //!   served ([`verify`]),
-//! - `imports/<id>`: the journal of an import in progress ([`journal_key`]).
+//! - `imports/<id>`: the journal of an import in progress ([`journal_key`]),
+//! - `gc-trash/<alg>-<hex>.<run>`: blobs a garbage collection run moved
+//!   aside before its last look ([`GC_TRASH_PREFIX`], `ops::gc`).
 
 pub mod fs;
 pub mod hot;
@@ -98,6 +100,18 @@ pub struct RootVersion {
     pub version: String,
 }
 
+/// One object of a listing with metadata ([`Blobstore::list_meta`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The key (relative to the store, as every key).
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification: the file's `mtime`, or S3's `LastModified`
+    /// (the server's clock; whole seconds on most servers).
+    pub modified: std::time::SystemTime,
+}
+
 /// A writer for one object. Nothing is visible at the key until
 /// [`ObjectWriter::commit`]; a dropped or cancelled writer leaves no object.
 #[async_trait::async_trait]
@@ -175,6 +189,19 @@ pub trait Blobstore: Send + Sync + 'static {
     }
     /// Keys below `prefix` (a directory-like prefix ending in `/`), sorted.
     async fn list(&self, prefix: &str) -> Result<Vec<String>>;
+    /// Objects below `prefix` (a directory-like prefix ending in `/`) with
+    /// their size and modification time, sorted by key: what garbage
+    /// collection reads for its grace period (filesystem: `mtime`; S3:
+    /// `LastModified` from `ListObjectsV2`, paginated). The default
+    /// refuses: a backend without modification times cannot be collected.
+    /// Errors: the listing failed.
+    async fn list_meta(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let _ = prefix;
+        Err(StoreError::Io(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this blobstore cannot list modification times",
+        )))
+    }
     /// Makes every committed object durable (filesystem: fsync of touched directories).
     /// Called before the root swap that makes them reachable.
     async fn sync(&self) -> Result<()>;
@@ -362,6 +389,38 @@ pub async fn check(store: &dyn Blobstore, digest: &Digest) -> Result<Option<u64>
         }
     }
     Ok(Some(size))
+}
+
+/// Prefix of the blobs a garbage collection moved aside until its last
+/// look: `gc-trash/<alg>-<hex>.<run id>` (`ops::gc`; flat, so a run leaves
+/// no directory behind).
+pub const GC_TRASH_PREFIX: &str = "gc-trash/";
+
+/// The name of `digest` in `gc-trash/` (before `.<run id>`) and of its
+/// pushed-blob links (`registry::links`): `<alg>-<hex>`.
+pub fn trash_name(digest: &Digest) -> String {
+    format!("{}-{}", digest.algorithm().name(), digest.hex())
+}
+
+/// The digest a `gc-trash/` or link key names (last segment
+/// `<alg>-<hex>`, then `.<run id>` in the trash); `None` for another key.
+pub fn trash_digest(key: &str) -> Option<Digest> {
+    let name = key.rsplit('/').next()?;
+    let name = name.split_once('.').map_or(name, |(n, _)| n);
+    let (alg, hex) = name.split_once('-')?;
+    format!("{alg}:{hex}").parse().ok()
+}
+
+/// Whether a garbage collection holds the blob `digest` aside right now
+/// (it is absent from `blobs/` until the collector puts it back or
+/// deletes it). One listing of `gc-trash/`, for the rare read that finds
+/// a linked blob absent. Errors: the store failed.
+pub async fn in_gc_trash(store: &dyn Blobstore, digest: &Digest) -> Result<bool> {
+    Ok(store
+        .list(GC_TRASH_PREFIX)
+        .await?
+        .iter()
+        .any(|k| trash_digest(k).as_ref() == Some(digest)))
 }
 
 /// The key of the journal of the import `id` (see `bundle::journal`).

@@ -242,3 +242,29 @@ impl Backend {
         })
     }
 }
+
+/// Runs each scenario `fn NAME(b: Backend)` once per backend, as the tests
+/// `NAME::fs`, `NAME::moto` and `NAME::s3s_fs` (s3gc: tests/gc.rs and
+/// tests/fsck_rollback.rs; the caller imports `Backend` and `Kind`).
+#[allow(unused_macros)]
+macro_rules! on_every_backend {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use super::*;
+            #[test]
+            fn fs() {
+                super::$scenario(Backend::start(Kind::Fs));
+            }
+            #[test]
+            fn moto() {
+                super::$scenario(Backend::start(Kind::Moto));
+            }
+            #[test]
+            fn s3s_fs() {
+                super::$scenario(Backend::start(Kind::S3sFs));
+            }
+        }
+    )*};
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_backend;

@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod ca;
 pub mod listener;
+pub mod objects;
 pub mod router;
 pub mod site;
 pub mod synth;

@@ -611,8 +611,18 @@ impl Blobstore for S3Store {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list_meta(prefix)
+            .await?
+            .into_iter()
+            .map(|m| m.key)
+            .collect())
+    }
+
+    async fn list_meta(&self, prefix: &str) -> Result<Vec<super::ObjectMeta>> {
         check_key(prefix.trim_end_matches('/'))?;
         let full = format!("{}{prefix}", self.prefix);
+        // ListObjectsV2, 1000 keys a page, followed through its continuation tokens.
         let mut pages = self
             .client
             .list_objects_v2()
@@ -625,11 +635,19 @@ impl Blobstore for S3Store {
             let page = page.map_err(|e| error("ListObjectsV2", prefix, e))?;
             for obj in page.contents() {
                 if let Some(k) = obj.key().and_then(|k| k.strip_prefix(&self.prefix)) {
-                    out.push(k.to_string());
+                    out.push(super::ObjectMeta {
+                        key: k.to_string(),
+                        size: obj.size().unwrap_or(0).max(0) as u64,
+                        modified: obj
+                            .last_modified()
+                            .and_then(|t| std::time::SystemTime::try_from(*t).ok())
+                            // Unknown counts as new: kept through a grace period.
+                            .unwrap_or_else(std::time::SystemTime::now),
+                    });
                 }
             }
         }
-        out.sort();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
 

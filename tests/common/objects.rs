@@ -1,0 +1,96 @@
+//! Direct access to the objects of a [`Backend`]'s store, for scenarios
+//! that plant, damage or inspect objects the same way on every backend
+//! (a file below the data directory, or an object in the bucket). Goes
+//! through airlock's own blobstore, opened on its own runtime; reads of
+//! `blobs/` keys are verified by it (a corrupt blob reads as absent).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use airlock::store::Blobstore;
+use airlock::store::fs::FsStore;
+use airlock::store::s3::{S3Settings, S3Store};
+
+use super::backend::{AWS_ENV, BUCKET, Backend};
+
+/// The store of one backend.
+pub struct Objects {
+    rt: tokio::runtime::Runtime,
+    store: Arc<dyn Blobstore>,
+}
+
+/// `blobs/sha256/<2 hex>/<hex>` of `sha256:<hex>`.
+pub fn blob_key(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap();
+    format!("blobs/sha256/{}/{hex}", &hex[..2])
+}
+
+/// `quarantine/sha256/<2 hex>/<hex>` of `sha256:<hex>`.
+pub fn quarantine_key(digest: &str) -> String {
+    blob_key(digest).replacen("blobs/", "quarantine/", 1)
+}
+
+impl Objects {
+    /// Opens the store of `b` (the S3 prefix `site/` of [`Backend::store_args`]).
+    pub fn of(b: &Backend) -> Objects {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let store: Arc<dyn Blobstore> = match &b.s3 {
+            None => Arc::new(FsStore::open(&b.data_dir()).unwrap()),
+            Some(server) => {
+                static ENV: std::sync::Once = std::sync::Once::new();
+                // SAFETY: set once, to the same values every caller wants,
+                // before the first S3 client of this binary reads them.
+                ENV.call_once(|| unsafe {
+                    for (k, v) in AWS_ENV {
+                        std::env::set_var(k, v);
+                    }
+                });
+                let mut settings = S3Settings::new(BUCKET, "site");
+                settings.endpoint = Some(server.endpoint.clone());
+                Arc::new(rt.block_on(S3Store::open(&settings)).unwrap())
+            }
+        };
+        Objects { rt, store }
+    }
+
+    /// The whole object at `key`, `None` when absent (or, for a blob,
+    /// found corrupt).
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.rt
+            .block_on(airlock::store::read_all(&*self.store, key))
+            .ok()
+    }
+
+    /// Writes `bytes` at `key` (replacing it).
+    pub fn put(&self, key: &str, bytes: &[u8]) {
+        self.rt.block_on(async {
+            let mut w = self.store.writer(key).await.unwrap();
+            w.write(bytes::Bytes::copy_from_slice(bytes)).await.unwrap();
+            w.commit().await.unwrap();
+            self.store.sync().await.unwrap();
+        })
+    }
+
+    /// Writes the file `path` at `key`.
+    pub fn put_file(&self, key: &str, path: &Path) {
+        self.put(key, &std::fs::read(path).unwrap());
+    }
+
+    /// Removes `key`.
+    pub fn delete(&self, key: &str) {
+        self.rt.block_on(self.store.delete(key)).unwrap();
+    }
+
+    /// Whether `key` holds an object.
+    pub fn exists(&self, key: &str) -> bool {
+        self.rt.block_on(self.store.stat(key)).unwrap().is_some()
+    }
+
+    /// The keys below `prefix` (ending in `/`), sorted.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        self.rt.block_on(self.store.list(prefix)).unwrap()
+    }
+}
