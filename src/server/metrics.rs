@@ -83,20 +83,22 @@ struct Handles {
 /// statuses a route answers: well under this in practice).
 const HANDLES_PER_THREAD: usize = 64;
 
+/// A handle list's key: (route, method, status).
+type HandleKey = (&'static str, &'static str, u16);
+
 thread_local! {
     /// This thread's handles by (route, method, status): looked up by
     /// pointer and number, without hashing labels or taking the families'
     /// locks (the hot path of every request).
-    static HANDLES: RefCell<Vec<((&'static str, &'static str, u16), Handles)>> =
+    static HANDLES: RefCell<Vec<(HandleKey, Handles)>> =
         const { RefCell::new(Vec::new()) };
 }
 
 /// The handles of (route, method, status), from this thread's list or
 /// the families (and then kept, up to [`HANDLES_PER_THREAD`]).
 fn handles(route: &'static str, method: &'static str, status: u16) -> Handles {
-    let same = |k: &(&'static str, &'static str, u16)| {
-        std::ptr::eq(k.0, route) && std::ptr::eq(k.1, method) && k.2 == status
-    };
+    let same =
+        |k: &HandleKey| std::ptr::eq(k.0, route) && std::ptr::eq(k.1, method) && k.2 == status;
     if let Some(h) =
         HANDLES.with_borrow(|v| v.iter().find(|(k, _)| same(k)).map(|(_, h)| h.clone()))
     {
