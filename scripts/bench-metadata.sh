@@ -18,20 +18,15 @@
 # metadata, tag PUT p99 <= docker-registry's, peak RSS < 128 MiB.
 #
 # Settings (environment): TAGS (default 100000), REFERRERS (default 2000),
-# CHECKPOINTS (default 1000,10000,100000), BENCH_DIR (default /var/tmp),
-# AIRLOCK_BIN (default: cargo build --release). Needs docker-registry,
+# CHECKPOINTS (default 1000,10000,100000), FILL (default 8: the tags outside
+# the measured windows are PUT untimed over FILL connections at once, so
+# 100,000 tags take minutes; 0: every tag one at a time), BENCH_DIR
+# (default /var/tmp), KEEP_LOGS (a directory: the servers' logs are copied
+# there; with AIRLOCK_LOG=warn,airlock::state=debug,airlock::store::fs=debug
+# airlock's log times each commit's phases), AIRLOCK_BIN (default: cargo
+# build --release). Needs docker-registry,
 # python3, curl. airlock keeps its default settings (64M page cache).
 set -euo pipefail
-
-prog=${0##*/}
-repo=$(cd "$(dirname "$0")/.." && pwd)
-helpers=$repo/scripts/bench
-HOST=127.0.0.1
-die() {
-    echo "$prog: $*" >&2
-    exit 1
-}
-note() { echo "== $*" >&2; }
 
 case ${1:-} in
 -h | --help)
@@ -39,17 +34,32 @@ case ${1:-} in
     exit 0
     ;;
 esac
-[ $# -eq 0 ] || die "usage: $prog   (settings come from the environment; see --help)"
+[ $# -eq 0 ] || {
+    echo "${0##*/}: usage: ${0##*/}   (settings come from the environment; see --help)" >&2
+    exit 1
+}
+export BENCH_DIR=${BENCH_DIR:-/var/tmp}
+[ -d "$BENCH_DIR" ] || {
+    echo "${0##*/}: BENCH_DIR $BENCH_DIR is not a directory" >&2
+    exit 1
+}
+. "$(dirname "$0")/bench/lib.sh"
+helpers=$repo/scripts/bench
+bench_cleanup_extra() {
+    [ -z "${KEEP_LOGS:-}" ] || cp "$work"/*.log "$KEEP_LOGS"/ 2>/dev/null || true
+}
+HOST=127.0.0.1
 TAGS=${TAGS:-100000}
 REFERRERS=${REFERRERS:-2000}
 CHECKPOINTS=${CHECKPOINTS:-1000,10000,100000}
+FILL=${FILL:-8}
 [[ $TAGS =~ ^[1-9][0-9]*$ ]] || die "TAGS must be a positive integer, got '$TAGS'"
 [[ $REFERRERS =~ ^[0-9]+$ ]] || die "REFERRERS must be a non-negative integer, got '$REFERRERS'"
 [[ $CHECKPOINTS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "CHECKPOINTS must be a comma-separated list of counts"
+[[ $FILL =~ ^[0-9]+$ ]] || die "FILL must be a non-negative integer, got '$FILL'"
 # Always measure at the final count too.
 CHECKPOINTS=$(echo "$CHECKPOINTS,$TAGS" | tr , '\n' | awk -v t="$TAGS" '$1 <= t' | sort -nu | paste -sd,)
 
-need() { command -v "$1" >/dev/null 2>&1 || die "'$1' not found: apt-get install $2"; }
 need docker-registry docker-registry
 need python3 python3
 need curl curl
@@ -61,48 +71,18 @@ if [ -n "${AIRLOCK_BIN:-}" ]; then
 else
     need cargo "cargo (or rustup)"
     note "building airlock (cargo build --release)"
-    (cd "$repo" && cargo build --release --quiet) || die "cargo build --release failed"
-    airlock=$repo/target/release/airlock
+    build_airlock
 fi
 
-base=${BENCH_DIR:-/var/tmp}
-[ -d "$base" ] || die "BENCH_DIR $base is not a directory"
 need_kib=$((TAGS * 40 + 1024 * 1024))
-avail_kib=$(df -Pk "$base" | awk 'NR == 2 { print $4 }')
-[ "$avail_kib" -ge "$need_kib" ] || die "$base has $((avail_kib / 1024)) MiB free; need about $((need_kib / 1024)) MiB"
-work=$(mktemp -d "$base/airlock-bench-metadata.XXXXXX")
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-wait_up() { # NAME PID PORT LOG
-    local i
-    for i in $(seq 1 100); do
-        kill -0 "$2" 2>/dev/null || {
-            cat "$4" >&2
-            die "$1 exited during startup"
-        }
-        curl -sf -o /dev/null "http://$HOST:$3/v2/" && return 0
-        sleep 0.1
-    done
-    cat "$4" >&2
-    die "$1 did not answer on port $3 within 10 s"
-}
+avail_kib=$(df -Pk "$work" | awk 'NR == 2 { print $4 }')
+[ "$avail_kib" -ge "$need_kib" ] || die "$BENCH_DIR has $((avail_kib / 1024)) MiB free; need about $((need_kib / 1024)) MiB"
 
 # run NAME PORT DATA PID: the client's JSON in $work/NAME.json
 run() {
     note "$1: $TAGS tag PUTs, $REFERRERS referrer PUTs"
     local t0=$SECONDS
-    python3 "$helpers/metadata-push.py" "$HOST" "$2" "$3" "$4" "$TAGS" "$REFERRERS" "$CHECKPOINTS" \
+    python3 "$helpers/metadata-push.py" "$HOST" "$2" "$3" "$4" "$TAGS" "$REFERRERS" "$CHECKPOINTS" "$FILL" \
         >"$work/$1.json" || die "$1: client failed"
     note "$1: done in $((SECONDS - t0)) s"
 }
@@ -113,7 +93,7 @@ mkdir -p "$work/airlock"
 "$airlock" serve --data "$work/airlock" --listen "$HOST:$port" --allow-push >"$work/airlock.log" 2>&1 &
 pid=$!
 pids+=("$pid")
-wait_up airlock "$pid" "$port" "$work/airlock.log"
+wait_up airlock "$pid" "http://$HOST:$port/v2/" "$work/airlock.log"
 run airlock "$port" "$work/airlock" "$pid"
 kill "$pid"
 wait "$pid" 2>/dev/null || true
@@ -146,7 +126,7 @@ EOF
 docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 pid=$!
 pids+=("$pid")
-wait_up docker-registry "$pid" "$port" "$work/registry.log"
+wait_up docker-registry "$pid" "http://$HOST:$port/v2/" "$work/registry.log"
 run ref "$port" "$work/registry" "$pid"
 
 # --- table -----------------------------------------------------------------------

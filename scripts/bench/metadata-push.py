@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Metadata benchmark client (scripts/bench-metadata.sh).
 
-Usage: metadata-push.py HOST PORT DATA_DIR PID TAGS REFERRERS CHECKPOINTS
+Usage: metadata-push.py HOST PORT DATA_DIR PID TAGS REFERRERS CHECKPOINTS FILL
 
 Against one registry at HOST:PORT (server process PID, storing under
 DATA_DIR): pushes an empty config blob and one small OCI image manifest,
@@ -16,6 +16,12 @@ is that manifest (by digest). Prints one JSON object:
 - referrers: the same for the referrer PUTs (all of them), the number of
   referrers the referrers API lists (following `Link`; -1 when the server
   has no referrers API), and the final VmHWM.
+
+With FILL > 0, the tags outside the measured windows (all but the last
+1,000 before each checkpoint) are PUT untimed by FILL connections at once,
+so a run to 100,000 tags takes minutes, not an hour; the measured PUTs are
+still one at a time on one connection, on a repository of the same size.
+FILL = 0 PUTs every tag one at a time.
 """
 
 import hashlib
@@ -23,6 +29,7 @@ import http.client
 import json
 import os
 import sys
+import threading
 import time
 
 
@@ -74,10 +81,35 @@ class Client:
         raise RuntimeError("unreachable")
 
 
+def fill(host, port, repo, manifest, ct, first, end, conns):
+    """PUTs tags t{first}..t{end-1} untimed over `conns` connections."""
+    lock, nxt, errors = threading.Lock(), [first], []
+
+    def worker():
+        c = Client(host, port)
+        while not errors:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= end:
+                return
+            st, _, _, body = c.request("PUT", f"/v2/{repo}/manifests/t{i}", manifest, ct)
+            if st != 201:
+                errors.append((i, st, body))
+
+    threads = [threading.Thread(target=worker) for _ in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
 def main():
     host, port, data, pid = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     tags, referrers = int(sys.argv[5]), int(sys.argv[6])
     checkpoints = [int(c) for c in sys.argv[7].split(",") if int(c) <= tags]
+    conns = int(sys.argv[8])
     c = Client(host, port)
     repo = "bench/meta"
     config = b"{}"
@@ -102,7 +134,15 @@ def main():
     out = {"tags": {}, "referrers": {}}
     windows = {cp: max(0, cp - min(200, cp)) for cp in checkpoints}
     size_at = {}
-    for i in range(tags):
+    timed = {cp - min(1000, cp) for cp in checkpoints}
+    i = 0
+    while i < tags:
+        if conns > 0 and not any(cp - min(1000, cp) <= i < cp for cp in checkpoints):
+            end = min([s for s in timed if s > i] + [tags])
+            fill(host, port, repo, manifest, ct, i, end, conns)
+            lat.extend([0.0] * (end - i))
+            i = end
+            continue
         for cp, start in windows.items():
             if i == start:
                 size_at[cp] = tree_bytes(data)
@@ -123,6 +163,7 @@ def main():
             print(f"  {n} tags: p50 {out['tags'][n]['p50_ms']:.2f} ms, p99 {out['tags'][n]['p99_ms']:.2f} ms, "
                   f"{out['tags'][n]['bytes_per_put']:.0f} B/put, VmHWM {out['tags'][n]['hwm_kib']} KiB",
                   file=sys.stderr, flush=True)
+        i += 1
 
     rlat = []
     before = tree_bytes(data)

@@ -48,6 +48,8 @@ struct Pending {
     address: Option<String>,
     ops: Vec<Op>,
     reply: oneshot::Sender<Result<Commit>>,
+    /// When the change was queued (for the commit timings logged at debug).
+    queued: Instant,
 }
 
 /// The committer's queue, shared by every clone of a [`StateStore`].
@@ -124,6 +126,7 @@ impl StateStore {
                 address: actor.address,
                 ops: ops.to_vec(),
                 reply,
+                queued: Instant::now(),
             });
         }
         loop {
@@ -161,12 +164,24 @@ impl StateStore {
     /// Commits `batch` with one root swap and answers each change.
     async fn commit_batch(&self, batch: Vec<Pending>) {
         let started = Instant::now();
+        let queued_us = batch
+            .iter()
+            .map(|p| started.duration_since(p.queued).as_micros())
+            .max()
+            .unwrap_or(0);
         let mut backoff = BACKOFF_MIN;
         let mut attempts = 0;
         loop {
             attempts += 1;
             match self.try_batch(&batch).await {
                 Ok(Some(results)) => {
+                    tracing::debug!(
+                        changes = batch.len(),
+                        queued_us,
+                        commit_us = started.elapsed().as_micros(),
+                        attempts,
+                        "state batch committed"
+                    );
                     for (p, r) in batch.into_iter().zip(results) {
                         let _ = p.reply.send(r);
                     }
@@ -197,6 +212,7 @@ impl StateStore {
 
     /// One attempt: `Ok(None)` when another process swapped the root first.
     async fn try_batch(&self, batch: &[Pending]) -> Result<Option<Vec<Result<Commit>>>> {
+        let t0 = Instant::now();
         let snap = self.snapshot_now().await?;
         self.pages.discard();
         let (table, converted) = self.paged_table(&snap).await?;
@@ -218,7 +234,9 @@ impl StateStore {
             .map(|(p, _)| p)
             .collect();
         let (reason, who, address) = describe(&landed);
+        let t1 = Instant::now();
         let written = self.write(&snap, &work, &reason, &who, address).await?;
+        let t2 = Instant::now();
         // A change whose edits and documents came out equal to what was
         // there (a re-import) changed nothing when the batch wrote nothing.
         let wrote = written.is_some();
@@ -235,6 +253,12 @@ impl StateStore {
                     return Ok(None);
                 }
                 tracing::info!(generation = state.generation, %digest, changes = landed.len(), reason, who, address = state.address.as_deref().unwrap_or("-"), "state root swapped");
+                tracing::debug!(
+                    apply_us = (t1 - t0).as_micros(),
+                    write_us = (t2 - t1).as_micros(),
+                    swap_us = t2.elapsed().as_micros(),
+                    "state commit phases"
+                );
                 let generation = state.generation;
                 // Read-your-writes: the new root is this process's view at once.
                 self.roots.install(Snapshot {

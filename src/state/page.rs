@@ -241,7 +241,18 @@ impl Pages {
             keep.push((d.clone(), page, bytes.len()));
             blobs.push((d, bytes::Bytes::from(bytes)));
         }
+        let (n, bytes) = (
+            blobs.len(),
+            blobs.iter().map(|(_, b)| b.len()).sum::<usize>(),
+        );
+        let t = std::time::Instant::now();
         self.store.put_blobs(blobs).await?;
+        tracing::debug!(
+            blobs = n,
+            bytes,
+            put_us = t.elapsed().as_micros(),
+            "state pages stored"
+        );
         for (d, page, len) in keep {
             self.remember(&d, &page, len);
         }

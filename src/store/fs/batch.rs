@@ -4,9 +4,9 @@
 //! Owns: the order of the system calls, chosen so that the fsyncs share
 //! journal commits. Every file is first written and its write-back started
 //! (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which on ext4 allocates its
-//! blocks in the running journal transaction), then each is fsynced (the
-//! first fsync commits that transaction for all of them, so the others find
-//! their data on disk and return at once), then each is renamed to its key.
+//! blocks in the running journal transaction), then all are fsynced at once
+//! ([`super::sync::round`]: they wait for the same journal commit and share
+//! its device flushes), then each is renamed to its key.
 //! Durability does not depend on the order: every file still gets its own
 //! `fsync(2)` before its rename, and its directory is queued for the
 //! [`super::FsStore`] sync before the root swap, as a single writer's are.
@@ -62,6 +62,7 @@ pub(super) fn put_blobs(
     key: impl Fn(&Digest) -> String,
     blobs: Vec<(Digest, Bytes)>,
 ) -> std::io::Result<Vec<PathBuf>> {
+    let t0 = std::time::Instant::now();
     let mut pending = Cleanup(Vec::with_capacity(blobs.len()));
     for (digest, bytes) in blobs {
         let path = root.join(key(&digest));
@@ -89,11 +90,10 @@ pub(super) fn put_blobs(
             p.file = Some(file);
         }
     }
-    for p in &pending.0 {
-        if let Some(f) = &p.file {
-            f.sync_all()?;
-        }
-    }
+    let t1 = std::time::Instant::now();
+    let files: Vec<&std::fs::File> = pending.0.iter().filter_map(|p| p.file.as_ref()).collect();
+    super::sync::round(&files, &[])?;
+    let (t2, written) = (std::time::Instant::now(), pending.0.len());
     let mut dirs: Vec<PathBuf> = Vec::new();
     while let Some(mut p) = pending.0.pop() {
         let parent = p.path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -112,5 +112,12 @@ pub(super) fn put_blobs(
     }
     dirs.sort();
     dirs.dedup();
+    tracing::debug!(
+        written,
+        files_us = (t1 - t0).as_micros(),
+        fsync_us = (t2 - t1).as_micros(),
+        rename_us = t2.elapsed().as_micros(),
+        "fs: blob batch stored"
+    );
     Ok(dirs)
 }
