@@ -243,8 +243,11 @@ done
 
 # --- airlock -------------------------------------------------------------------
 air_port=$(free_port)
+# Every client here comes from $HOST, so the per-address connection cap
+# (default 256) would refuse (f)'s CONNS idle connections: raise it past them.
 start_airlock() { # [extra serve args...]
-    "$airlock" serve --data "$work/airlock-data" --listen "$HOST:$air_port" --log warn "$@" \
+    "$airlock" serve --data "$work/airlock-data" --listen "$HOST:$air_port" --log warn \
+        --max-connections-per-address $((CONNS + 256)) "$@" \
         >"$work/airlock.log" 2>&1 &
     air_pid=$!
     pids+=("$air_pid")
