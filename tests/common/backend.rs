@@ -249,6 +249,15 @@ impl Backend {
             .collect()
     }
 
+    /// The state root: the newest generation's digest, or "" for an empty
+    /// store (the store-independent [`super::root_of`]).
+    pub fn root(&self) -> String {
+        self.history()
+            .first()
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default()
+    }
+
     /// `airlock serve` on this store (plus `extra`) on a free port.
     pub fn serve(&self, extra: &[&str]) -> Server {
         let addr = format!("127.0.0.1:{}", free_port());
