@@ -74,6 +74,7 @@ fi
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 [ -d "$BENCH_DIR" ] || { echo "${0##*/}: error: BENCH_DIR $BENCH_DIR is not a directory" >&2; exit 1; }
 . "$(dirname "$0")/bench/lib.sh"
+. "$(dirname "$0")/bench/s3s-fs.sh"
 [ $# -le 1 ] || die "usage: $prog [--s3] [SIZE_MIB]"
 SIZE_MIB=${1:-1024}
 [[ $SIZE_MIB =~ ^[1-9][0-9]*$ ]] || die "SIZE_MIB must be a positive integer, got '$SIZE_MIB'"
@@ -93,7 +94,6 @@ need nproc coreutils
 need python3 python3
 /usr/bin/time -v true 2>/dev/null || die "/usr/bin/time does not support -v (need GNU time): apt-get install time"
 if [ "$S3" = 1 ]; then
-    need s3s-fs "s3s-fs (cargo install s3s-fs@0.14.1 --features binary; scripts/install-test-deps.sh)"
     need aws "awscli (pip install awscli)"
 fi
 
@@ -182,17 +182,7 @@ maximum() {
 
 load_start=$(cut -d' ' -f1 /proc/loadavg)
 if [ "$S3" = 1 ]; then
-    export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1
-    s3port=$(free_port)
-    mkdir -p "$work/s3/bench"
-    s3s-fs --host 127.0.0.1 --port "$s3port" --access-key "$AWS_ACCESS_KEY_ID" \
-        --secret-key "$AWS_SECRET_ACCESS_KEY" "$work/s3" >"$work/s3s.log" 2>&1 &
-    pids+=($!)
-    endpoint=http://127.0.0.1:$s3port
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$s3port") 2>/dev/null && break
-        sleep 0.1
-    done
+    start_s3s_fs "$work/s3"
     ref_label="aws s3 cp"
     store_args() { echo "--store s3://bench/airlock$1 --s3-endpoint $endpoint"; }
     drop_store() { rm -rf "$work/s3/bench/airlock$1"; }

@@ -25,31 +25,26 @@
 # Needs: s3s-fs (scripts/install-test-deps.sh), wrk, python3, curl
 # (`apt-get install wrk curl python3`). Numbers on a shared machine are
 # indicative: compare the ratios. Environment: DURATION (s, default 10),
-# BENCH_DIR (default /tmp).
+# BENCH_DIR (default /tmp), AIRLOCK_BIN (use this binary instead of
+# building target/release/airlock).
 set -euo pipefail
 . "$(dirname "$0")/bench/lib.sh"
+. "$(dirname "$0")/bench/s3s-fs.sh"
 
 DURATION=${DURATION:-10}
-need s3s-fs "s3s-fs (cargo install s3s-fs@0.14.1 --features binary; scripts/install-test-deps.sh)"
 need wrk wrk
 need python3 python3
 need curl curl
 
-note "building airlock"
-build_airlock
+if [ -n "${AIRLOCK_BIN:-}" ]; then
+    airlock=$AIRLOCK_BIN
+    [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
+else
+    note "building airlock"
+    build_airlock
+fi
 
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1
-s3port=$(free_port)
-mkdir -p "$work/s3/bench"
-s3s-fs --host 127.0.0.1 --port "$s3port" --access-key "$AWS_ACCESS_KEY_ID" \
-    --secret-key "$AWS_SECRET_ACCESS_KEY" "$work/s3" >"$work/s3s.log" 2>&1 &
-pids+=($!)
-endpoint=http://127.0.0.1:$s3port
-# s3s-fs answers an unsigned GET / with 403: wait for the port instead.
-for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$s3port") 2>/dev/null && break
-    sleep 0.1
-done
+start_s3s_fs "$work/s3"
 s3=(--store s3://bench/site --s3-endpoint "$endpoint")
 
 note "generating the serve layout and bundle; importing into S3 and a data directory"
