@@ -18,7 +18,13 @@
 //!   aborts those a killed process left.
 //! - Reads: ranged `GetObject` streamed, `HeadObject` for [`Blobstore::stat`];
 //!   blobs are verified against their digest as on the filesystem
-//!   ([`super::verify`]).
+//!   ([`super::verify`]). Small blobs (manifests, configs, small layers:
+//!   at most [`super::hot::HOT_BLOB_MAX`]) once verified are kept in memory
+//!   ([`super::hot`]) and read again without a round trip: a blob key names
+//!   its content, so the bytes cannot go stale; a delete or quarantine
+//!   through this process forgets them. What a request may read is decided
+//!   by the state, never by this cache, and [`Blobstore::stat`] always asks
+//!   the server (writers decide with it whether a blob is stored).
 //! - `refs/root`: one `GetObject` (value + ETag); the swap is a `PutObject`
 //!   with `If-Match: <ETag>` (`If-None-Match: *` for the first), so two
 //!   replicas never lose each other's commits. [`S3Store::open`] probes
@@ -38,6 +44,7 @@ use aws_smithy_types::error::display::DisplayErrorContext;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use super::hot::HotBlobs;
 use super::verify::{self, VERIFY_WHOLE_MAX};
 use super::{
     Blobstore, BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key,
@@ -125,7 +132,13 @@ pub struct S3Store {
     /// The server does not honour conditional writes (accepted by the
     /// single-writer acknowledgement): the root swap compares, then writes.
     unconditional: bool,
+    /// Small blobs verified by earlier reads, by full key.
+    hot: std::sync::Arc<HotBlobs>,
 }
+
+/// The file identity [`HotBlobs`] keeps: none on S3 (blob keys are
+/// content-addressed; see the module doc).
+const NO_FILE: super::hot::FileId = (0, 0, 0, 0);
 
 /// The HTTP status of a failed request, if it got a response.
 fn status<E>(e: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> Option<u16> {
@@ -246,6 +259,7 @@ impl S3Store {
             part_size: settings.part_size,
             parallel_parts: settings.parallel_parts.max(1),
             unconditional: false,
+            hot: Default::default(),
         })
     }
 
@@ -317,6 +331,7 @@ impl S3Store {
     }
 
     async fn delete_full(&self, full: &str) -> Result<()> {
+        self.hot.remove(full);
         match self
             .client
             .delete_object()
@@ -547,6 +562,16 @@ impl Blobstore for S3Store {
     }
 
     async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
+        let full = self.full(key)?;
+        if let Some((_, bytes)) = self.hot.get(&full) {
+            let size = bytes.len() as u64;
+            let (start, end) = range.unwrap_or((0, size));
+            if start > end || end > size {
+                return Err(StoreError::Range { start, end, size });
+            }
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
+        }
         let (body, size, etag) = self.get(key, range).await?;
         let Some(digest) = verify::blob_digest(key) else {
             return Ok(body_stream(body, key));
@@ -562,6 +587,7 @@ impl Blobstore for S3Store {
                 }
             };
             self.verify_whole(&digest, &bytes, &etag).await?;
+            self.hot.insert(&full, NO_FILE, bytes.clone());
             let (start, end) = range.unwrap_or((0, bytes.len() as u64));
             let part = bytes.slice(start as usize..end as usize);
             return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
@@ -577,6 +603,28 @@ impl Blobstore for S3Store {
             ));
         }
         Ok(body_stream(body, key))
+    }
+
+    /// A small blob held verified in memory is served without a round trip
+    /// (the registry's GETs); otherwise `HeadObject`, then [`Self::stream`].
+    /// [`Blobstore::stat`] always asks the server: writers decide with it
+    /// whether a blob is stored.
+    async fn stream_sized(&self, key: &str) -> Result<Option<(u64, ByteStream)>> {
+        if let Some((_, bytes)) = self.hot.get(&self.full(key)?) {
+            let size = bytes.len() as u64;
+            return Ok(Some((
+                size,
+                Box::pin(futures_util::stream::once(async { Ok(bytes) })),
+            )));
+        }
+        let Some(size) = self.stat(key).await? else {
+            return Ok(None);
+        };
+        match self.stream(key, None).await {
+            Ok(body) => Ok(Some((size, body))),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>> {
