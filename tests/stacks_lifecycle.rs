@@ -79,7 +79,14 @@ fn stack_ok(data: &Backend, args: &[&str]) -> String {
 fn lifecycle_follows_promotion_rollback_and_custom_stacks(data: Backend) {
     let tmp = tempfile::tempdir().unwrap();
     let [v1, v2, custom] = self::data(tmp.path(), &data);
-    let server = data.serve(&["--allow-admin", "--custom-stacks", "admin-only"]);
+    let server = data.serve(&[
+        "--allow-admin",
+        "--custom-stacks",
+        "admin-only",
+        // The CLI's changes below are seen at once (S3's default is 1 s).
+        "--root-refresh-ms",
+        "0",
+    ]);
     let addr = &server.addr;
     let unknown = format!("sha256:{}", "0".repeat(64));
     assert_eq!(lifecycle(addr, &unknown)["status"], "unknown");
@@ -261,7 +268,7 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable(data: Backend) {
     let log = tmp.path().join("received.log");
     let mut rx = receiver(port, &log, "s3cret");
     std::thread::sleep(Duration::from_millis(300));
-    let server = data.serve(&["--config", hooks.to_str().unwrap()]);
+    let server = data.serve(&["--config", hooks.to_str().unwrap(), "--root-refresh-ms", "0"]);
     stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v1"]);
     stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
     stack_ok(&data, &["rollback", "bb"]);
@@ -308,7 +315,7 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable(data: Backend) {
     let ev: serde_json::Value = serde_json::from_str(&ev).unwrap();
     assert_eq!(ev["queued"][0]["event"]["type"], "stack.state_changed");
     assert_eq!(ev["log"].as_array().unwrap().len(), 4);
-    let _server = data.serve(&["--config", hooks.to_str().unwrap()]);
+    let _server = data.serve(&["--config", hooks.to_str().unwrap(), "--root-refresh-ms", "0"]);
     let lines = delivered(&log, |l| l.len() >= 5);
     assert_eq!(
         kinds(&lines).last().map(String::as_str),
