@@ -59,17 +59,20 @@ done
 "$airlock" import "${s3[@]}" --keyring "$work/key.pub.asc" "$work/serve.tar" >/dev/null
 "$airlock" import --data "$work/data" --keyring "$work/key.pub.asc" "$work/serve.tar" >/dev/null
 
-serve() { # NAME ARGS... -> port
+# serve NAME ARGS...: starts `airlock serve ARGS` on a free port, in this
+# shell (not a command substitution, so that its pid reaches `pids` and the
+# exit trap stops it); sets p_NAME to the port.
+serve() {
     local port
     port=$(free_port)
     "$airlock" serve --listen "127.0.0.1:$port" "${@:2}" >"$work/$1.log" 2>&1 &
     pids+=($!)
-    wait_up "airlock serve ($1)" "$!" "http://127.0.0.1:$port/v2/" "$work/$1.log" >&2
-    echo "$port"
+    wait_up "airlock serve ($1)" "$!" "http://127.0.0.1:$port/v2/" "$work/$1.log"
+    printf -v "p_$1" '%s' "$port"
 }
-p_s3=$(serve s3 "${s3[@]}")
-p_fs=$(serve fs --data "$work/data")
-p_redirect=$(serve redirect "${s3[@]}" --blob-redirect)
+serve s3 "${s3[@]}"
+serve fs --data "$work/data"
+serve redirect "${s3[@]}" --blob-redirect
 
 layer_of() { awk -v n="$1" '$1 == n { split($5, l, ","); split(l[1], d, ":"); print d[1] ":" d[2] }' "$work/images.txt"; }
 small_layer=$(layer_of small)
