@@ -108,10 +108,11 @@ fn assert_refused(w: &World, bundle: &Path, keyring: &Path, expect: &str) {
     let o = w.store.airlock(
         &["import"],
         &[
-        "--keyring",
-        keyring.to_str().unwrap(),
-        bundle.to_str().unwrap(),
-    ]);
+            "--keyring",
+            keyring.to_str().unwrap(),
+            bundle.to_str().unwrap(),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success(),
@@ -451,10 +452,11 @@ fn truncated_bundle_is_refused(b: Backend) {
     let o = w.store.airlock(
         &["import"],
         &[
-        "--keyring",
-        w.public.to_str().unwrap(),
-        junk.to_str().unwrap(),
-    ]);
+            "--keyring",
+            w.public.to_str().unwrap(),
+            junk.to_str().unwrap(),
+        ],
+    );
     assert!(!o.status.success());
 }
 
@@ -527,11 +529,12 @@ fn two_bundles_or_trailing_junk_are_refused(b: Backend) {
     let o = w.store.airlock(
         &["import"],
         &[
-        "--keyring",
-        w.public.to_str().unwrap(),
-        w.bundle.to_str().unwrap(),
-        w.bundle.to_str().unwrap(),
-    ]);
+            "--keyring",
+            w.public.to_str().unwrap(),
+            w.bundle.to_str().unwrap(),
+            w.bundle.to_str().unwrap(),
+        ],
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
@@ -567,10 +570,11 @@ fn hostile_names_cannot_inject_terminal_escapes(b: Backend) {
     let o = w.store.airlock(
         &["import"],
         &[
-        "--keyring",
-        w.public.to_str().unwrap(),
-        bad.to_str().unwrap(),
-    ]);
+            "--keyring",
+            w.public.to_str().unwrap(),
+            bad.to_str().unwrap(),
+        ],
+    );
     assert!(
         !o.stderr.contains(&0x1b),
         "raw escape byte in: {:?}",

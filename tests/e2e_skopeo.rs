@@ -169,12 +169,20 @@ fn a_new_import_is_served_without_restart(b: Backend) {
     // interval (1 s by default); on the filesystem at once.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     let accept = [("Accept", "application/vnd.oci.image.manifest.v1+json")];
-    while http(&s.server.addr, "GET", "/v2/stacks/later/manifests/v2", &accept)
-        .unwrap()
-        .0
-        != 200
+    while http(
+        &s.server.addr,
+        "GET",
+        "/v2/stacks/later/manifests/v2",
+        &accept,
+    )
+    .unwrap()
+    .0 != 200
     {
-        assert!(std::time::Instant::now() < deadline, "{:?}: import not served", s.backend.kind);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}: import not served",
+            s.backend.kind
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let raw = raw_manifest(&s.server.addr, "stacks/later:v2");

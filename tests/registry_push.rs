@@ -622,10 +622,7 @@ async fn manifest_put_error_paths(b: Backend) {
         .await
         .error(400, "NAME_INVALID");
     // None of it changed the state.
-    assert_eq!(
-        root_of(&f).await.unwrap(),
-        root
-    );
+    assert_eq!(root_of(&f).await.unwrap(), root);
     get(&f.router, "/v2/img/manifests/bad")
         .await
         .error(404, "MANIFEST_UNKNOWN");
@@ -811,10 +808,14 @@ async fn deletes_follow_the_spec(b: Backend) {
 
 async fn switches_off_answer_405(b: Backend) {
     let kind = b.kind;
-    let push_only = fixture_with(b, RegistryConfig {
-        allow_push: true,
-        ..RegistryConfig::default()
-    }).await;
+    let push_only = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let (_, d) = push_image(&push_only.router, "p", "v1", 5).await;
     for uri in [
         "/v2/p/manifests/v1".to_string(),
@@ -838,10 +839,14 @@ async fn switches_off_answer_405(b: Backend) {
         .await
         .status(200);
 
-    let read_only = fixture_with(Backend::start(kind), RegistryConfig {
-        allow_delete: true,
-        ..RegistryConfig::default()
-    }).await;
+    let read_only = fixture_with(
+        Backend::start(kind),
+        RegistryConfig {
+            allow_delete: true,
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let r = send_body(
         &read_only.router,
         "POST",
@@ -859,11 +864,15 @@ async fn switches_off_answer_405(b: Backend) {
 
 async fn mirror_namespaces(b: Backend) {
     let kind = b.kind;
-    let f = fixture_with(b, RegistryConfig {
-        allow_push: true,
-        mirror_namespace: Some("docker.io".into()),
-        ..RegistryConfig::default()
-    }).await;
+    let f = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            mirror_namespace: Some("docker.io".into()),
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     // A push with ns= lands in docker.io/library/busybox.
     let config = b"{\"ns\":true}".to_vec();
     let r = send_body(
@@ -1006,11 +1015,15 @@ async fn parallel_pushes_to_one_tag_and_pulls(b: Backend) {
 }
 
 async fn expired_sessions_are_refused_and_swept(b: Backend) {
-    let f = fixture_with(b, RegistryConfig {
-        allow_push: true,
-        upload_expiry: Duration::from_secs(1),
-        ..RegistryConfig::default()
-    }).await;
+    let f = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            upload_expiry: Duration::from_secs(1),
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let r = send_body(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
     let loc = r.header("location").to_string();
     send_body(&f.router, "PATCH", &loc, &[], b"part".to_vec())
@@ -1297,10 +1310,14 @@ async fn malformed_digest_message_says_invalid(b: Backend) {
 /// namespaced repository exists, which then wins for both clients.
 async fn ns_as_containerd_sends_it_never_fails_a_read(b: Backend) {
     let kind = b.kind;
-    let plain = fixture_with(b, RegistryConfig {
-        allow_push: true,
-        ..RegistryConfig::default()
-    }).await;
+    let plain = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let (m_app, _) = push_image(&plain.router, "app", "v1", 1).await;
     let (m_case, case_digest) = push_image(&plain.router, "bugs/case09", "1.5.2", 2).await;
     let (_, docker_digest) = push_image(&plain.router, "docker.io/library/app", "v1", 3).await;
@@ -1360,11 +1377,15 @@ async fn ns_as_containerd_sends_it_never_fails_a_read(b: Backend) {
     // One reference, one image: with both library/app and
     // docker.io/library/app present, containerd (ns=docker.io) and docker
     // (default namespace docker.io, no ns) get the namespaced one.
-    let mirror = fixture_with(Backend::start(kind), RegistryConfig {
-        allow_push: true,
-        mirror_namespace: Some("docker.io".into()),
-        ..RegistryConfig::default()
-    }).await;
+    let mirror = fixture_with(
+        Backend::start(kind),
+        RegistryConfig {
+            allow_push: true,
+            mirror_namespace: Some("docker.io".into()),
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let (_, plain_digest) = push_image(&mirror.router, "library/app", "v1", 4).await;
     let (_, ns_digest) = push_image(&mirror.router, "docker.io/library/app", "v1", 5).await;
     assert_ne!(plain_digest, ns_digest);
@@ -1458,16 +1479,20 @@ async fn blob_pushes_make_no_generation_and_are_visible_at_once(b: Backend) {
 /// cancelled session frees its place.
 async fn upload_caps(b: Backend) {
     use airlock::registry::uploads::UploadLimits;
-    let f = fixture_with(b, RegistryConfig {
-        allow_push: true,
-        uploads: UploadLimits {
-            max_blob_size: 1000,
-            max_sessions: 3,
-            max_sessions_per_repository: 2,
-            max_sessions_per_client: 100,
+    let f = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            uploads: UploadLimits {
+                max_blob_size: 1000,
+                max_sessions: 3,
+                max_sessions_per_repository: 2,
+                max_sessions_per_client: 100,
+            },
+            ..RegistryConfig::default()
         },
-        ..RegistryConfig::default()
-    }).await;
+    )
+    .await;
     let big = bytes_of(1001, 3);
     let fits = bytes_of(1000, 4);
     // Monolithic POST.

@@ -296,13 +296,10 @@ async fn states_warn_and_cells_keep_being_served(b: Backend) {
     }
     stack_change(&data, &["set-state", "bb", "ACTIVE"]);
     assert_eq!(json(&router, "/stacks/v1/bb?cell=c1").await.1, None);
-    let o = data.airlock(&[
-        "stack",
-        "set-state",
-        "bb",
-        "GONE",
-        ata.to_str().unwrap(),
-    ], &[]);
+    let o = data.airlock(
+        &["stack", "set-state", "bb", "GONE", ata.to_str().unwrap()],
+        &[],
+    );
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("ACTIVE, DEPRECATED, RESTRICTED or DISABLED")
@@ -329,13 +326,16 @@ async fn states_warn_and_cells_keep_being_served(b: Backend) {
         ),
         "{props}"
     );
-    let ops = data.airlock_ok(&[
-        "stack",
-        "cell-properties",
-        "--ops-file",
-        "--rootfs-dir",
-        "/var/vcap/data/rootfs",
-    ], &[]);
+    let ops = data.airlock_ok(
+        &[
+            "stack",
+            "cell-properties",
+            "--ops-file",
+            "--rootfs-dir",
+            "/var/vcap/data/rootfs",
+        ],
+        &[],
+    );
     assert!(ops.contains("path: /instance_groups/name=diego-cell/jobs/name=rep/properties/diego/rep/preloaded_rootfses?\n  value:\n  - \"bb:/var/vcap/data/rootfs/bb/rootfs.tar\""), "{ops}");
 }
 
@@ -479,24 +479,18 @@ async fn cells_report_and_status_shows_who_lags(b: Backend) {
     }
     lagging.sort();
     assert!(!lagging.is_empty(), "no cell rolled into 50 %");
-    let status: serde_json::Value = serde_json::from_str(&data.airlock_ok(&[
-        "stack", "status", "bb", "--json",
-    ], &[]))
-    .unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&data.airlock_ok(&["stack", "status", "bb", "--json"], &[])).unwrap();
     assert_eq!(status["cells"], 20);
     assert_eq!(status["on_latest"], on_v2);
     assert_eq!(status["lagging"], serde_json::json!(lagging));
     assert_eq!(status["digests"][&v1], 20 - on_v2);
     assert_eq!(status["stale"], serde_json::json!([]));
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let stale: serde_json::Value = serde_json::from_str(&data.airlock_ok(&[
-        "stack",
-        "status",
-        "bb",
-        "--json",
-        "--stale-after-secs",
-        "0",
-    ], &[]))
+    let stale: serde_json::Value = serde_json::from_str(&data.airlock_ok(
+        &["stack", "status", "bb", "--json", "--stale-after-secs", "0"],
+        &[],
+    ))
     .unwrap();
     assert_eq!(stale["stale"].as_array().unwrap().len(), 20);
     let prom = data.airlock_ok(&["stack", "status", "--prometheus"], &[]);
@@ -538,10 +532,8 @@ async fn cells_report_and_status_shows_who_lags(b: Backend) {
             "{uri}"
         );
     }
-    let status: serde_json::Value = serde_json::from_str(&data.airlock_ok(&[
-        "stack", "status", "bb", "--json",
-    ], &[]))
-    .unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&data.airlock_ok(&["stack", "status", "bb", "--json"], &[])).unwrap();
     assert_eq!(status["cells"], 20);
 }
 
@@ -661,13 +653,16 @@ fn kpack_label_checks_and_cluster_stack(b: Backend) {
     }
     let args = promote("stacks/bb:build", "stacks/bb:run", &[]);
     stack_change(&data, &args.iter().map(String::as_str).collect::<Vec<_>>());
-    let yaml = data.airlock_ok(&[
-        "stack",
-        "kpack",
-        "bb",
-        "--registry",
-        "airlock.internal:5000",
-    ], &[]);
+    let yaml = data.airlock_ok(
+        &[
+            "stack",
+            "kpack",
+            "bb",
+            "--registry",
+            "airlock.internal:5000",
+        ],
+        &[],
+    );
     let expected = format!(
         "apiVersion: kpack.io/v1alpha2\nkind: ClusterStack\nmetadata:\n  name: \"bb\"\nspec:\n  id: \"io.airlock.test\"\n  buildImage:\n    image: \"airlock.internal:5000/stacks/bb@{}\"\n  runImage:\n    image: \"airlock.internal:5000/stacks/bb@{}\"\n",
         tag_digest("build"),
@@ -686,13 +681,10 @@ async fn rootfs_downloads_by_digest_platform_and_range(b: Backend) {
     let (router, _) = app(&data, false).await;
     let body = |res: Response<Body>| async { res.into_body().collect().await.unwrap().to_bytes() };
     // Every promoted digest stays downloadable; the default is the active promotion.
-    let show: serde_json::Value = serde_json::from_str(&data.airlock_ok(&[
-        "stack",
-        "show",
-        ata.to_str().unwrap(),
-        "bb",
-        "--json",
-    ], &[]))
+    let show: serde_json::Value = serde_json::from_str(&data.airlock_ok(
+        &["stack", "show", ata.to_str().unwrap(), "bb", "--json"],
+        &[],
+    ))
     .unwrap();
     for p in show["promotions"].as_array().unwrap() {
         let r = &p["rootfs"][0];

@@ -268,7 +268,12 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable(data: Backend) {
     let log = tmp.path().join("received.log");
     let mut rx = receiver(port, &log, "s3cret");
     std::thread::sleep(Duration::from_millis(300));
-    let server = data.serve(&["--config", hooks.to_str().unwrap(), "--root-refresh-ms", "0"]);
+    let server = data.serve(&[
+        "--config",
+        hooks.to_str().unwrap(),
+        "--root-refresh-ms",
+        "0",
+    ]);
     stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v1"]);
     stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
     stack_ok(&data, &["rollback", "bb"]);
@@ -315,7 +320,12 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable(data: Backend) {
     let ev: serde_json::Value = serde_json::from_str(&ev).unwrap();
     assert_eq!(ev["queued"][0]["event"]["type"], "stack.state_changed");
     assert_eq!(ev["log"].as_array().unwrap().len(), 4);
-    let _server = data.serve(&["--config", hooks.to_str().unwrap(), "--root-refresh-ms", "0"]);
+    let _server = data.serve(&[
+        "--config",
+        hooks.to_str().unwrap(),
+        "--root-refresh-ms",
+        "0",
+    ]);
     let lines = delivered(&log, |l| l.len() >= 5);
     assert_eq!(
         kinds(&lines).last().map(String::as_str),

@@ -245,13 +245,7 @@ fn signed_json(asc: &str) -> serde_json::Value {
 fn profile_check(data: &Backend, os: &str, profile: &str) -> Output {
     data.airlock(
         &["torcx", "profile", "check"],
-        &[
-        "--board",
-        "amd64-usr",
-        "--os-version",
-        os,
-        profile,
-    ],
+        &["--board", "amd64-usr", "--os-version", os, profile],
     )
 }
 
@@ -508,10 +502,11 @@ fn hostile_archives_are_refused_at_import_and_nothing_changes(b: Backend) {
         let o = data.airlock(
             &["import"],
             &[
-            "--keyring",
-            public.to_str().unwrap(),
-            bundle.to_str().unwrap(),
-        ]);
+                "--keyring",
+                public.to_str().unwrap(),
+                bundle.to_str().unwrap(),
+            ],
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{name}: {err}");
         assert!(err.contains(cause), "{name}: {err}");
@@ -695,9 +690,8 @@ async fn errors_are_404_with_a_plain_body_never_200(b: Backend) {
         assert!(body.contains(cause), "{uri}: {body}");
     }
     // Without a key for the remote the contents are not served (never unsigned).
-    let keyless = airlock::server::router(Arc::new(App::new(StateStore::new(
-        data.open_store().await,
-    ))));
+    let keyless =
+        airlock::server::router(Arc::new(App::new(StateStore::new(data.open_store().await))));
     let res = get(
         &keyless,
         &format!(
@@ -786,12 +780,7 @@ fn deprecation_leaves_future_os_versions_and_profile_check_names_it(b: Backend) 
 
 async fn deprecated_versions_leave_the_served_contents(b: Backend) {
     let (_dir, data, _) = fixture(b);
-    assert_ok(deprecate_hello(
-        &data,
-        "1.0",
-        "3033.2.1",
-        &[],
-    ));
+    assert_ok(deprecate_hello(&data, "1.0", "3033.2.1", &[]));
     let r = router(&data).await;
     let res = get_amd64(&r, "3033.2.1", "torcx_remote_contents.json.asc").await;
     let doc = signed_json(&String::from_utf8(res.body).unwrap());
@@ -852,12 +841,7 @@ fn profile_check_merges_as_torcx_does(b: Backend) {
         &[("hello", "2.0", Some(REMOTE)), ("kmod", "", None)],
     );
     let check = |os: &str, files: &[&Path]| {
-        let mut args = vec![
-            "--board",
-            "amd64-usr",
-            "--os-version",
-            os,
-        ];
+        let mut args = vec!["--board", "amd64-usr", "--os-version", os];
         args.extend(files.iter().map(|f| f.to_str().unwrap()));
         let o = data.airlock(&["torcx", "profile", "check"], &args);
         (
@@ -1212,12 +1196,12 @@ async fn vendor_contents_are_served_byte_for_byte(b: Backend) {
     let out = data.airlock_ok(
         &["torcx", "profile", "check"],
         &[
-        "--board",
-        "amd64-usr",
-        "--os-version",
-        "3033.2.0",
-        p.to_str().unwrap(),
-    ],
+            "--board",
+            "amd64-usr",
+            "--os-version",
+            "3033.2.0",
+            p.to_str().unwrap(),
+        ],
     );
     assert!(
         out.contains("ok   docker:com.coreos.cl docker:19.03.torcx.tgz"),

@@ -4,9 +4,9 @@
 //! the `airlock` binary through it, so one scenario runs on every backend.
 
 use std::net::TcpStream;
-use std::sync::Arc;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Server, free_port, wait_for_server};
