@@ -312,13 +312,14 @@ pub fn set_aws_env() {
 /// `on_backends!([fs, moto, s3s_fs] pull, push);` runs `pull` and `push`
 /// on all three. With `async` first, the scenarios are `async fn
 /// NAME(Backend)` run on a multi-threaded tokio runtime.
+#[allow(unused_macros)]
 macro_rules! on_backends {
-    (@one $($async:ident)? [$($kind:ident),+] $scenario:ident) => {
+    (@one $mode:tt [$($kind:ident),+] $scenario:ident) => {
         mod $scenario {
-            $($crate::common::backend::on_backends!(@test $($async)? $kind $scenario);)+
+            $($crate::common::backend::on_backends!(@test $mode $kind $scenario);)+
         }
     };
-    (@test $kind:ident $scenario:ident) => {
+    (@test sync $kind:ident $scenario:ident) => {
         #[test]
         fn $kind() {
             use $crate::common::backend::{Backend, Kind};
@@ -336,7 +337,7 @@ macro_rules! on_backends {
         $($crate::common::backend::on_backends!(@one async $kinds $scenario);)+
     };
     ($kinds:tt $($scenario:ident),+ $(,)?) => {
-        $($crate::common::backend::on_backends!(@one $kinds $scenario);)+
+        $($crate::common::backend::on_backends!(@one sync $kinds $scenario);)+
     };
 }
 
