@@ -83,7 +83,7 @@ fn data(b: Backend) -> Backend {
 }
 
 fn generation(data: &Backend) -> usize {
-    data.airlock_ok(&["history", ata.to_str().unwrap()], &[])
+    data.airlock_ok(&["history"], &[])
         .lines()
         .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
         .count()
@@ -296,10 +296,7 @@ async fn states_warn_and_cells_keep_being_served(b: Backend) {
     }
     stack_change(&data, &["set-state", "bb", "ACTIVE"]);
     assert_eq!(json(&router, "/stacks/v1/bb?cell=c1").await.1, None);
-    let o = data.airlock(
-        &["stack", "set-state", "bb", "GONE", ata.to_str().unwrap()],
-        &[],
-    );
+    let o = data.airlock(&["stack", "set-state", "bb", "GONE"], &[]);
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("ACTIVE, DEPRECATED, RESTRICTED or DISABLED")
@@ -681,11 +678,8 @@ async fn rootfs_downloads_by_digest_platform_and_range(b: Backend) {
     let (router, _) = app(&data, false).await;
     let body = |res: Response<Body>| async { res.into_body().collect().await.unwrap().to_bytes() };
     // Every promoted digest stays downloadable; the default is the active promotion.
-    let show: serde_json::Value = serde_json::from_str(&data.airlock_ok(
-        &["stack", "show", ata.to_str().unwrap(), "bb", "--json"],
-        &[],
-    ))
-    .unwrap();
+    let show: serde_json::Value =
+        serde_json::from_str(&data.airlock_ok(&["stack", "show", "bb", "--json"], &[])).unwrap();
     for p in show["promotions"].as_array().unwrap() {
         let r = &p["rootfs"][0];
         let uri = format!(
