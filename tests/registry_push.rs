@@ -72,7 +72,7 @@ struct Fixture {
     store: Arc<dyn Blobstore>,
     router: Router,
     /// Last: the S3 server outlives the store's clients.
-    backend: Backend,
+    _backend: Backend,
 }
 
 async fn fixture_with(backend: Backend, config: RegistryConfig) -> Fixture {
@@ -81,7 +81,7 @@ async fn fixture_with(backend: Backend, config: RegistryConfig) -> Fixture {
     Fixture {
         store,
         router: server::router(app),
-        backend,
+        _backend: backend,
     }
 }
 
