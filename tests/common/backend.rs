@@ -252,6 +252,10 @@ impl Backend {
     /// The state root: the newest generation's digest, or "" for an empty
     /// store (the store-independent [`super::root_of`]).
     pub fn root(&self) -> String {
+        if self.kind == Kind::Fs {
+            // `history` refuses a data directory that does not exist yet.
+            return super::root_of(&self.data_dir());
+        }
         self.history()
             .first()
             .map(|(_, d)| d.clone())
