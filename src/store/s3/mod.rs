@@ -628,14 +628,7 @@ impl Blobstore for S3Store {
                 Box::pin(futures_util::stream::once(async { Ok(bytes) })),
             )));
         }
-        let Some(size) = self.stat(key).await? else {
-            return Ok(None);
-        };
-        match self.stream(key, None).await {
-            Ok(body) => Ok(Some((size, body))),
-            Err(StoreError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
+        super::stat_then_stream(self, key).await
     }
 
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>> {
