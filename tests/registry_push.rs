@@ -956,6 +956,9 @@ async fn parallel_pushes_to_one_tag_and_pulls(b: Backend) {
         readers.push(tokio::spawn(async move {
             let mut seen = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // An in-process GET may complete without ever yielding: let
+                // the pushers run on the runtime's two workers.
+                tokio::task::yield_now().await;
                 let r = get(&router, "/v2/race/manifests/latest").await;
                 if r.status == StatusCode::OK {
                     // Whole manifests only: the body hashes to its digest header.
