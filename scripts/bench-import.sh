@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Benchmark `airlock import` against the disk it runs on.
 #
-#   scripts/bench-import.sh [SIZE_MIB]        (default 1024)
+#   scripts/bench-import.sh [--s3] [SIZE_MIB]        (default 1024)
+#
+# With --s3 (issue 11) the import goes into S3 instead: s3s-fs (data on
+# disk, under BENCH_DIR) on loopback, `airlock import --store s3://bench/..
+# --s3-endpoint URL`, and the reference is uploading the same blob files
+# with the AWS CLI in parallel (`aws s3 cp --recursive`, its default 10
+# concurrent requests) into the same server; target: airlock >= 0.8x.
+# It needs s3s-fs (scripts/install-test-deps.sh) and aws (pip install
+# awscli).
 #
 # What it does
 #   1. Setup (not timed): builds airlock (`cargo build --release`, a no-op when
@@ -52,33 +60,28 @@
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
 set -euo pipefail
 
-prog=${0##*/}
-repo=$(cd "$(dirname "$0")/.." && pwd)
-
-die() {
-    echo "$prog: error: $*" >&2
-    exit 1
-}
-note() {
-    echo "$prog: $*" >&2
-}
-
 case "${1:-}" in
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
         ;;
 esac
-[ $# -le 1 ] || die "usage: $prog [SIZE_MIB]"
+S3=0
+if [ "${1:-}" = --s3 ]; then
+    S3=1
+    shift
+fi
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+[ -d "$BENCH_DIR" ] || { echo "${0##*/}: error: BENCH_DIR $BENCH_DIR is not a directory" >&2; exit 1; }
+. "$(dirname "$0")/bench/lib.sh"
+. "$(dirname "$0")/bench/s3s-fs.sh"
+[ $# -le 1 ] || die "usage: $prog [--s3] [SIZE_MIB]"
 SIZE_MIB=${1:-1024}
 [[ $SIZE_MIB =~ ^[1-9][0-9]*$ ]] || die "SIZE_MIB must be a positive integer, got '$SIZE_MIB'"
 RUNS=${RUNS:-7}
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, got '$RUNS'"
 
 # --- tools -----------------------------------------------------------------
-need() { # tool package
-    command -v "$1" >/dev/null 2>&1 || die "'$1' not found: apt-get install $2"
-}
 [ -x /usr/bin/time ] || die "/usr/bin/time not found: apt-get install time"
 need sha256sum coreutils
 need dd coreutils
@@ -90,6 +93,9 @@ need awk mawk
 need nproc coreutils
 need python3 python3
 /usr/bin/time -v true 2>/dev/null || die "/usr/bin/time does not support -v (need GNU time): apt-get install time"
+if [ "$S3" = 1 ]; then
+    need aws "awscli (pip install awscli)"
+fi
 
 if [ -n "${AIRLOCK_BIN:-}" ]; then
     airlock=$AIRLOCK_BIN
@@ -97,22 +103,16 @@ if [ -n "${AIRLOCK_BIN:-}" ]; then
 else
     need cargo "cargo (or rustup)"
     note "building airlock (cargo build --release)"
-    (cd "$repo" && cargo build --release --quiet) || die "cargo build --release failed"
-    airlock=$repo/target/release/airlock
+    build_airlock
     [ -x "$airlock" ] || die "$airlock missing after build"
 fi
 
-# --- work dir --------------------------------------------------------------
-base=${BENCH_DIR:-/var/tmp}
-[ -d "$base" ] || die "BENCH_DIR $base is not a directory"
+# --- work dir (lib.sh made $work under BENCH_DIR) --------------------------
+base=$BENCH_DIR
 avail_kib=$(df -Pk "$base" | awk 'NR == 2 { print $4 }')
-need_kib=$((SIZE_MIB * 1024 * 3 + 256 * 1024))
+need_kib=$((SIZE_MIB * 1024 * (3 + S3) + 256 * 1024))
 [ "$avail_kib" -ge "$need_kib" ] ||
-    die "$base has $((avail_kib / 1024)) MiB free; need about $((need_kib / 1024)) MiB (3 x SIZE_MIB)"
-work=$(mktemp -d "$base/airlock-bench.XXXXXX")
-cleanup() { rm -rf "$work"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+    die "$base has $((avail_kib / 1024)) MiB free; need about $((need_kib / 1024)) MiB ($((3 + S3)) x SIZE_MIB)"
 trap 'echo "$prog: error: command failed (line $LINENO): $BASH_COMMAND" >&2' ERR
 
 # --- setup (not timed) -----------------------------------------------------
@@ -131,7 +131,7 @@ done <"$work/images.txt"
 note "creating the bundle"
 "$airlock" bundle create --config "$work/mirror.toml" --sign-key "$work/key.sec.asc" \
     -o "$work/bundle.tar" >/dev/null
-rm -rf "$work/layout" # frees SIZE_MIB for the copies
+[ "$S3" = 1 ] || rm -rf "$work/layout" # frees SIZE_MIB for the copies
 bundle=$work/bundle.tar
 bytes=$(stat -c %s "$bundle")
 
@@ -181,21 +181,38 @@ maximum() {
 }
 
 load_start=$(cut -d' ' -f1 /proc/loadavg)
+if [ "$S3" = 1 ]; then
+    start_s3s_fs "$work/s3"
+    ref_label="aws s3 cp"
+    store_args() { echo "--store s3://bench/airlock$1 --s3-endpoint $endpoint"; }
+    drop_store() { rm -rf "$work/s3/bench/airlock$1"; }
+else
+    ref_label="fsync copy"
+    store_args() { echo "--data $work/data"; }
+    drop_store() { rm -rf "$work/data"; }
+fi
 run_copy() {
+    if [ "$S3" = 1 ]; then
+        note "run $1/$RUNS: aws s3 cp --recursive"
+        run copy "$1" aws --endpoint-url "$endpoint" s3 cp --recursive --quiet "$work/layout/blobs" "s3://bench/cli$1/"
+        rm -rf "$work/s3/bench/cli$1"
+        return
+    fi
     note "run $1/$RUNS: fsync copy"
     rm -f "$work/copy.tar"
     run copy "$1" dd if="$bundle" of="$work/copy.tar" bs=4M conv=fsync status=none
     rm -f "$work/copy.tar"
 }
 run_airlock() {
-    note "run $1/$RUNS: airlock import"
-    rm -rf "$work/data"
-    run airlock "$1" "$airlock" import --data "$work/data" --keyring "$work/key.pub.asc" "$bundle"
+    note "run $1/$RUNS: airlock import $(store_args "$1")"
+    drop_store "$1"
+    # shellcheck disable=SC2046 # store_args is words without spaces
+    run airlock "$1" "$airlock" import $(store_args "$1") --keyring "$work/key.pub.asc" "$bundle"
     grep -q "^imported bundle .*: $n_images images" "$work/airlock.$1.out" || {
         cat "$work/airlock.$1.out" "$work/airlock.$1.err" >&2
         die "airlock import did not report $n_images images"
     }
-    rm -rf "$work/data"
+    drop_store "$1"
 }
 # Interleaved, in alternating order, so that drift of the machine (other
 # work, the disk's write-back state) falls on both sides alike; each run's
@@ -236,7 +253,7 @@ echo "  median of $RUNS runs; peak RSS is the largest of the runs; MB = 10^6 byt
 echo "  $(nproc) CPUs; load average $load_start at start, $(cut -d' ' -f1 /proc/loadavg) at end (other work on the machine skews the figures)"
 echo
 printf '  %-12s %9s %9s %8s %9s   %s\n' "" "wall s" "MB/s" "CPU" "RSS MiB" "each run (wall s)"
-row "fsync copy" copy
+row "$ref_label" copy
 row "sha256sum" sha256
 row "airlock" airlock
 echo
@@ -249,12 +266,12 @@ ratio_max=$(sort -g "$work/ratios" | tail -n1)
 spread() { # NAME -> "min-max" wall seconds
     sort -g -k1,1 "$work/$1.results" | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f-%.2f", lo, hi }'
 }
-echo "  wall-time spread (min-max s): fsync copy $(spread copy), airlock $(spread airlock), sha256sum $(spread sha256)"
-echo "  per-run ratios airlock/copy: $(tr '\n' ' ' <"$work/ratios")"
+echo "  wall-time spread (min-max s): $ref_label $(spread copy), airlock $(spread airlock), sha256sum $(spread sha256)"
+echo "  per-run ratios airlock/$ref_label: $(tr '\n' ' ' <"$work/ratios")"
 awk -v a="$air_mbps" -v c="$copy_mbps" -v s="$sha_mbps" -v r="$air_rss_kib" \
-    -v med="$ratio_med" -v lo="$ratio_min" -v hi="$ratio_max" 'BEGIN {
+    -v med="$ratio_med" -v lo="$ratio_min" -v hi="$ratio_max" -v ref="$ref_label" 'BEGIN {
     rc = med; rs = a / s; mib = r / 1024
-    printf "  airlock / fsync copy  %5.2fx (median of per-run ratios; spread %.2f-%.2fx; ratio of medians %.2fx)   target >= 0.80x   %s\n", rc, lo, hi, a / c, (rc >= 0.8 ? "PASS" : "FAIL")
+    printf "  airlock / %-11s %5.2fx (median of per-run ratios; spread %.2f-%.2fx; ratio of medians %.2fx)   target >= 0.80x   %s\n", ref, rc, lo, hi, a / c, (rc >= 0.8 ? "PASS" : "FAIL")
     printf "  airlock / sha256sum   %5.2fx\n", rs
     printf "  airlock peak RSS  %6.1f MiB   target <  64 MiB  %s\n", mib, (mib < 64 ? "PASS" : "FAIL")
 }'

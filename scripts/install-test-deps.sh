@@ -10,7 +10,10 @@
 set -euo pipefail
 
 APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby iproute2)
-PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1 "moto[server]==5.2.1")
+PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1 "moto[server]==5.2.5")
+# moto 5.2.5, not 5.2.1: 5.2.1 answers CompleteMultipartUpload with a
+# <CompleteMultipartUploadResponse> root that aws-sdk-s3 rejects (moto
+# issue 10055, fixed by its PR 10056).
 # s3s-fs: 0.14.1 is the newest that builds with this machine's Rust;
 # --locked uses its own Cargo.lock (reproducible, no dependency resolution).
 CARGO_CRATES=(s3s-fs@0.14.1)
@@ -24,7 +27,8 @@ all_present() {
     for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby ss moto_server s3s-fs; do
         command -v "$tool" >/dev/null 2>&1 || return 1
     done
-    [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras, prometheus_client' 2>/dev/null
+    [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras, prometheus_client' 2>/dev/null &&
+        [ "$(python3 -c 'import moto; print(moto.__version__)' 2>/dev/null)" = 5.2.5 ]
 }
 
 case "${1:-}" in

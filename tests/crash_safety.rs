@@ -4,6 +4,10 @@
 //! unchanged, `fsck` is clean, `gc` reclaims what the killed import wrote at
 //! once (no grace), and the same import then succeeds. Temporary files are
 //! swept by the next GC.
+//!
+//! Filesystem only: the kill points count bytes through the filesystem
+//! writer, and `fsck`/`gc` on S3 are another helper's work (issue 11); an
+//! import interrupted on S3 is `s3_backends::s3_outage_during_import_changes_nothing`.
 
 mod common;
 

@@ -4,6 +4,10 @@
 //! is reclaimed by `gc` at once, and reads keep working. Three ways: a
 //! store wrapper failing writes after N bytes (in process), the free-space
 //! floor (`--min-free-space`), and a real tmpfs when this machine can mount one.
+//!
+//! Filesystem only: running out of space, the free-space floor and the
+//! tmpfs are properties of a local filesystem (an S3 server answers a
+//! failed write with an error, which the S3 outage test covers).
 
 mod common;
 

@@ -2,18 +2,19 @@
 //! a finding of the issue: a flipped bit served with 200, a re-import that
 //! does not repair it, a corrupt manifest answering HEAD 200, a deleted
 //! repository table that made `history` print only the error. Every
-//! scenario runs on every blobstore backend (`on_every_backend!`): the
+//! scenario runs on every blobstore backend (`on_backends!`): the
 //! filesystem, moto's S3 server and s3s-fs (issue 11).
 
 mod common;
 
 use std::path::Path;
 
-use common::backend::{Backend, Kind, on_every_backend};
+use common::backend::{Backend, on_backends};
 use common::objects::{Objects, blob_key, quarantine_key};
 use common::{header, http, synth, test_key};
 
-on_every_backend!(
+on_backends!(
+    [fs, moto, s3s_fs]
     corrupt_content_is_never_served_and_a_reimport_repairs_it,
     fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document,
     rollback_goes_both_ways,

@@ -2,7 +2,7 @@
 //! generation, a young link or a live push needs is removed, even while
 //! skopeo pushes and pulls run; everything unreferenced past the grace
 //! period (or dropped by retention) is. Every scenario runs on every
-//! blobstore backend (`on_every_backend!`): the filesystem, moto's S3
+//! blobstore backend (`on_backends!`): the filesystem, moto's S3
 //! server and s3s-fs. Objects cannot be aged on S3 (`LastModified` is the
 //! server's), so the scenarios use a short grace period and wait it out.
 
@@ -11,11 +11,12 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::backend::{Backend, Kind, on_every_backend};
+use common::backend::{Backend, on_backends};
 use common::objects::{Objects, blob_key};
 use common::{http, require_tool, synth, test_key};
 
-on_every_backend!(
+on_backends!(
+    [fs, moto, s3s_fs]
     gc_during_pushes_and_pulls_keeps_everything_live_and_sweeps_the_rest,
     gc_puts_back_a_trashed_blob_linked_meanwhile_and_after_a_kill,
 );

@@ -1,6 +1,7 @@
 //! `/metrics` (issue 13): after an import, a pull and a push, the exposition
 //! parses with a real OpenMetrics parser (Python `prometheus_client`) and
-//! holds the counts that happened; `/healthz` and `/readyz` answer.
+//! holds the counts that happened; `/healthz` and `/readyz` answer. On the
+//! filesystem only (see `on_backends!` below).
 
 mod common;
 
@@ -8,8 +9,16 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use common::backend::{Backend, on_backends};
 use common::router::{get, send_body};
-use common::{http, serve, synth, test_key};
+use common::{http, synth, test_key};
+
+// One backend per test process: airlock's metrics registry is process-wide
+// and the counts checked here are exact, so scenarios on several backends
+// in one test binary (run in parallel) would add to each other's counts.
+// The metrics do not depend on the backend; the S3 paths they count are
+// run by registry_pull, registry_push and s3_backends.
+on_backends!([fs] metrics_count_imports_pulls_and_pushes);
 
 /// Parses an exposition with `prometheus_client`'s OpenMetrics parser;
 /// returns every sample as (name, labels, value).
@@ -57,14 +66,11 @@ fn value(samples: &[(String, serde_json::Value, f64)], name: &str, labels: &[(&s
         .sum()
 }
 
-#[test]
-fn metrics_count_imports_pulls_and_pushes() {
+fn metrics_count_imports_pulls_and_pushes(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (bundle, _) = synth::bundle(dir.path(), "m", 1, 31);
-    let data = dir.path().join("data");
-    let store = airlock::store::fs::FsStore::open(&data).unwrap();
-    let state = airlock::state::StateStore::new(Arc::new(store));
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let state = airlock::state::StateStore::new(rt.block_on(b.open_store()));
     rt.block_on(async {
         let (_, keyring) = test_key();
         let keyring = airlock::bundle::sign::Keyring::load(&keyring).unwrap();
@@ -133,7 +139,7 @@ fn metrics_count_imports_pulls_and_pushes() {
     });
 
     // A served process: probes and the open-connection gauge (the scrape's own).
-    let server = serve(&data, &[]);
+    let server = b.serve(&[]);
     for probe in ["/healthz", "/readyz"] {
         let (status, _, body) = http(&server.addr, "GET", probe, &[]).unwrap();
         assert_eq!((status, body.as_slice()), (200, &b"ok"[..]), "{probe}");

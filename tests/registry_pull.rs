@@ -2,8 +2,9 @@
 //! the in-process router (`tower::ServiceExt::oneshot`), plus one test over a
 //! real socket with `curl`.
 //!
-//! Content is put into a filesystem store with `store::put_bytes` and made
-//! visible with `StateStore::commit`; every digest the test expects is
+//! Content is put into the store with `store::put_bytes` and made
+//! visible with `StateStore::commit`, on every blobstore backend (the
+//! filesystem, moto and s3s-fs: tests/common/backend.rs); every digest the test expects is
 //! computed here with `sha2` (and once with the `sha256sum` binary), never
 //! taken from airlock.
 
@@ -19,10 +20,32 @@ use axum::http::StatusCode;
 use sha2::{Digest as _, Sha256};
 
 mod common;
+use common::backend::{Backend, on_backends};
 use common::router::{Reply, get, send};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+
+on_backends!(
+    async [fs, moto, s3s_fs]
+    api_version_check,
+    manifest_get_by_tag_and_by_digest_returns_stored_bytes,
+    manifest_head_has_headers_and_no_body,
+    manifest_accept_negotiation,
+    manifest_unknown_and_name_unknown,
+    invalid_names_references_and_digests_are_400,
+    blob_get_streams_exact_bytes,
+    blob_head_has_headers_and_no_body,
+    blob_ranges,
+    blob_not_linked_in_repository_is_unknown_even_if_stored,
+    tags_list_and_paging,
+    catalog_and_paging,
+    write_methods_are_unsupported,
+    read_only_upload_sessions_are_unknown_and_referrers_are_empty,
+    state_committed_after_router_was_built_is_served,
+    health_and_readiness,
+    serves_over_tcp_to_curl,
+);
 
 fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
@@ -48,7 +71,6 @@ fn layer_bytes(len: usize) -> Vec<u8> {
 }
 
 struct Fixture {
-    _dir: tempfile::TempDir,
     dir: std::path::PathBuf,
     store: Arc<dyn Blobstore>,
     app: Arc<App>,
@@ -58,16 +80,17 @@ struct Fixture {
     manifest: Vec<u8>,
     docker_manifest: Vec<u8>,
     other_blob: Vec<u8>,
+    /// Last: the S3 server outlives the store's clients.
+    backend: Backend,
 }
 
 /// `library/busybox`: an OCI manifest (config + 600 000-byte layer) tagged
 /// `1.36`, `1.36.1`, `Zed`, `glibc`, `latest`.
 /// `stacks/bookworm`: a Docker v2 manifest tagged `latest`, plus a blob only
 /// linked there. `a` and `zz/top`: one small blob each (catalog paging).
-async fn fixture() -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().to_path_buf();
-    let store: Arc<dyn Blobstore> = Arc::new(FsStore::open(&dir).unwrap());
+async fn fixture(backend: Backend) -> Fixture {
+    let dir = backend.dir.path().to_path_buf();
+    let store: Arc<dyn Blobstore> = backend.open_store().await;
     let layer = layer_bytes(600_000);
     let config =
         br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#
@@ -151,7 +174,6 @@ async fn fixture() -> Fixture {
     let app = Arc::new(App::new(state));
     let router = server::router(app.clone());
     Fixture {
-        _dir: tmp,
         dir,
         store,
         app,
@@ -161,6 +183,7 @@ async fn fixture() -> Fixture {
         manifest,
         docker_manifest,
         other_blob,
+        backend,
     }
 }
 
@@ -168,9 +191,8 @@ fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
-#[tokio::test]
-async fn api_version_check() {
-    let f = fixture().await;
+async fn api_version_check(b: Backend) {
+    let f = fixture(b).await;
     for uri in ["/v2/", "/v2"] {
         let r = get(&f.router, uri).await;
         assert_eq!(r.status, StatusCode::OK);
@@ -189,9 +211,8 @@ async fn api_version_check() {
     }
 }
 
-#[tokio::test]
-async fn manifest_get_by_tag_and_by_digest_returns_stored_bytes() {
-    let f = fixture().await;
+async fn manifest_get_by_tag_and_by_digest_returns_stored_bytes(b: Backend) {
+    let f = fixture(b).await;
     let digest = sha256(&f.manifest);
     for reference in ["latest", "1.36", digest.as_str()] {
         let r = get(
@@ -226,9 +247,8 @@ async fn manifest_get_by_tag_and_by_digest_returns_stored_bytes() {
     );
 }
 
-#[tokio::test]
-async fn manifest_head_has_headers_and_no_body() {
-    let f = fixture().await;
+async fn manifest_head_has_headers_and_no_body(b: Backend) {
+    let f = fixture(b).await;
     let r = send(
         &f.router,
         "HEAD",
@@ -247,9 +267,8 @@ async fn manifest_head_has_headers_and_no_body() {
     assert!(r.body.is_empty());
 }
 
-#[tokio::test]
-async fn manifest_accept_negotiation() {
-    let f = fixture().await;
+async fn manifest_accept_negotiation(b: Backend) {
+    let f = fixture(b).await;
     let uri = "/v2/library/busybox/manifests/latest";
     for accept in [
         "*/*",
@@ -286,9 +305,8 @@ async fn manifest_accept_negotiation() {
     assert_eq!(r.body, f.docker_manifest);
 }
 
-#[tokio::test]
-async fn manifest_unknown_and_name_unknown() {
-    let f = fixture().await;
+async fn manifest_unknown_and_name_unknown(b: Backend) {
+    let f = fixture(b).await;
     get(&f.router, "/v2/library/busybox/manifests/nope")
         .await
         .error(404, "MANIFEST_UNKNOWN");
@@ -313,9 +331,8 @@ async fn manifest_unknown_and_name_unknown() {
         .error(404, "NAME_UNKNOWN");
 }
 
-#[tokio::test]
-async fn invalid_names_references_and_digests_are_400() {
-    let f = fixture().await;
+async fn invalid_names_references_and_digests_are_400(b: Backend) {
+    let f = fixture(b).await;
     for uri in [
         "/v2/A/B/manifests/latest",
         "/v2/a//b/manifests/latest",
@@ -383,9 +400,8 @@ fn assert_blob_headers(r: &Reply, digest: &str, length: usize) {
     assert_eq!(r.header("docker-distribution-api-version"), "registry/2.0");
 }
 
-#[tokio::test]
-async fn blob_get_streams_exact_bytes() {
-    let f = fixture().await;
+async fn blob_get_streams_exact_bytes(b: Backend) {
+    let f = fixture(b).await;
     let digest = sha256(&f.layer);
     let r = get(&f.router, &format!("/v2/library/busybox/blobs/{digest}")).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -423,9 +439,8 @@ async fn blob_get_streams_exact_bytes() {
     assert_eq!(r.header("content-type"), "application/octet-stream");
 }
 
-#[tokio::test]
-async fn blob_head_has_headers_and_no_body() {
-    let f = fixture().await;
+async fn blob_head_has_headers_and_no_body(b: Backend) {
+    let f = fixture(b).await;
     let digest = sha256(&f.layer);
     let uri = format!("/v2/library/busybox/blobs/{digest}");
     let r = send(&f.router, "HEAD", &uri, &[]).await;
@@ -439,9 +454,8 @@ async fn blob_head_has_headers_and_no_body() {
     assert_eq!(r.header("content-length"), f.layer.len().to_string());
 }
 
-#[tokio::test]
-async fn blob_ranges() {
-    let f = fixture().await;
+async fn blob_ranges(b: Backend) {
+    let f = fixture(b).await;
     let digest = sha256(&f.layer);
     let uri = format!("/v2/library/busybox/blobs/{digest}");
     let size = f.layer.len();
@@ -505,9 +519,8 @@ async fn blob_ranges() {
     assert_eq!(r.body.len(), size);
 }
 
-#[tokio::test]
-async fn blob_not_linked_in_repository_is_unknown_even_if_stored() {
-    let f = fixture().await;
+async fn blob_not_linked_in_repository_is_unknown_even_if_stored(b: Backend) {
+    let f = fixture(b).await;
     let other = sha256(&f.other_blob);
     assert!(
         f.store
@@ -541,9 +554,8 @@ async fn blob_not_linked_in_repository_is_unknown_even_if_stored() {
     .error(404, "BLOB_UNKNOWN");
 }
 
-#[tokio::test]
-async fn tags_list_and_paging() {
-    let f = fixture().await;
+async fn tags_list_and_paging(b: Backend) {
+    let f = fixture(b).await;
     let base = "/v2/library/busybox/tags/list";
     let r = get(&f.router, base).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -602,9 +614,8 @@ async fn tags_list_and_paging() {
     assert_eq!(r.body, br#"{"name":"zz/top","tags":[]}"#);
 }
 
-#[tokio::test]
-async fn catalog_and_paging() {
-    let f = fixture().await;
+async fn catalog_and_paging(b: Backend) {
+    let f = fixture(b).await;
     let r = get(&f.router, "/v2/_catalog").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.header("content-type"), "application/json");
@@ -635,9 +646,8 @@ async fn catalog_and_paging() {
     );
 }
 
-#[tokio::test]
-async fn write_methods_are_unsupported() {
-    let f = fixture().await;
+async fn write_methods_are_unsupported(b: Backend) {
+    let f = fixture(b).await;
     let layer = sha256(&f.layer);
     let uris = [
         "/v2/".to_string(),
@@ -661,9 +671,8 @@ async fn write_methods_are_unsupported() {
     assert_eq!(r.status, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn read_only_upload_sessions_are_unknown_and_referrers_are_empty() {
-    let f = fixture().await;
+async fn read_only_upload_sessions_are_unknown_and_referrers_are_empty(b: Backend) {
+    let f = fixture(b).await;
     get(&f.router, "/v2/library/busybox/blobs/uploads/abc")
         .await
         .error(404, "BLOB_UPLOAD_UNKNOWN");
@@ -684,9 +693,8 @@ async fn read_only_upload_sessions_are_unknown_and_referrers_are_empty() {
     );
 }
 
-#[tokio::test]
-async fn state_committed_after_router_was_built_is_served() {
-    let f = fixture().await;
+async fn state_committed_after_router_was_built_is_served(b: Backend) {
+    let f = fixture(b).await;
     let uri = "/v2/late/arrival/manifests/v1";
     get(&f.router, uri).await.error(404, "NAME_UNKNOWN");
     get(&f.router, "/v2/library/busybox/manifests/v2")
@@ -694,7 +702,7 @@ async fn state_committed_after_router_was_built_is_served() {
         .error(404, "MANIFEST_UNKNOWN");
 
     // Another StateStore on the same directory, as `airlock import` in another process.
-    let other_process = StateStore::new(Arc::new(FsStore::open(&f.dir).unwrap()));
+    let other_process = StateStore::new(f.backend.open_store().await);
     let d = sha256(&f.manifest).parse().unwrap();
     let info = ManifestInfo {
         media_type: OCI_MANIFEST.into(),
@@ -742,9 +750,8 @@ async fn state_committed_after_router_was_built_is_served() {
     .error(404, "BLOB_UNKNOWN");
 }
 
-#[tokio::test]
-async fn health_and_readiness() {
-    let f = fixture().await;
+async fn health_and_readiness(b: Backend) {
+    let f = fixture(b).await;
     let r = get(&f.router, "/healthz").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body, b"ok");
@@ -787,9 +794,8 @@ async fn curl(args: &[&str]) -> (String, Vec<u8>) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serves_over_tcp_to_curl() {
-    let f = fixture().await;
+async fn serves_over_tcp_to_curl(b: Backend) {
+    let f = fixture(b).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -4,7 +4,8 @@
 //! code and headers (`Location`, `Range`, `Docker-Upload-UUID`,
 //! `Docker-Content-Digest`, `OCI-Subject`, `OCI-Filters-Applied`,
 //! `Content-Length: 0`). Digests are computed here with `sha2`, never taken
-//! from airlock.
+//! from airlock. Every scenario runs on every blobstore backend (the
+//! filesystem, moto and s3s-fs: tests/common/backend.rs).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +13,13 @@ use std::time::Duration;
 use airlock::registry::RegistryConfig;
 use airlock::server::{self, App};
 use airlock::state::StateStore;
-use airlock::store::{Blobstore, fs::FsStore};
+use airlock::store::Blobstore;
 use axum::Router;
 use axum::http::StatusCode;
 use sha2::{Digest as _, Sha256};
 
 mod common;
+use common::backend::{Backend, on_backends};
 use common::router::{Reply, get, send, send_body};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -26,6 +28,31 @@ const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+j
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+
+on_backends!(
+    async [fs, moto, s3s_fs]
+    monolithic_single_post_with_digest,
+    post_then_put_monolithic,
+    chunked_upload_follows_the_spec,
+    streamed_patch_and_final_chunk_in_put,
+    upload_error_paths,
+    cross_repository_mount,
+    manifest_put_stores_exact_bytes,
+    manifest_put_error_paths,
+    referrers_list_subjects,
+    deletes_follow_the_spec,
+    switches_off_answer_405,
+    mirror_namespaces,
+    parallel_pushes_to_one_tag_and_pulls,
+    expired_sessions_are_refused_and_swept,
+    repushed_manifest_keeps_its_first_media_type,
+    manifest_content_type_is_case_insensitive_and_cannot_relabel,
+    overflowing_content_range_is_refused,
+    malformed_digest_message_says_invalid,
+    ns_as_containerd_sends_it_never_fails_a_read,
+    blob_pushes_make_no_generation_and_are_visible_at_once,
+    upload_caps,
+);
 
 fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
@@ -42,31 +69,32 @@ fn bytes_of(len: usize, seed: u32) -> Vec<u8> {
 }
 
 struct Fixture {
-    _dir: tempfile::TempDir,
-    dir: std::path::PathBuf,
     store: Arc<dyn Blobstore>,
     router: Router,
+    /// Last: the S3 server outlives the store's clients.
+    _backend: Backend,
 }
 
-fn fixture_with(config: RegistryConfig) -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().to_path_buf();
-    let store: Arc<dyn Blobstore> = Arc::new(FsStore::open(&dir).unwrap());
+async fn fixture_with(backend: Backend, config: RegistryConfig) -> Fixture {
+    let store = backend.open_store().await;
     let app = Arc::new(App::with_config(StateStore::new(store.clone()), config));
     Fixture {
-        _dir: tmp,
-        dir,
         store,
         router: server::router(app),
+        _backend: backend,
     }
 }
 
-fn fixture() -> Fixture {
-    fixture_with(RegistryConfig {
-        allow_push: true,
-        allow_delete: true,
-        ..RegistryConfig::default()
-    })
+async fn fixture(backend: Backend) -> Fixture {
+    fixture_with(
+        backend,
+        RegistryConfig {
+            allow_push: true,
+            allow_delete: true,
+            ..RegistryConfig::default()
+        },
+    )
+    .await
 }
 
 async fn push_blob(router: &Router, name: &str, blob: &[u8]) -> String {
@@ -133,9 +161,8 @@ async fn push_image(router: &Router, name: &str, tag: &str, seed: u32) -> (Vec<u
     (m, d)
 }
 
-#[tokio::test]
-async fn monolithic_single_post_with_digest() {
-    let f = fixture();
+async fn monolithic_single_post_with_digest(b: Backend) {
+    let f = fixture(b).await;
     let blob = bytes_of(300_000, 7);
     let d = sha256(&blob);
     let r = send_body(
@@ -169,13 +196,8 @@ async fn monolithic_single_post_with_digest() {
         .await
         .error(404, "BLOB_UNKNOWN");
     let hex = other.strip_prefix("sha256:").unwrap();
-    assert!(
-        !f.dir
-            .join("blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .exists()
-    );
+    let key = format!("blobs/sha256/{}/{hex}", &hex[..2]);
+    assert_eq!(f.store.stat(&key).await.unwrap(), None);
     send_body(
         &f.router,
         "POST",
@@ -187,9 +209,8 @@ async fn monolithic_single_post_with_digest() {
     .error(400, "DIGEST_INVALID");
 }
 
-#[tokio::test]
-async fn post_then_put_monolithic() {
-    let f = fixture();
+async fn post_then_put_monolithic(b: Backend) {
+    let f = fixture(b).await;
     let r = send_body(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
     r.status(202);
     let loc = r.header("location").to_string();
@@ -212,9 +233,8 @@ async fn post_then_put_monolithic() {
     assert!(keys.is_empty(), "{keys:?}");
 }
 
-#[tokio::test]
-async fn chunked_upload_follows_the_spec() {
-    let f = fixture();
+async fn chunked_upload_follows_the_spec(b: Backend) {
+    let f = fixture(b).await;
     let blob = bytes_of(700_000, 3);
     let d = sha256(&blob);
     let (c1, c2) = blob.split_at(400_000);
@@ -288,9 +308,8 @@ async fn chunked_upload_follows_the_spec() {
     assert_eq!(r.body, blob);
 }
 
-#[tokio::test]
-async fn streamed_patch_and_final_chunk_in_put() {
-    let f = fixture();
+async fn streamed_patch_and_final_chunk_in_put(b: Backend) {
+    let f = fixture(b).await;
     let blob = bytes_of(100_000, 11);
     let d = sha256(&blob);
     let r = send_body(&f.router, "POST", "/v2/s/blobs/uploads/", &[], Vec::new()).await;
@@ -314,9 +333,8 @@ async fn streamed_patch_and_final_chunk_in_put() {
     assert_eq!(get(&f.router, &format!("/v2/s/blobs/{d}")).await.body, blob);
 }
 
-#[tokio::test]
-async fn upload_error_paths() {
-    let f = fixture();
+async fn upload_error_paths(b: Backend) {
+    let f = fixture(b).await;
     let new_session = || async {
         let r = send_body(&f.router, "POST", "/v2/e/blobs/uploads/", &[], Vec::new()).await;
         r.header("location").to_string()
@@ -411,9 +429,8 @@ async fn upload_error_paths() {
     assert_eq!(r.header("allow"), "GET, HEAD, POST");
 }
 
-#[tokio::test]
-async fn cross_repository_mount() {
-    let f = fixture();
+async fn cross_repository_mount(b: Backend) {
+    let f = fixture(b).await;
     let blob = bytes_of(5000, 5);
     let d = push_blob(&f.router, "src/repo", &blob).await;
     get(&f.router, &format!("/v2/dst/blobs/{d}"))
@@ -459,9 +476,8 @@ async fn cross_repository_mount() {
         .error(404, "NAME_UNKNOWN");
 }
 
-#[tokio::test]
-async fn manifest_put_stores_exact_bytes() {
-    let f = fixture();
+async fn manifest_put_stores_exact_bytes(b: Backend) {
+    let f = fixture(b).await;
     let (m, d) = push_image(&f.router, "img", "v1", 1).await;
     let r = get(&f.router, "/v2/img/manifests/v1").await;
     r.status(200);
@@ -555,9 +571,8 @@ async fn get_with_accept(router: &Router, uri: &str, accept: &str) -> Reply {
     send_body(router, "GET", uri, &[("accept", accept)], Vec::new()).await
 }
 
-#[tokio::test]
-async fn manifest_put_error_paths() {
-    let f = fixture();
+async fn manifest_put_error_paths(b: Backend) {
+    let f = fixture(b).await;
     let (m, d) = push_image(&f.router, "img", "v1", 2).await;
 
     // Digest reference that is not the body's digest.
@@ -569,7 +584,7 @@ async fn manifest_put_error_paths() {
     let missing = bytes_of(10, 99);
     let config = br#"{"seed":2}"#.to_vec();
     push_blob(&f.router, "elsewhere", &missing).await;
-    let root = std::fs::read_to_string(f.dir.join("refs/root")).unwrap();
+    let root = root_of(&f).await.unwrap();
     let bad = image_manifest(&config, &[&missing]);
     put_manifest(&f.router, "img", "bad", OCI_MANIFEST, &bad)
         .await
@@ -607,10 +622,7 @@ async fn manifest_put_error_paths() {
         .await
         .error(400, "NAME_INVALID");
     // None of it changed the state.
-    assert_eq!(
-        std::fs::read_to_string(f.dir.join("refs/root")).unwrap(),
-        root
-    );
+    assert_eq!(root_of(&f).await.unwrap(), root);
     get(&f.router, "/v2/img/manifests/bad")
         .await
         .error(404, "MANIFEST_UNKNOWN");
@@ -620,9 +632,8 @@ async fn manifest_put_error_paths() {
     );
 }
 
-#[tokio::test]
-async fn referrers_list_subjects() {
-    let f = fixture();
+async fn referrers_list_subjects(b: Backend) {
+    let f = fixture(b).await;
     let (m, d) = push_image(&f.router, "app", "v1", 3).await;
     let empty = b"{}".to_vec();
     push_blob(&f.router, "app", &empty).await;
@@ -700,9 +711,8 @@ async fn referrers_list_subjects() {
         .error(400, "DIGEST_INVALID");
 }
 
-#[tokio::test]
-async fn deletes_follow_the_spec() {
-    let f = fixture();
+async fn deletes_follow_the_spec(b: Backend) {
+    let f = fixture(b).await;
     let (m, d) = push_image(&f.router, "del", "v1", 4).await;
     put_manifest(&f.router, "del", "v2", OCI_MANIFEST, &m)
         .await
@@ -796,12 +806,16 @@ async fn deletes_follow_the_spec() {
     .error(400, "DIGEST_INVALID");
 }
 
-#[tokio::test]
-async fn switches_off_answer_405() {
-    let push_only = fixture_with(RegistryConfig {
-        allow_push: true,
-        ..RegistryConfig::default()
-    });
+async fn switches_off_answer_405(b: Backend) {
+    let kind = b.kind;
+    let push_only = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let (_, d) = push_image(&push_only.router, "p", "v1", 5).await;
     for uri in [
         "/v2/p/manifests/v1".to_string(),
@@ -825,10 +839,14 @@ async fn switches_off_answer_405() {
         .await
         .status(200);
 
-    let read_only = fixture_with(RegistryConfig {
-        allow_delete: true,
-        ..RegistryConfig::default()
-    });
+    let read_only = fixture_with(
+        Backend::start(kind),
+        RegistryConfig {
+            allow_delete: true,
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let r = send_body(
         &read_only.router,
         "POST",
@@ -844,13 +862,17 @@ async fn switches_off_answer_405() {
     assert_eq!(r.header("allow"), "GET, HEAD, DELETE");
 }
 
-#[tokio::test]
-async fn mirror_namespaces() {
-    let f = fixture_with(RegistryConfig {
-        allow_push: true,
-        mirror_namespace: Some("docker.io".into()),
-        ..RegistryConfig::default()
-    });
+async fn mirror_namespaces(b: Backend) {
+    let kind = b.kind;
+    let f = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            mirror_namespace: Some("docker.io".into()),
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     // A push with ns= lands in docker.io/library/busybox.
     let config = b"{\"ns\":true}".to_vec();
     let r = send_body(
@@ -917,15 +939,14 @@ async fn mirror_namespaces() {
         assert!(r.headers.get("oci-namespace").is_none(), "{ns}");
     }
     // Without a default namespace, no fallback.
-    let plain = fixture_with(RegistryConfig::default());
+    let plain = fixture_with(Backend::start(kind), RegistryConfig::default()).await;
     get(&plain.router, "/v2/library/busybox/manifests/latest")
         .await
         .error(404, "NAME_UNKNOWN");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
-async fn parallel_pushes_to_one_tag_and_pulls() {
-    let f = fixture();
+async fn parallel_pushes_to_one_tag_and_pulls(b: Backend) {
+    let f = fixture(b).await;
     let router = f.router.clone();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut readers = Vec::new();
@@ -935,6 +956,9 @@ async fn parallel_pushes_to_one_tag_and_pulls() {
         readers.push(tokio::spawn(async move {
             let mut seen = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // An in-process GET may complete without ever yielding: let
+                // the pushers run on the runtime's two workers.
+                tokio::task::yield_now().await;
                 let r = get(&router, "/v2/race/manifests/latest").await;
                 if r.status == StatusCode::OK {
                     // Whole manifests only: the body hashes to its digest header.
@@ -993,13 +1017,16 @@ async fn parallel_pushes_to_one_tag_and_pulls() {
     assert!(f.store.list("uploads/").await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn expired_sessions_are_refused_and_swept() {
-    let f = fixture_with(RegistryConfig {
-        allow_push: true,
-        upload_expiry: Duration::from_secs(1),
-        ..RegistryConfig::default()
-    });
+async fn expired_sessions_are_refused_and_swept(b: Backend) {
+    let f = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            upload_expiry: Duration::from_secs(1),
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let r = send_body(&f.router, "POST", "/v2/x/blobs/uploads/", &[], Vec::new()).await;
     let loc = r.header("location").to_string();
     send_body(&f.router, "PATCH", &loc, &[], b"part".to_vec())
@@ -1014,8 +1041,8 @@ async fn expired_sessions_are_refused_and_swept() {
     assert!(f.store.list("blobs/").await.unwrap().is_empty());
 }
 
-fn root_of(f: &Fixture) -> Option<String> {
-    std::fs::read_to_string(f.dir.join("refs/root")).ok()
+async fn root_of(f: &Fixture) -> Option<String> {
+    f.store.read_root().await.unwrap().map(|r| r.value)
 }
 
 /// The config and layer [`push_image`] pushes for `seed`.
@@ -1024,16 +1051,15 @@ fn image_parts(seed: u32) -> (Vec<u8>, Vec<u8>) {
     (config, bytes_of(3000, seed))
 }
 
-#[tokio::test]
-async fn repushed_manifest_keeps_its_first_media_type() {
-    let f = fixture();
+async fn repushed_manifest_keeps_its_first_media_type(b: Backend) {
+    let f = fixture(b).await;
     let (m, d) = push_image(&f.router, "img", "latest", 10).await;
     // The body declares an OCI manifest: relabelling it is refused.
-    let root = root_of(&f);
+    let root = root_of(&f).await;
     put_manifest(&f.router, "img", &d, "text/plain", &m)
         .await
         .error(400, "MANIFEST_INVALID");
-    assert_eq!(root_of(&f), root);
+    assert_eq!(root_of(&f).await, root);
     let r = get_with_accept(&f.router, "/v2/img/manifests/latest", OCI_MANIFEST).await;
     r.status(200);
     assert_eq!(r.header("content-type"), OCI_MANIFEST);
@@ -1052,11 +1078,11 @@ async fn repushed_manifest_keeps_its_first_media_type() {
     put_manifest(&f.router, "img", "bare", OCI_MANIFEST, &bare)
         .await
         .status(201);
-    let root = root_of(&f);
+    let root = root_of(&f).await;
     let r = put_manifest(&f.router, "img", &bare_d, "text/plain", &bare).await;
     r.status(201);
     assert_eq!(r.header("docker-content-digest"), bare_d);
-    assert_eq!(root_of(&f), root, "same bytes, same state");
+    assert_eq!(root_of(&f).await, root, "same bytes, same state");
     // By tag: only the tag moves.
     put_manifest(&f.router, "img", "moved", "text/plain", &bare)
         .await
@@ -1079,24 +1105,23 @@ async fn repushed_manifest_keeps_its_first_media_type() {
     put_manifest(&f.router, "img", "art", "application/vnd.example.a", &art)
         .await
         .status(201);
-    let root = root_of(&f);
+    let root = root_of(&f).await;
     put_manifest(&f.router, "img", &art_d, "application/vnd.example.b", &art)
         .await
         .status(201);
-    assert_eq!(root_of(&f), root);
+    assert_eq!(root_of(&f).await, root);
     let r = get(&f.router, "/v2/img/manifests/art").await;
     r.status(200);
     assert_eq!(r.header("content-type"), "application/vnd.example.a");
 }
 
-#[tokio::test]
-async fn manifest_content_type_is_case_insensitive_and_cannot_relabel() {
-    let f = fixture();
+async fn manifest_content_type_is_case_insensitive_and_cannot_relabel(b: Backend) {
+    let f = fixture(b).await;
     let (m, _) = push_image(&f.router, "img", "v1", 11).await;
     let (config, _) = image_parts(11);
     let missing = bytes_of(10, 98);
     let bad = image_manifest(&config, &[&missing]);
-    let root = root_of(&f);
+    let root = root_of(&f).await;
     // Upper case is the same media type: the reference checks apply.
     put_manifest(
         &f.router,
@@ -1121,7 +1146,7 @@ async fn manifest_content_type_is_case_insensitive_and_cannot_relabel() {
             .await
             .error(400, "MANIFEST_INVALID");
     }
-    assert_eq!(root_of(&f), root, "nothing stored");
+    assert_eq!(root_of(&f).await, root, "nothing stored");
     for tag in ["bad", "relabel"] {
         get(&f.router, &format!("/v2/img/manifests/{tag}"))
             .await
@@ -1146,9 +1171,8 @@ async fn manifest_content_type_is_case_insensitive_and_cannot_relabel() {
     assert_eq!(r.body, m);
 }
 
-#[tokio::test]
-async fn overflowing_content_range_is_refused() {
-    let f = fixture();
+async fn overflowing_content_range_is_refused(b: Backend) {
+    let f = fixture(b).await;
     let r = send_body(&f.router, "POST", "/v2/o/blobs/uploads/", &[], Vec::new()).await;
     let loc = r.header("location").to_string();
     let empty = sha256(b"");
@@ -1187,7 +1211,7 @@ async fn overflowing_content_range_is_refused() {
     r.status(204);
     assert_eq!(r.header("range"), "0-0");
     assert!(f.store.list("blobs/").await.unwrap().is_empty());
-    assert_eq!(root_of(&f), None);
+    assert_eq!(root_of(&f).await, None);
 
     send_body(&f.router, "PATCH", &loc, &[], b"hello".to_vec())
         .await
@@ -1237,9 +1261,8 @@ async fn overflowing_content_range_is_refused() {
     .status(201);
 }
 
-#[tokio::test]
-async fn malformed_digest_message_says_invalid() {
-    let f = fixture();
+async fn malformed_digest_message_says_invalid(b: Backend) {
+    let f = fixture(b).await;
     let message = |r: &Reply| r.json()["errors"][0]["message"].clone();
     for uri in [
         "/v2/img/blobs/sha256:xyz",
@@ -1281,19 +1304,23 @@ async fn malformed_digest_message_says_invalid() {
         "provided digest did not match uploaded content"
     );
     assert!(f.store.list("blobs/").await.unwrap().is_empty());
-    assert_eq!(root_of(&f), None);
+    assert_eq!(root_of(&f).await, None);
 }
 
 /// containerd sends `ns=<upstream host>` on every mirror request (with the
 /// port when the reference has one); docker sends none and relies on the
 /// default namespace. Every case answers as without `ns` unless the
 /// namespaced repository exists, which then wins for both clients.
-#[tokio::test]
-async fn ns_as_containerd_sends_it_never_fails_a_read() {
-    let plain = fixture_with(RegistryConfig {
-        allow_push: true,
-        ..RegistryConfig::default()
-    });
+async fn ns_as_containerd_sends_it_never_fails_a_read(b: Backend) {
+    let kind = b.kind;
+    let plain = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let (m_app, _) = push_image(&plain.router, "app", "v1", 1).await;
     let (m_case, case_digest) = push_image(&plain.router, "bugs/case09", "1.5.2", 2).await;
     let (_, docker_digest) = push_image(&plain.router, "docker.io/library/app", "v1", 3).await;
@@ -1353,11 +1380,15 @@ async fn ns_as_containerd_sends_it_never_fails_a_read() {
     // One reference, one image: with both library/app and
     // docker.io/library/app present, containerd (ns=docker.io) and docker
     // (default namespace docker.io, no ns) get the namespaced one.
-    let mirror = fixture_with(RegistryConfig {
-        allow_push: true,
-        mirror_namespace: Some("docker.io".into()),
-        ..RegistryConfig::default()
-    });
+    let mirror = fixture_with(
+        Backend::start(kind),
+        RegistryConfig {
+            allow_push: true,
+            mirror_namespace: Some("docker.io".into()),
+            ..RegistryConfig::default()
+        },
+    )
+    .await;
     let (_, plain_digest) = push_image(&mirror.router, "library/app", "v1", 4).await;
     let (_, ns_digest) = push_image(&mirror.router, "docker.io/library/app", "v1", 5).await;
     assert_ne!(plain_digest, ns_digest);
@@ -1389,9 +1420,8 @@ async fn ns_as_containerd_sends_it_never_fails_a_read() {
 /// A push of N blobs and one manifest makes one generation: a finished blob
 /// is linked without a root swap, visible at once in its repository only,
 /// and enters the state tree with the manifest that names it.
-#[tokio::test]
-async fn blob_pushes_make_no_generation_and_are_visible_at_once() {
-    let f = fixture();
+async fn blob_pushes_make_no_generation_and_are_visible_at_once(b: Backend) {
+    let f = fixture(b).await;
     let state = StateStore::new(f.store.clone());
     let config = bytes_of(100, 1);
     let layers: Vec<Vec<u8>> = (0..5).map(|i| bytes_of(2000, 10 + i)).collect();
@@ -1450,19 +1480,22 @@ async fn blob_pushes_make_no_generation_and_are_visible_at_once() {
 /// final PUT and monolithic POST, nothing stored); sessions over the caps
 /// per repository and in total are 429 `TOOMANYREQUESTS`, and a finished or
 /// cancelled session frees its place.
-#[tokio::test]
-async fn upload_caps() {
+async fn upload_caps(b: Backend) {
     use airlock::registry::uploads::UploadLimits;
-    let f = fixture_with(RegistryConfig {
-        allow_push: true,
-        uploads: UploadLimits {
-            max_blob_size: 1000,
-            max_sessions: 3,
-            max_sessions_per_repository: 2,
-            max_sessions_per_client: 100,
+    let f = fixture_with(
+        b,
+        RegistryConfig {
+            allow_push: true,
+            uploads: UploadLimits {
+                max_blob_size: 1000,
+                max_sessions: 3,
+                max_sessions_per_repository: 2,
+                max_sessions_per_client: 100,
+            },
+            ..RegistryConfig::default()
         },
-        ..RegistryConfig::default()
-    });
+    )
+    .await;
     let big = bytes_of(1001, 3);
     let fits = bytes_of(1000, 4);
     // Monolithic POST.

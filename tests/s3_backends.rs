@@ -1,7 +1,7 @@
 //! The integration scenarios on every blobstore backend: the filesystem,
 //! moto's S3 server and s3s-fs (real servers on loopback, started here;
 //! scripts/install-test-deps.sh installs them). Each scenario is written
-//! once and run per backend by `on_every_backend!`; the outage scenario
+//! once and run per backend by `on_backends!`; the outage scenario
 //! needs data that survives a restart, so it runs on s3s-fs.
 //!
 //! Values are checked independently: digests by `sha256sum`, pulls and
@@ -14,30 +14,10 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::backend::{Backend, Kind};
+use common::backend::{Backend, Kind, on_backends};
 use common::*;
 
-macro_rules! on_every_backend {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            use super::*;
-            #[test]
-            fn fs() {
-                super::$scenario(Backend::start(Kind::Fs));
-            }
-            #[test]
-            fn moto() {
-                super::$scenario(Backend::start(Kind::Moto));
-            }
-            #[test]
-            fn s3s_fs() {
-                super::$scenario(Backend::start(Kind::S3sFs));
-            }
-        }
-    )*};
-}
-
-on_every_backend!(import_pull_history, push_and_uploads_across_replicas);
+on_backends!([fs, moto, s3s_fs] import_pull_history, push_and_uploads_across_replicas);
 
 /// Concurrent root swaps through two replicas need conditional writes the
 /// server serializes: the filesystem here (AWS S3 does too; the S3 test

@@ -2,11 +2,13 @@
 //! `/stacks/v1` API in process: staged rollout over 1000 cells, rollback,
 //! states and their warnings, `max_in_flight` under parallel load, cell
 //! reports and status, admin routes behind `--allow-admin`, kpack checks,
-//! Cloud Controller and cell properties.
+//! Cloud Controller and cell properties. The scenarios on a store run on
+//! the filesystem and on s3s-fs (tests/common/backend.rs; moto is left out
+//! to bound CI time).
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -20,8 +22,19 @@ use tower::ServiceExt;
 use airlock::server::{self, App};
 use airlock::stacks::api::StacksConfig;
 use airlock::state::StateStore;
-use airlock::store::fs::FsStore;
+use common::backend::{Backend, on_backends};
 use common::*;
+
+on_backends!(
+    async [fs, s3s_fs]
+    staged_rollout_to_1000_cells_and_rollback,
+    states_warn_and_cells_keep_being_served,
+    max_in_flight_holds_under_parallel_load,
+    cells_report_and_status_shows_who_lags,
+    admin_routes_need_the_switch,
+    rootfs_downloads_by_digest_platform_and_range,
+);
+on_backends!([fs, s3s_fs] kpack_label_checks_and_cluster_stack);
 
 /// The busybox fixture plus `v2` (one more file), `build` and `run`
 /// (kpack labels and environment) and `build-bad` (no CNB_GROUP_ID),
@@ -62,29 +75,26 @@ fn bundle() -> &'static (PathBuf, PathBuf) {
     })
 }
 
-/// A fresh data directory with the bundle imported.
-fn data() -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
+/// `b` with the bundle imported.
+fn data(b: Backend) -> Backend {
     let (_, public) = test_key();
-    import_bundle(&data, &public, &bundle().0);
-    (tmp, data)
+    b.import(&public, &bundle().0);
+    b
 }
 
-fn generation(data: &Path) -> usize {
-    airlock_ok(&["history", "--data", data.to_str().unwrap()])
+fn generation(data: &Backend) -> usize {
+    data.airlock_ok(&["history"], &[])
         .lines()
         .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
         .count()
 }
 
-/// Runs `airlock stack ARGS --data DATA`; asserts it made exactly one new generation.
-fn stack_change(data: &Path, args: &[&str]) -> String {
+/// Runs `airlock stack ARGS` on the store; asserts it made exactly one new generation.
+fn stack_change(data: &Backend, args: &[&str]) -> String {
     let before = generation(data);
     let mut all = vec!["stack"];
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--data", data.to_str().unwrap()]);
-    let out = airlock_ok(&all);
+    let out = data.airlock_ok(&all, &[]);
     assert_eq!(
         generation(data),
         before + 1,
@@ -94,20 +104,19 @@ fn stack_change(data: &Path, args: &[&str]) -> String {
 }
 
 /// Runs a stack command that must fail; asserts the cause and an unchanged root.
-fn stack_refused(data: &Path, args: &[&str], cause: &str) {
-    let root = root_of(data);
+fn stack_refused(data: &Backend, args: &[&str], cause: &str) {
+    let root = data.root();
     let mut all = vec!["stack"];
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--data", data.to_str().unwrap()]);
-    let o = airlock(&all);
+    let o = data.airlock(&all, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
     assert!(err.contains(cause), "{args:?}: {err}");
-    assert_eq!(root_of(data), root, "{args:?} changed the root");
+    assert_eq!(data.root(), root, "{args:?} changed the root");
 }
 
-fn app(data: &Path, allow_admin: bool) -> (Router, Arc<App>) {
-    let state = StateStore::new(Arc::new(FsStore::open(data).unwrap()));
+async fn app(data: &Backend, allow_admin: bool) -> (Router, Arc<App>) {
+    let state = StateStore::new(data.open_store().await);
     let app = Arc::new(App::new(state).with_stacks(StacksConfig {
         allow_admin,
         ..StacksConfig::default()
@@ -144,13 +153,11 @@ fn tag_digest(tag: &str) -> String {
     layout_ref_digest(&bundle().1, tag)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn staged_rollout_to_1000_cells_and_rollback() {
-    let (_tmp, data) = data();
-    let d = data.to_str().unwrap();
+async fn staged_rollout_to_1000_cells_and_rollback(b: Backend) {
+    let data = data(b);
     // The bundle's candidate is recorded with the import.
     let list: serde_json::Value =
-        serde_json::from_str(&airlock_ok(&["stack", "list", "--data", d, "--json"])).unwrap();
+        serde_json::from_str(&data.airlock_ok(&["stack", "list", "--json"], &[])).unwrap();
     let candidate = &list["stacks"][0]["candidates"][0];
     assert_eq!(
         candidate["image"],
@@ -189,10 +196,10 @@ async fn staged_rollout_to_1000_cells_and_rollback() {
     );
     // The promotion names the import it came from.
     let show: serde_json::Value =
-        serde_json::from_str(&airlock_ok(&["stack", "show", "--data", d, "bb", "--json"])).unwrap();
+        serde_json::from_str(&data.airlock_ok(&["stack", "show", "bb", "--json"], &[])).unwrap();
     assert_eq!(show["active"]["import"], candidate["bundle"]);
 
-    let (router, _) = app(&data, false);
+    let (router, _) = app(&data, false).await;
     let cells: Vec<String> = (0..1000)
         .map(|i| format!("diego-cell/{i:08x}-cell"))
         .collect();
@@ -253,11 +260,10 @@ async fn staged_rollout_to_1000_cells_and_rollback() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn states_warn_and_cells_keep_being_served() {
-    let (_tmp, data) = data();
+async fn states_warn_and_cells_keep_being_served(b: Backend) {
+    let data = data(b);
     stack_change(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
-    let (router, _) = app(&data, false);
+    let (router, _) = app(&data, false).await;
     let (status, warning, _) = json(&router, "/stacks/v1/bb?cell=c1").await;
     assert_eq!((status, warning), (200, None));
     for (state, text) in [
@@ -290,29 +296,21 @@ async fn states_warn_and_cells_keep_being_served() {
     }
     stack_change(&data, &["set-state", "bb", "ACTIVE"]);
     assert_eq!(json(&router, "/stacks/v1/bb?cell=c1").await.1, None);
-    let o = airlock(&[
-        "stack",
-        "set-state",
-        "bb",
-        "GONE",
-        "--data",
-        data.to_str().unwrap(),
-    ]);
+    let o = data.airlock(&["stack", "set-state", "bb", "GONE"], &[]);
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("ACTIVE, DEPRECATED, RESTRICTED or DISABLED")
     );
 
     stack_change(&data, &["set-default", "bb"]);
-    let d = data.to_str().unwrap();
-    let cc = airlock_ok(&["stack", "cc-config", "--data", d]);
+    let cc = data.airlock_ok(&["stack", "cc-config"], &[]);
     assert!(cc.contains("cc:\n  default_stack: \"bb\"\n  stacks:\n  - name: \"bb\"\n    description: \"busybox\"\n"), "{cc}");
-    let file = airlock_ok(&["stack", "cc-config", "--data", d, "--stacks-file"]);
+    let file = data.airlock_ok(&["stack", "cc-config", "--stacks-file"], &[]);
     assert!(
         file.contains("\ndefault: \"bb\"\nstacks:\n- name: \"bb\"\n"),
         "{file}"
     );
-    let props = airlock_ok(&["stack", "cell-properties", "--data", d]);
+    let props = data.airlock_ok(&["stack", "cell-properties"], &[]);
     assert!(
         props.contains(
             "persistent_image_list:\n      - \"/var/vcap/data/airlock-rootfs/bb/rootfs.tar\""
@@ -325,21 +323,21 @@ async fn states_warn_and_cells_keep_being_served() {
         ),
         "{props}"
     );
-    let ops = airlock_ok(&[
-        "stack",
-        "cell-properties",
-        "--data",
-        d,
-        "--ops-file",
-        "--rootfs-dir",
-        "/var/vcap/data/rootfs",
-    ]);
+    let ops = data.airlock_ok(
+        &[
+            "stack",
+            "cell-properties",
+            "--ops-file",
+            "--rootfs-dir",
+            "/var/vcap/data/rootfs",
+        ],
+        &[],
+    );
     assert!(ops.contains("path: /instance_groups/name=diego-cell/jobs/name=rep/properties/diego/rep/preloaded_rootfses?\n  value:\n  - \"bb:/var/vcap/data/rootfs/bb/rootfs.tar\""), "{ops}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn max_in_flight_holds_under_parallel_load() {
-    let (_tmp, data) = data();
+async fn max_in_flight_holds_under_parallel_load(b: Backend) {
+    let data = data(b);
     stack_change(
         &data,
         &[
@@ -351,7 +349,7 @@ async fn max_in_flight_holds_under_parallel_load() {
             "3",
         ],
     );
-    let (router, app) = app(&data, false);
+    let (router, app) = app(&data, false).await;
     let (_, _, answer) = json(&router, "/stacks/v1/bb?cell=c1").await;
     let sha = answer["rootfs_sha256"].as_str().unwrap().to_string();
 
@@ -430,9 +428,8 @@ async fn max_in_flight_holds_under_parallel_load() {
     assert_eq!(app.stacks.in_flight("bb"), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cells_report_and_status_shows_who_lags() {
-    let (_tmp, data) = data();
+async fn cells_report_and_status_shows_who_lags(b: Backend) {
+    let data = data(b);
     stack_change(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
     stack_change(
         &data,
@@ -445,7 +442,7 @@ async fn cells_report_and_status_shows_who_lags() {
             "50",
         ],
     );
-    let (router, _) = app(&data, false);
+    let (router, _) = app(&data, false).await;
     let (v1, v2) = (tag_digest("latest"), tag_digest("v2"));
     let mut lagging = Vec::new();
     let mut on_v2 = 0;
@@ -479,30 +476,21 @@ async fn cells_report_and_status_shows_who_lags() {
     }
     lagging.sort();
     assert!(!lagging.is_empty(), "no cell rolled into 50 %");
-    let d = data.to_str().unwrap();
-    let status: serde_json::Value = serde_json::from_str(&airlock_ok(&[
-        "stack", "status", "bb", "--data", d, "--json",
-    ]))
-    .unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&data.airlock_ok(&["stack", "status", "bb", "--json"], &[])).unwrap();
     assert_eq!(status["cells"], 20);
     assert_eq!(status["on_latest"], on_v2);
     assert_eq!(status["lagging"], serde_json::json!(lagging));
     assert_eq!(status["digests"][&v1], 20 - on_v2);
     assert_eq!(status["stale"], serde_json::json!([]));
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let stale: serde_json::Value = serde_json::from_str(&airlock_ok(&[
-        "stack",
-        "status",
-        "bb",
-        "--data",
-        d,
-        "--json",
-        "--stale-after-secs",
-        "0",
-    ]))
+    let stale: serde_json::Value = serde_json::from_str(&data.airlock_ok(
+        &["stack", "status", "bb", "--json", "--stale-after-secs", "0"],
+        &[],
+    ))
     .unwrap();
     assert_eq!(stale["stale"].as_array().unwrap().len(), 20);
-    let prom = airlock_ok(&["stack", "status", "--data", d, "--prometheus"]);
+    let prom = data.airlock_ok(&["stack", "status", "--prometheus"], &[]);
     for line in [
         "# TYPE airlock_stack_cells gauge".to_string(),
         format!(
@@ -541,18 +529,15 @@ async fn cells_report_and_status_shows_who_lags() {
             "{uri}"
         );
     }
-    let status: serde_json::Value = serde_json::from_str(&airlock_ok(&[
-        "stack", "status", "bb", "--data", d, "--json",
-    ]))
-    .unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&data.airlock_ok(&["stack", "status", "bb", "--json"], &[])).unwrap();
     assert_eq!(status["cells"], 20);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_routes_need_the_switch() {
-    let (_tmp, data) = data();
-    let root = root_of(&data);
-    let (router, _) = app(&data, false);
+async fn admin_routes_need_the_switch(b: Backend) {
+    let data = data(b);
+    let root = data.root();
+    let (router, _) = app(&data, false).await;
     for (uri, body) in [
         ("/stacks/v1/bb/promote", r#"{"image":"stacks/bb:latest"}"#),
         ("/stacks/v1/bb/rollout", r#"{"percent":50}"#),
@@ -567,9 +552,9 @@ async fn admin_routes_need_the_switch() {
         assert_eq!(v["code"], "DENIED");
         assert!(v["message"].as_str().unwrap().contains("--allow-admin"));
     }
-    assert_eq!(root_of(&data), root);
+    assert_eq!(data.root(), root);
 
-    let (router, _) = app(&data, true);
+    let (router, _) = app(&data, true).await;
     let res = request(
         &router,
         "POST",
@@ -628,10 +613,8 @@ async fn admin_routes_need_the_switch() {
     assert_eq!(res.status(), 400);
 }
 
-#[test]
-fn kpack_label_checks_and_cluster_stack() {
-    let (_tmp, data) = data();
-    let d = data.to_str().unwrap();
+fn kpack_label_checks_and_cluster_stack(b: Backend) {
+    let data = data(b);
     let promote = |build: &str, run: &str, extra: &[&'static str]| {
         let mut args = vec!["promote", "bb", "--image", "stacks/bb:latest"];
         args.extend(["--build-image", build, "--run-image", run]);
@@ -667,15 +650,16 @@ fn kpack_label_checks_and_cluster_stack() {
     }
     let args = promote("stacks/bb:build", "stacks/bb:run", &[]);
     stack_change(&data, &args.iter().map(String::as_str).collect::<Vec<_>>());
-    let yaml = airlock_ok(&[
-        "stack",
-        "kpack",
-        "bb",
-        "--data",
-        d,
-        "--registry",
-        "airlock.internal:5000",
-    ]);
+    let yaml = data.airlock_ok(
+        &[
+            "stack",
+            "kpack",
+            "bb",
+            "--registry",
+            "airlock.internal:5000",
+        ],
+        &[],
+    );
     let expected = format!(
         "apiVersion: kpack.io/v1alpha2\nkind: ClusterStack\nmetadata:\n  name: \"bb\"\nspec:\n  id: \"io.airlock.test\"\n  buildImage:\n    image: \"airlock.internal:5000/stacks/bb@{}\"\n  runImage:\n    image: \"airlock.internal:5000/stacks/bb@{}\"\n",
         tag_digest("build"),
@@ -684,26 +668,18 @@ fn kpack_label_checks_and_cluster_stack() {
     assert!(yaml.ends_with(&expected), "{yaml}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rootfs_downloads_by_digest_platform_and_range() {
-    let (_tmp, data) = data();
+async fn rootfs_downloads_by_digest_platform_and_range(b: Backend) {
+    let data = data(b);
     stack_change(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
     stack_change(
         &data,
         &["promote", "bb", "--image", "stacks/bb:v2", "--rollout", "0"],
     );
-    let (router, _) = app(&data, false);
+    let (router, _) = app(&data, false).await;
     let body = |res: Response<Body>| async { res.into_body().collect().await.unwrap().to_bytes() };
     // Every promoted digest stays downloadable; the default is the active promotion.
-    let show: serde_json::Value = serde_json::from_str(&airlock_ok(&[
-        "stack",
-        "show",
-        "--data",
-        data.to_str().unwrap(),
-        "bb",
-        "--json",
-    ]))
-    .unwrap();
+    let show: serde_json::Value =
+        serde_json::from_str(&data.airlock_ok(&["stack", "show", "bb", "--json"], &[])).unwrap();
     for p in show["promotions"].as_array().unwrap() {
         let r = &p["rootfs"][0];
         let uri = format!(

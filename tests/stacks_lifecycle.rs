@@ -2,21 +2,30 @@
 //! `GET /stacks/v1/lifecycle/<digest>`), the custom-stacks policy, and
 //! signed promotion events delivered to a webhook receiver (Python's
 //! `http.server`, verifying the HMAC with Python's `hmac`), with a retry
-//! after a 500 and a queue that survives a restart of airlock.
+//! after a 500 and a queue that survives a restart of airlock. Each runs
+//! on the filesystem and on s3s-fs (tests/common/backend.rs); moto is left
+//! out to bound CI time (the store paths are the ones s3s-fs covers).
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use common::backend::{Backend, on_backends};
 use common::*;
+
+on_backends!(
+    [fs, s3s_fs]
+    lifecycle_follows_promotion_rollback_and_custom_stacks,
+    promotion_events_reach_a_webhook_signed_retried_and_durable,
+);
 
 /// The busybox fixture as three images of `stacks/bb` (tags `v1`, `v2`,
 /// `custom`: the same layers, configs with different labels), bundled with
-/// `v1` as a stack candidate. Returns (data dir with the bundle imported,
-/// digests of v1, v2, custom).
-fn data(tmp: &Path) -> (PathBuf, [String; 3]) {
+/// `v1` as a stack candidate, imported into `b`. Returns the digests of
+/// v1, v2, custom.
+fn data(tmp: &Path, b: &Backend) -> [String; 3] {
     require_tool("curl", "curl");
     require_tool("python3", "python3");
     let layout = copy_fixture_layout(tmp);
@@ -42,10 +51,8 @@ fn data(tmp: &Path) -> (PathBuf, [String; 3]) {
     );
     let bundle = tmp.join("b.tar");
     create_bundle(&cfg, &bundle, &[]);
-    let data = tmp.join("data");
-    import_bundle(&data, &test_key().1, &bundle);
-    let d = ["latest", "v2", "custom"].map(|t| layout_ref_digest(&layout, t));
-    (data, d)
+    b.import(&test_key().1, &bundle);
+    ["latest", "v2", "custom"].map(|t| layout_ref_digest(&layout, t))
 }
 
 fn lifecycle(addr: &str, digest: &str) -> serde_json::Value {
@@ -55,13 +62,11 @@ fn lifecycle(addr: &str, digest: &str) -> serde_json::Value {
     serde_json::from_slice(&body).unwrap()
 }
 
-fn stack(data: &Path, args: &[&str]) -> std::process::Output {
-    let mut all = vec!["stack", args[0], "--data", data.to_str().unwrap()];
-    all.extend(&args[1..]);
-    airlock(&all)
+fn stack(data: &Backend, args: &[&str]) -> std::process::Output {
+    data.airlock(&["stack", args[0]], &args[1..])
 }
 
-fn stack_ok(data: &Path, args: &[&str]) -> String {
+fn stack_ok(data: &Backend, args: &[&str]) -> String {
     let o = stack(data, args);
     assert!(
         o.status.success(),
@@ -71,11 +76,17 @@ fn stack_ok(data: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-#[test]
-fn lifecycle_follows_promotion_rollback_and_custom_stacks() {
+fn lifecycle_follows_promotion_rollback_and_custom_stacks(data: Backend) {
     let tmp = tempfile::tempdir().unwrap();
-    let (data, [v1, v2, custom]) = data(tmp.path());
-    let server = serve(&data, &["--allow-admin", "--custom-stacks", "admin-only"]);
+    let [v1, v2, custom] = self::data(tmp.path(), &data);
+    let server = data.serve(&[
+        "--allow-admin",
+        "--custom-stacks",
+        "admin-only",
+        // The CLI's changes below are seen at once (S3's default is 1 s).
+        "--root-refresh-ms",
+        "0",
+    ]);
     let addr = &server.addr;
     let unknown = format!("sha256:{}", "0".repeat(64));
     assert_eq!(lifecycle(addr, &unknown)["status"], "unknown");
@@ -171,7 +182,7 @@ fn lifecycle_follows_promotion_rollback_and_custom_stacks() {
 
     // Without the admin role (no --allow-admin) the policy refuses HTTP callers.
     drop(server);
-    let server = serve(&data, &["--custom-stacks", "admin-only"]);
+    let server = data.serve(&["--custom-stacks", "admin-only"]);
     let o = Command::new("curl")
         .args([
             "-s",
@@ -244,10 +255,9 @@ fn delivered(log: &Path, pred: impl Fn(&[String]) -> bool) -> Vec<String> {
     }
 }
 
-#[test]
-fn promotion_events_reach_a_webhook_signed_retried_and_durable() {
+fn promotion_events_reach_a_webhook_signed_retried_and_durable(data: Backend) {
     let tmp = tempfile::tempdir().unwrap();
-    let (data, _) = data(tmp.path());
+    self::data(tmp.path(), &data);
     let port = free_port();
     let hooks = tmp.path().join("airlock.toml");
     std::fs::write(
@@ -258,7 +268,12 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable() {
     let log = tmp.path().join("received.log");
     let mut rx = receiver(port, &log, "s3cret");
     std::thread::sleep(Duration::from_millis(300));
-    let server = serve(&data, &["--config", hooks.to_str().unwrap()]);
+    let server = data.serve(&[
+        "--config",
+        hooks.to_str().unwrap(),
+        "--root-refresh-ms",
+        "0",
+    ]);
     stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v1"]);
     stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
     stack_ok(&data, &["rollback", "bb"]);
@@ -301,18 +316,23 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable() {
         &data,
         &["set-state", "bb", "DEPRECATED", "--reason", "use bb2"],
     );
-    let ev = airlock_ok(&["events", "--data", data.to_str().unwrap(), "--json"]);
+    let ev = data.airlock_ok(&["events"], &["--json"]);
     let ev: serde_json::Value = serde_json::from_str(&ev).unwrap();
     assert_eq!(ev["queued"][0]["event"]["type"], "stack.state_changed");
     assert_eq!(ev["log"].as_array().unwrap().len(), 4);
-    let _server = serve(&data, &["--config", hooks.to_str().unwrap()]);
+    let _server = data.serve(&[
+        "--config",
+        hooks.to_str().unwrap(),
+        "--root-refresh-ms",
+        "0",
+    ]);
     let lines = delivered(&log, |l| l.len() >= 5);
     assert_eq!(
         kinds(&lines).last().map(String::as_str),
         Some("stack.state_changed"),
         "{lines:?}"
     );
-    let text = airlock_ok(&["events", "--data", data.to_str().unwrap()]);
+    let text = data.airlock_ok(&["events"], &[]);
     assert_eq!(text.matches("delivered").count(), 5, "{text}");
     let _ = rx.kill();
     let _ = rx.wait();

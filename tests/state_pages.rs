@@ -5,6 +5,11 @@
 //! exactly what a generation needs, and the referrers list is paged with
 //! `Link`. Digests are computed here with `sha2`; expected orders with
 //! `sort`.
+//!
+//! Filesystem only: the bounds are checked by counting and sizing the files
+//! a commit writes under `blobs/`; the paging logic is the same on S3 (the
+//! state sits above the Blobstore trait), where registry_push and
+//! state_commit run.
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};

@@ -1,17 +1,20 @@
 //! The root cache (issue 11 §5): a process's own commits are visible at
 //! once whatever the refresh interval; a root changed by another process is
-//! noticed within the interval, and not read again before it.
+//! noticed within the interval, and not read again before it. On every
+//! blobstore backend (tests/common/backend.rs).
 
 mod common;
 
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock::digest::Digest;
 use airlock::names::RepositoryName;
 use airlock::state::{Op, StateStore};
-use airlock::store::fs::FsStore;
+use common::backend::{Backend, on_backends};
+
+on_backends!(async [fs, moto, s3s_fs] own_commits_at_once_others_within_the_interval);
+on_backends!([fs, moto, s3s_fs] server_sees_a_cli_rollback_within_the_interval);
 
 fn link(i: u64) -> [Op; 1] {
     let repo: RepositoryName = "team/app".parse().unwrap();
@@ -37,14 +40,11 @@ async fn time_until(state: &StateStore, generation: u64, give_up: Duration) -> D
     }
 }
 
-#[tokio::test]
-async fn own_commits_at_once_others_within_the_interval() {
-    let dir = tempfile::tempdir().unwrap();
-    let open = || Arc::new(FsStore::open(dir.path()).unwrap());
+async fn own_commits_at_once_others_within_the_interval(b: Backend) {
     let refresh = Duration::from_millis(1500);
-    // Two stores on one directory, as two processes would be.
-    let server = StateStore::new(open()).with_root_refresh(refresh);
-    let other = StateStore::new(open());
+    // Two stores on one directory or bucket, as two processes would be.
+    let server = StateStore::new(b.open_store().await).with_root_refresh(refresh);
+    let other = StateStore::new(b.open_store().await);
 
     // Own commits: visible at once, though the interval has not passed.
     assert_eq!(server.snapshot().await.unwrap().generation(), 0);
@@ -86,7 +86,7 @@ async fn own_commits_at_once_others_within_the_interval() {
     }
 
     // Interval 0 (the filesystem default): every read sees the other's commit.
-    let eager = StateStore::new(open());
+    let eager = StateStore::new(b.open_store().await);
     assert_eq!(eager.snapshot().await.unwrap().generation(), 6);
     other.commit("other", "test", &link(7)).await.unwrap();
     assert_eq!(eager.snapshot().await.unwrap().generation(), 7);
@@ -117,12 +117,10 @@ fn upload(method: &str, content_type: &str, body: &std::path::Path, url: &str) -
 
 /// `airlock serve --root-refresh-ms 400`: its own pushes are pullable at
 /// once; a rollback by the CLI (another process) shows within the interval.
-#[test]
-fn server_sees_a_cli_rollback_within_the_interval() {
+fn server_sees_a_cli_rollback_within_the_interval(b: Backend) {
     common::require_tool("curl", "curl");
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let server = common::serve(&data, &["--allow-push", "--root-refresh-ms", "400"]);
+    let server = b.serve(&["--allow-push", "--root-refresh-ms", "400"]);
     let base = format!("http://{}/v2/demo/app", server.addr);
     let config = b"{}";
     let config_digest = Digest::sha256_of(config).to_string();
@@ -150,13 +148,9 @@ fn server_sees_a_cli_rollback_within_the_interval() {
         assert_eq!(code, 201, "manifest push: {err}");
         // Own write: pullable at once, within the interval.
         assert_eq!(curl(&[&format!("{base}/manifests/{tag}")]).0, 200);
-        assert!(
-            common::root_of(&data).len() > 7,
-            "generation {} written",
-            i + 1
-        );
+        assert_eq!(b.history().len(), i + 1, "generation {} written", i + 1);
     }
-    let out = common::airlock_ok(&["rollback", "--data", data.to_str().unwrap(), "--to", "1"]);
+    let out = b.airlock_ok(&["rollback"], &["--to", "1"]);
     assert!(out.contains("rolled back to generation 1"), "{out}");
     let rolled = Instant::now();
     loop {

@@ -2,6 +2,8 @@
 //! served with contents signed by the remote's RSA key, fetched as the torcx
 //! client would, checked with GnuPG (`gpg --verify`) and coreutils
 //! (`sha512sum`, `sha256sum`); profile checks; the host's `remote.json`.
+//! The scenarios on a store run on the filesystem and on s3s-fs
+//! (tests/common/backend.rs; moto is left out to bound CI time).
 
 mod common;
 
@@ -14,14 +16,32 @@ use std::sync::{Arc, OnceLock};
 use airlock::bundle::sign::SigningKey;
 use airlock::server::App;
 use airlock::state::StateStore;
-use airlock::store::fs::FsStore;
 use airlock::torcx::api::TorcxConfig;
 use axum::Router;
 
+use common::backend::{Backend, on_backends};
 use common::router::{get, send};
 use common::{airlock, airlock_ok, create_bundle_output, require_tool, test_key};
 
 const REMOTE: &str = "com.example.mirror";
+
+on_backends!(
+    [fs, s3s_fs]
+    addons_are_imported_with_sha256_and_sha512_recorded,
+    hostile_archives_are_refused_at_import_and_nothing_changes,
+    deprecation_leaves_future_os_versions_and_profile_check_names_it,
+    profile_check_merges_as_torcx_does,
+    a_client_fetches_verifies_and_downloads_over_http,
+);
+on_backends!(
+    async [fs, s3s_fs]
+    contents_are_signed_with_the_remote_key_and_verify_with_gpg,
+    archives_are_served_by_name_with_head_etag_and_ranges,
+    errors_are_404_with_a_plain_body_never_200,
+    legacy_package_list_has_a_detached_signature,
+    deprecated_versions_leave_the_served_contents,
+    vendor_contents_are_served_byte_for_byte,
+);
 
 /// An RSA-3072 key made by `airlock keys generate --algo rsa3072`, once per
 /// test binary: (secret, public).
@@ -113,21 +133,21 @@ fn addon_toml(
 
 /// Writes `toml`, creates a bundle signed with the release key and imports
 /// it into `data`; returns the import's stdout.
-fn bundle_and_import(dir: &Path, data: &Path, toml: &str, name: &str) -> String {
+fn bundle_and_import(dir: &Path, data: &Backend, toml: &str, name: &str) -> String {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(&config, toml).unwrap();
     let bundle = dir.join(format!("{name}.tar"));
     common::create_bundle(&config, &bundle, &[]);
     let (_, public) = test_key();
-    common::import_bundle(data, &public, &bundle)
+    data.import(&public, &bundle)
 }
 
 /// The standard fixture: hello 1.0 (tgz, OS 3033.2.0 + 3033.2.1, default on
 /// 3033.2.0), hello 2.0 (tgz, 3033.2.1 only, default there), kmod 1 (squashfs,
-/// 3033.2.0). Returns (tempdir, data dir, paths by `name:version`).
-fn fixture() -> (tempfile::TempDir, PathBuf, BTreeMap<String, PathBuf>) {
+/// 3033.2.0), imported into `data`. Returns (tempdir, the store, paths by
+/// `name:version`).
+fn fixture(data: Backend) -> (tempfile::TempDir, Backend, BTreeMap<String, PathBuf>) {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
     let h1 = make_tgz(dir.path(), "hello", "1.0", "one");
     let h2 = make_tgz(dir.path(), "hello", "2.0", "two");
     let sq = dir.path().join("kmod:1.torcx.squashfs");
@@ -155,9 +175,8 @@ fn fixture() -> (tempfile::TempDir, PathBuf, BTreeMap<String, PathBuf>) {
 }
 
 /// The in-process router over `data`, signing `REMOTE` with the RSA key.
-fn router(data: &Path) -> Router {
-    let store = FsStore::open(data).unwrap();
-    let mut app = App::new(StateStore::new(Arc::new(store)));
+async fn router(data: &Backend) -> Router {
+    let mut app = App::new(StateStore::new(data.open_store().await));
     let (sec, _) = rsa_key();
     app.torcx = TorcxConfig::new(BTreeMap::from([(
         REMOTE.to_string(),
@@ -223,28 +242,16 @@ fn signed_json(asc: &str) -> serde_json::Value {
 }
 
 /// `airlock torcx profile check` of `profile` on board `amd64-usr` at OS version `os`.
-fn profile_check(data: &str, os: &str, profile: &str) -> Output {
-    airlock(&[
-        "torcx",
-        "profile",
-        "check",
-        "--data",
-        data,
-        "--board",
-        "amd64-usr",
-        "--os-version",
-        os,
-        profile,
-    ])
+fn profile_check(data: &Backend, os: &str, profile: &str) -> Output {
+    data.airlock(
+        &["torcx", "profile", "check"],
+        &["--board", "amd64-usr", "--os-version", os, profile],
+    )
 }
 
 /// `airlock torcx deprecate` of `hello:VERSION` of `REMOTE` from OS version `os` on, plus `extra`.
-fn deprecate_hello(data: &str, version: &str, os: &str, extra: &[&str]) -> Output {
+fn deprecate_hello(data: &Backend, version: &str, os: &str, extra: &[&str]) -> Output {
     let mut args = vec![
-        "torcx",
-        "deprecate",
-        "--data",
-        data,
         "--remote",
         REMOTE,
         "--name",
@@ -255,7 +262,7 @@ fn deprecate_hello(data: &str, version: &str, os: &str, extra: &[&str]) -> Outpu
         os,
     ];
     args.extend_from_slice(extra);
-    airlock(&args)
+    data.airlock(&["torcx", "deprecate"], &args)
 }
 
 /// Asserts `o` exited 0, showing its stderr otherwise.
@@ -272,11 +279,10 @@ async fn get_amd64(r: &Router, os: &str, file: &str) -> common::router::Reply {
     get(r, &format!("{}{file}", base("amd64-usr", os))).await
 }
 
-#[test]
-fn addons_are_imported_with_sha256_and_sha512_recorded() {
+fn addons_are_imported_with_sha256_and_sha512_recorded(b: Backend) {
     require_tool("sha512sum", "coreutils");
-    let (_dir, data, files) = fixture();
-    let out = airlock_ok(&["torcx", "list", "--json", "--data", data.to_str().unwrap()]);
+    let (_dir, data, files) = fixture(b);
+    let out = data.airlock_ok(&["torcx", "list"], &["--json"]);
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     let builds = doc["remotes"][REMOTE]["builds"].as_array().unwrap();
     assert_eq!(builds.len(), 3, "{out}");
@@ -298,7 +304,7 @@ fn addons_are_imported_with_sha256_and_sha512_recorded() {
         serde_json::json!([{"board": "amd64-usr", "os_version": "3033.2.0"}])
     );
     // The human listing names boards, OS versions and defaults.
-    let text = airlock_ok(&["torcx", "list", "--data", data.to_str().unwrap()]);
+    let text = data.airlock_ok(&["torcx", "list"], &[]);
     assert!(text.contains(&format!("remote {REMOTE}")), "{text}");
     assert!(
         text.contains("amd64-usr: 3033.2.0 (default), 3033.2.1"),
@@ -486,22 +492,21 @@ fn handmade_bundle(path: &Path, bytes: &[u8], format: &str) {
     b.finish().unwrap();
 }
 
-#[test]
-fn hostile_archives_are_refused_at_import_and_nothing_changes() {
-    let (dir, data, _) = fixture();
-    let root = common::root_of(&data);
+fn hostile_archives_are_refused_at_import_and_nothing_changes(b: Backend) {
+    let (dir, data, _) = fixture(b);
+    let root = data.root();
     let (_, public) = test_key();
     for (name, format, bytes, cause) in hostile_archives() {
         let bundle = dir.path().join(format!("hostile-{name}.tar"));
         handmade_bundle(&bundle, &bytes, format);
-        let o = airlock(&[
-            "import",
-            "--data",
-            data.to_str().unwrap(),
-            "--keyring",
-            public.to_str().unwrap(),
-            bundle.to_str().unwrap(),
-        ]);
+        let o = data.airlock(
+            &["import"],
+            &[
+                "--keyring",
+                public.to_str().unwrap(),
+                bundle.to_str().unwrap(),
+            ],
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{name}: {err}");
         assert!(err.contains(cause), "{name}: {err}");
@@ -509,7 +514,7 @@ fn hostile_archives_are_refused_at_import_and_nothing_changes() {
             err.contains("addon x:1.torcx"),
             "{name} names the addon: {err}"
         );
-        assert_eq!(common::root_of(&data), root, "{name}: state changed");
+        assert_eq!(data.root(), root, "{name}: state changed");
     }
     // A well-formed handmade bundle imports, so the refusals above were the archives'.
     let good = raw_tgz(&[
@@ -518,14 +523,13 @@ fn hostile_archives_are_refused_at_import_and_nothing_changes() {
     ]);
     let bundle = dir.path().join("good.tar");
     handmade_bundle(&bundle, &good, "tgz");
-    common::import_bundle(&data, &public, &bundle);
-    assert_ne!(common::root_of(&data), root);
+    data.import(&public, &bundle);
+    assert_ne!(data.root(), root);
 }
 
-#[tokio::test]
-async fn contents_are_signed_with_the_remote_key_and_verify_with_gpg() {
-    let (dir, data, files) = fixture();
-    let r = router(&data);
+async fn contents_are_signed_with_the_remote_key_and_verify_with_gpg(b: Backend) {
+    let (dir, data, files) = fixture(b);
+    let r = router(&data).await;
     let res = get_amd64(&r, "3033.2.0", "torcx_remote_contents.json.asc").await;
     assert_eq!(res.status, 200, "{}", String::from_utf8_lossy(&res.body));
     let text = String::from_utf8(res.body.clone()).unwrap();
@@ -598,10 +602,9 @@ async fn contents_are_signed_with_the_remote_key_and_verify_with_gpg() {
     );
 }
 
-#[tokio::test]
-async fn archives_are_served_by_name_with_head_etag_and_ranges() {
-    let (_dir, data, files) = fixture();
-    let r = router(&data);
+async fn archives_are_served_by_name_with_head_etag_and_ranges(b: Backend) {
+    let (_dir, data, files) = fixture(b);
+    let r = router(&data).await;
     let file = &files["hello:1.0"];
     let bytes = std::fs::read(file).unwrap();
     let uri = format!("{}hello:1.0.torcx.tgz", base("amd64-usr", "3033.2.1"));
@@ -632,10 +635,9 @@ async fn archives_are_served_by_name_with_head_etag_and_ranges() {
     assert_eq!(sq.body, std::fs::read(&files["kmod:1"]).unwrap());
 }
 
-#[tokio::test]
-async fn errors_are_404_with_a_plain_body_never_200() {
-    let (_dir, data, _) = fixture();
-    let r = router(&data);
+async fn errors_are_404_with_a_plain_body_never_200(b: Backend) {
+    let (_dir, data, _) = fixture(b);
+    let r = router(&data).await;
     for (uri, cause) in [
         (
             format!(
@@ -688,8 +690,8 @@ async fn errors_are_404_with_a_plain_body_never_200() {
         assert!(body.contains(cause), "{uri}: {body}");
     }
     // Without a key for the remote the contents are not served (never unsigned).
-    let store = FsStore::open(&data).unwrap();
-    let keyless = airlock::server::router(Arc::new(App::new(StateStore::new(Arc::new(store)))));
+    let keyless =
+        airlock::server::router(Arc::new(App::new(StateStore::new(data.open_store().await))));
     let res = get(
         &keyless,
         &format!(
@@ -702,10 +704,9 @@ async fn errors_are_404_with_a_plain_body_never_200() {
     assert!(String::from_utf8_lossy(&res.body).contains("--torcx-key"));
 }
 
-#[tokio::test]
-async fn legacy_package_list_has_a_detached_signature() {
-    let (dir, data, files) = fixture();
-    let r = router(&data);
+async fn legacy_package_list_has_a_detached_signature(b: Backend) {
+    let (dir, data, files) = fixture(b);
+    let r = router(&data).await;
     let b = base("amd64-usr", "3033.2.0");
     let host = [("host", "mirror.internal:5000")];
     let json = send(&r, "GET", &format!("{b}torcx_manifest.json"), &host).await;
@@ -741,10 +742,9 @@ async fn legacy_package_list_has_a_detached_signature() {
     assert!(!gpg_verify(home.path(), &[&sf, &jf]).0);
 }
 
-#[test]
-fn deprecation_leaves_future_os_versions_and_profile_check_names_it() {
-    let (dir, data, _) = fixture();
-    let d = data.to_str().unwrap();
+fn deprecation_leaves_future_os_versions_and_profile_check_names_it(b: Backend) {
+    let (dir, data, _) = fixture(b);
+    let d = &data;
     let profile = dir.path().join("user.json");
     std::fs::write(
         &profile,
@@ -769,25 +769,19 @@ fn deprecation_leaves_future_os_versions_and_profile_check_names_it() {
         out.contains("deprecated from OS version 3033.2.1: use 2.0"),
         "{out}"
     );
-    let list = airlock_ok(&["torcx", "list", "--data", d]);
+    let list = data.airlock_ok(&["torcx", "list"], &[]);
     assert!(list.contains("3033.2.1 (deprecated)"), "{list}");
     // Deprecating what does not exist fails and changes nothing.
-    let root = common::root_of(&data);
+    let root = data.root();
     let o = deprecate_hello(d, "9", "1", &[]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(common::root_of(&data), root);
+    assert_eq!(data.root(), root);
 }
 
-#[tokio::test]
-async fn deprecated_versions_leave_the_served_contents() {
-    let (_dir, data, _) = fixture();
-    assert_ok(deprecate_hello(
-        data.to_str().unwrap(),
-        "1.0",
-        "3033.2.1",
-        &[],
-    ));
-    let r = router(&data);
+async fn deprecated_versions_leave_the_served_contents(b: Backend) {
+    let (_dir, data, _) = fixture(b);
+    assert_ok(deprecate_hello(&data, "1.0", "3033.2.1", &[]));
+    let r = router(&data).await;
     let res = get_amd64(&r, "3033.2.1", "torcx_remote_contents.json.asc").await;
     let doc = signed_json(&String::from_utf8(res.body).unwrap());
     let versions: Vec<&str> = doc["value"]["images"][0]["versions"]
@@ -825,9 +819,8 @@ fn profile_file(
     path
 }
 
-#[test]
-fn profile_check_merges_as_torcx_does() {
-    let (dir, data, _) = fixture();
+fn profile_check_merges_as_torcx_does(b: Backend) {
+    let (dir, data, _) = fixture(b);
     let d = dir.path();
     let v1 = "profile-manifest-v1";
     let vendor = profile_file(
@@ -848,19 +841,9 @@ fn profile_check_merges_as_torcx_does() {
         &[("hello", "2.0", Some(REMOTE)), ("kmod", "", None)],
     );
     let check = |os: &str, files: &[&Path]| {
-        let mut args = vec![
-            "torcx",
-            "profile",
-            "check",
-            "--data",
-            data.to_str().unwrap(),
-            "--board",
-            "amd64-usr",
-            "--os-version",
-            os,
-        ];
+        let mut args = vec!["--board", "amd64-usr", "--os-version", os];
         args.extend(files.iter().map(|f| f.to_str().unwrap()));
-        let o = airlock(&args);
+        let o = data.airlock(&["torcx", "profile", "check"], &args);
         (
             o.status.code(),
             String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -978,13 +961,12 @@ fn remote_config_writes_remote_json_and_keyring() {
 /// the printed remote.json, substitute the board and OS version, resolve the
 /// contents file against it, check it with gpg, download each location
 /// (literal `:`) and compare sha512sum with the manifest; `profile check --url`.
-#[test]
-fn a_client_fetches_verifies_and_downloads_over_http() {
+fn a_client_fetches_verifies_and_downloads_over_http(b: Backend) {
     require_tool("curl", "curl");
-    let (dir, data, _) = fixture();
+    let (dir, data, _) = fixture(b);
     let (sec, public) = rsa_key();
     let key_arg = format!("{REMOTE}={}", sec.to_str().unwrap());
-    let server = common::serve(&data, &["--torcx-key", &key_arg]);
+    let server = data.serve(&["--torcx-key", &key_arg]);
     let out = dir.path().join("remotes");
     airlock_ok(&[
         "torcx",
@@ -1155,10 +1137,9 @@ fn keys_for_torcx_must_be_rsa() {
 
 /// A vendor's contents, clearsigned by GnuPG with the vendor's own key, carried
 /// in a bundle and served byte for byte (its signature stays the vendor's).
-#[tokio::test]
-async fn vendor_contents_are_served_byte_for_byte() {
+async fn vendor_contents_are_served_byte_for_byte(b: Backend) {
     require_tool("gpg", "gnupg");
-    let (dir, data, _) = fixture();
+    let (dir, data, _) = fixture(b);
     let home = tempfile::tempdir().unwrap();
     let gpg = |args: &[&str]| {
         let o = Command::new("gpg")
@@ -1198,7 +1179,7 @@ async fn vendor_contents_are_served_byte_for_byte() {
         asc.to_str().unwrap()
     );
     bundle_and_import(dir.path(), &data, &toml, "vendor");
-    let r = router(&data);
+    let r = router(&data).await;
     let res = get_amd64(&r, "3033.2.0", "torcx_remote_contents.json.asc").await;
     assert_eq!(res.status, 200);
     assert_eq!(res.body, std::fs::read(&asc).unwrap(), "byte for byte");
@@ -1212,23 +1193,21 @@ async fn vendor_contents_are_served_byte_for_byte() {
         "profile-manifest-v1",
         &[("docker", "com.coreos.cl", Some(REMOTE))],
     );
-    let out = airlock_ok(&[
-        "torcx",
-        "profile",
-        "check",
-        "--data",
-        data.to_str().unwrap(),
-        "--board",
-        "amd64-usr",
-        "--os-version",
-        "3033.2.0",
-        p.to_str().unwrap(),
-    ]);
+    let out = data.airlock_ok(
+        &["torcx", "profile", "check"],
+        &[
+            "--board",
+            "amd64-usr",
+            "--os-version",
+            "3033.2.0",
+            p.to_str().unwrap(),
+        ],
+    );
     assert!(
         out.contains("ok   docker:com.coreos.cl docker:19.03.torcx.tgz"),
         "{out}"
     );
-    let list = airlock_ok(&["torcx", "list", "--data", data.to_str().unwrap()]);
+    let list = data.airlock_ok(&["torcx", "list"], &[]);
     assert!(
         list.contains("vendor contents amd64-usr/3033.2.0"),
         "{list}"

@@ -83,11 +83,12 @@ pub enum ProfileCmd {
         #[arg(long)]
         os_version: String,
         /// Ask a running airlock (http://HOST:PORT) instead of the data directory.
-        #[arg(long)]
+        /// (Its own id: the store's `--store` is the field `url` of `data`.)
+        #[arg(long = "url", id = "server_url")]
         url: Option<String>,
         /// With --url: verify each contents document with this armored
         /// keyring, as a host does (without it the signature is not checked).
-        #[arg(long, requires = "url")]
+        #[arg(long, requires = "server_url")]
         keyring: Option<PathBuf>,
         #[command(flatten)]
         data: DataArg,

@@ -164,14 +164,7 @@ pub trait Blobstore: Send + Sync + 'static {
     /// may do both at once (filesystem: one open, or one `stat(2)` for a
     /// small blob it holds verified in memory).
     async fn stream_sized(&self, key: &str) -> Result<Option<(u64, ByteStream)>> {
-        let Some(size) = self.stat(key).await? else {
-            return Ok(None);
-        };
-        match self.stream(key, None).await {
-            Ok(body) => Ok(Some((size, body))),
-            Err(StoreError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
+        stat_then_stream(self, key).await
     }
     /// Starts writing the object at `key`.
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>>;
@@ -421,6 +414,23 @@ pub async fn in_gc_trash(store: &dyn Blobstore, digest: &Digest) -> Result<bool>
         .await?
         .iter()
         .any(|k| trash_digest(k).as_ref() == Some(digest)))
+}
+
+/// [`Blobstore::stat`], then [`Blobstore::stream`] of the whole object:
+/// the default [`Blobstore::stream_sized`], for backends that override it
+/// only in part. `None` when absent (also when removed in between).
+pub async fn stat_then_stream<S: Blobstore + ?Sized>(
+    store: &S,
+    key: &str,
+) -> Result<Option<(u64, ByteStream)>> {
+    let Some(size) = store.stat(key).await? else {
+        return Ok(None);
+    };
+    match store.stream(key, None).await {
+        Ok(body) => Ok(Some((size, body))),
+        Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The key of the journal of the import `id` (see `bundle::journal`).

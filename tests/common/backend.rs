@@ -6,6 +6,7 @@
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Server, free_port, wait_for_server};
@@ -22,6 +23,17 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind a test is named after: `fs`, `moto` or `s3s_fs` (the
+    /// names [`on_backends!`](crate::on_backends) generates).
+    pub fn named(name: &str) -> Kind {
+        match name {
+            "fs" => Kind::Fs,
+            "moto" => Kind::Moto,
+            "s3s_fs" => Kind::S3sFs,
+            other => panic!("no backend named {other}"),
+        }
+    }
+
     /// Whether two racing conditional writes (`If-Match`, `If-None-Match:
     /// *`) have exactly one winner: the filesystem, not the S3 test
     /// servers (moto 5.2.1, s3s-fs 0.14.1 check and write without a lock).
@@ -172,6 +184,17 @@ impl Backend {
         self.dir.path().join("data")
     }
 
+    /// Where the store's keys are files, for checks from outside: the data
+    /// directory, or s3s-fs's directory of the prefix; `None` on moto
+    /// (in memory).
+    pub fn key_dir(&self) -> Option<PathBuf> {
+        match (self.kind, &self.s3) {
+            (Kind::Fs, _) => Some(self.data_dir()),
+            (Kind::S3sFs, Some(s)) => Some(s.root.join(BUCKET).join("site")),
+            _ => None,
+        }
+    }
+
     /// `airlock SUBCOMMAND <store args> ARGS...` with the AWS variables.
     pub fn command(&self, subcommand: &[&str], args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_airlock"));
@@ -226,6 +249,19 @@ impl Backend {
             .collect()
     }
 
+    /// The state root: the newest generation's digest, or "" for an empty
+    /// store (the store-independent [`super::root_of`]).
+    pub fn root(&self) -> String {
+        if self.kind == Kind::Fs {
+            // `history` refuses a data directory that does not exist yet.
+            return super::root_of(&self.data_dir());
+        }
+        self.history()
+            .first()
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default()
+    }
+
     /// `airlock serve` on this store (plus `extra`) on a free port.
     pub fn serve(&self, extra: &[&str]) -> Server {
         let addr = format!("127.0.0.1:{}", free_port());
@@ -243,28 +279,71 @@ impl Backend {
     }
 }
 
-/// Runs each scenario `fn NAME(b: Backend)` once per backend, as the tests
-/// `NAME::fs`, `NAME::moto` and `NAME::s3s_fs` (s3gc: tests/gc.rs and
-/// tests/fsck_rollback.rs; the caller imports `Backend` and `Kind`).
-#[allow(unused_macros)]
-macro_rules! on_every_backend {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            use super::*;
-            #[test]
-            fn fs() {
-                super::$scenario(Backend::start(Kind::Fs));
-            }
-            #[test]
-            fn moto() {
-                super::$scenario(Backend::start(Kind::Moto));
-            }
-            #[test]
-            fn s3s_fs() {
-                super::$scenario(Backend::start(Kind::S3sFs));
+impl Backend {
+    /// The store opened in this process (for in-process router and state
+    /// tests): a [`FsStore`](airlock::store::fs::FsStore) on
+    /// [`Backend::data_dir`], or an S3 store on the same bucket and prefix
+    /// as [`Backend::store_args`].
+    pub async fn open_store(&self) -> Arc<dyn airlock::store::Blobstore> {
+        use airlock::store::s3::{S3Settings, S3Store};
+        match &self.s3 {
+            None => Arc::new(airlock::store::fs::FsStore::open(&self.data_dir()).unwrap()),
+            Some(server) => {
+                set_aws_env();
+                let mut settings = S3Settings::new(BUCKET, "site");
+                settings.endpoint = Some(server.endpoint.clone());
+                Arc::new(S3Store::open(&settings).await.unwrap())
             }
         }
-    )*};
+    }
 }
+
+/// Sets [`AWS_ENV`] in this process, once, for in-process S3 clients
+/// (the standard AWS chain reads them).
+pub fn set_aws_env() {
+    static ENV: std::sync::Once = std::sync::Once::new();
+    // SAFETY: set once, to the same values, before any S3 client of this
+    // test binary is created; nothing else in the tests writes them.
+    ENV.call_once(|| unsafe {
+        for (k, v) in AWS_ENV {
+            std::env::set_var(k, v);
+        }
+    });
+}
+
+/// One test per backend for each scenario `fn NAME(Backend)`: a module
+/// `NAME` with a test per listed kind (`fs`, `moto`, `s3s_fs`), e.g.
+/// `on_backends!([fs, moto, s3s_fs] pull, push);` runs `pull` and `push`
+/// on all three. With `async` first, the scenarios are `async fn
+/// NAME(Backend)` run on a multi-threaded tokio runtime.
+#[allow(unused_macros)]
+macro_rules! on_backends {
+    (@one $mode:tt [$($kind:ident),+] $scenario:ident) => {
+        mod $scenario {
+            $($crate::common::backend::on_backends!(@test $mode $kind $scenario);)+
+        }
+    };
+    (@test sync $kind:ident $scenario:ident) => {
+        #[test]
+        fn $kind() {
+            use $crate::common::backend::{Backend, Kind};
+            super::$scenario(Backend::start(Kind::named(stringify!($kind))));
+        }
+    };
+    (@test async $kind:ident $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $kind() {
+            use $crate::common::backend::{Backend, Kind};
+            super::$scenario(Backend::start(Kind::named(stringify!($kind)))).await;
+        }
+    };
+    (async $kinds:tt $($scenario:ident),+ $(,)?) => {
+        $($crate::common::backend::on_backends!(@one async $kinds $scenario);)+
+    };
+    ($kinds:tt $($scenario:ident),+ $(,)?) => {
+        $($crate::common::backend::on_backends!(@one sync $kinds $scenario);)+
+    };
+}
+
 #[allow(unused_imports)]
-pub(crate) use on_every_backend;
+pub(crate) use on_backends;
