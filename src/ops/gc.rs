@@ -65,6 +65,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 
 use super::{Retention, kept_generations, rooms};
 use crate::bundle::journal::{self, Journal};
@@ -449,6 +451,7 @@ async fn sweep_blobs(
     report: &mut GcReport,
 ) -> Result<HashSet<Digest>> {
     let mut failed_young = HashSet::new();
+    let mut candidates = Vec::new();
     for prefix in super::fan_prefixes() {
         let listed = store
             .list_meta(&prefix)
@@ -471,9 +474,26 @@ async fn sweep_blobs(
                 report.blobs_removed += 1;
                 report.blob_bytes_freed += m.size;
                 report.failed_import_blobs_removed += u64::from(young);
-            } else if run.take(store, &m.key, &digest).await? && young {
-                failed_young.insert(digest);
+            } else {
+                candidates.push((m.key, digest, young));
             }
+        }
+        // The moves of one fan-out prefix side by side: each is a blocking
+        // `rename(2)` on the filesystem and a copy and a delete on S3.
+        // (Boxed futures, not a `map` closure: the spawned periodic GC
+        // needs a `Send` future, which rustc cannot prove through one.)
+        let moves: Vec<BoxFuture<'_, Result<Option<Digest>>>> = candidates
+            .drain(..)
+            .map(|(key, digest, young)| -> BoxFuture<'_, _> {
+                Box::pin(async move {
+                    let taken = run.take(store, &key, &digest).await?;
+                    Ok((taken && young).then_some(digest))
+                })
+            })
+            .collect();
+        let mut moves = futures_util::stream::iter(moves).buffer_unordered(trash::PARALLEL);
+        while let Some(moved) = moves.next().await {
+            failed_young.extend(moved?);
         }
     }
     Ok(failed_young)

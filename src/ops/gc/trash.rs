@@ -10,10 +10,19 @@
 use std::collections::HashSet;
 
 use anyhow::{Context, Result};
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 
 use super::GcReport;
 use crate::digest::Digest;
 use crate::store::{self, Blobstore, StoreError};
+
+/// Moves, deletes and put-backs in flight at once (each one blocking
+/// `rename(2)`/`unlink(2)` on the filesystem, one or two round trips on S3).
+pub const PARALLEL: usize = 16;
+
+/// One trashed blob settled: (its size in bytes, its digest, whether it was put back).
+type Settled = (u64, Digest, bool);
 
 /// The trash of one run.
 pub struct Run {
@@ -62,17 +71,32 @@ impl Run {
             .list_meta(store::GC_TRASH_PREFIX)
             .await
             .context("listing gc-trash/")?;
-        for m in listed.iter().filter(|m| m.key.ends_with(&self.suffix)) {
-            let Some(digest) = store::trash_digest(&m.key) else {
-                continue;
-            };
-            if reached.contains(&digest) {
-                put_back(store, &m.key, &digest).await?;
+        let mine = listed.iter().filter_map(|m| {
+            let digest = store::trash_digest(&m.key)?;
+            m.key.ends_with(&self.suffix).then_some((m, digest))
+        });
+        // Boxed futures, not a `map` closure: see `sweep_blobs`.
+        let settles: Vec<BoxFuture<'_, Result<Settled>>> = mine
+            .map(|(m, digest)| -> BoxFuture<'_, _> {
+                Box::pin(async move {
+                    let kept = reached.contains(&digest);
+                    if kept {
+                        put_back(store, &m.key, &digest).await?;
+                    } else {
+                        store.delete(&m.key).await?;
+                    }
+                    Ok((m.size, digest, kept))
+                })
+            })
+            .collect();
+        let mut settled = futures_util::stream::iter(settles).buffer_unordered(PARALLEL);
+        while let Some(one) = settled.next().await {
+            let (size, digest, kept) = one?;
+            if kept {
                 report.blobs_put_back += 1;
             } else {
-                store.delete(&m.key).await?;
                 report.blobs_removed += 1;
-                report.blob_bytes_freed += m.size;
+                report.blob_bytes_freed += size;
                 report.failed_import_blobs_removed += u64::from(failed_young.contains(&digest));
             }
         }
