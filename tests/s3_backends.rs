@@ -14,7 +14,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::backend::{Backend, Kind, on_backends};
+use common::backend::{Backend, Kind, on_backends, settled};
 use common::*;
 
 on_backends!([fs, moto, s3s_fs] import_pull_history, push_and_uploads_across_replicas);
@@ -266,11 +266,15 @@ fn concurrent_pushes_to_one_tag(b: Backend) {
         assert!(digests.contains(&winner), "{winner} {digests:?}");
         for d in &digests {
             let m = std::fs::read(blob_file(&layout, d)).unwrap();
-            let (status, _, body) = curl(
-                &server.addr,
-                &format!("/v2/race/app/manifests/{d}"),
-                &["-H", "Accept: application/vnd.oci.image.manifest.v1+json"],
-            );
+            // The other replica's push is seen within the root refresh.
+            let (status, body) = settled(b.refresh_bound(), &(200, m.clone()), || {
+                let (status, _, body) = curl(
+                    &server.addr,
+                    &format!("/v2/race/app/manifests/{d}"),
+                    &["-H", "Accept: application/vnd.oci.image.manifest.v1+json"],
+                );
+                (status, body)
+            });
             assert_eq!((status, &body), (200, &m), "manifest {d} lost");
             let manifest: serde_json::Value = serde_json::from_slice(&m).unwrap();
             let layers = manifest["layers"].as_array().unwrap().iter();

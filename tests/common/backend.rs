@@ -277,6 +277,17 @@ impl Backend {
     }
 
     /// `airlock serve` on this store (plus `extra`) on a free port.
+    /// How long after another process's commit (a CLI command, the other
+    /// replica) this backend's servers may still answer from the root they
+    /// had: `root_refresh_ms`'s default (0 on the filesystem, 1 s on S3)
+    /// plus a margin for a loaded machine.
+    pub fn refresh_bound(&self) -> Duration {
+        match self.kind {
+            Kind::Fs => Duration::from_millis(500),
+            Kind::Moto | Kind::S3sFs => Duration::from_millis(3000),
+        }
+    }
+
     pub fn serve(&self, extra: &[&str]) -> Server {
         let addr = format!("127.0.0.1:{}", free_port());
         let child = self
@@ -361,3 +372,17 @@ macro_rules! on_backends {
 
 #[allow(unused_imports)]
 pub(crate) use on_backends;
+
+/// Calls `f` until it returns `want` or `within` has passed, and returns
+/// its last answer: for what another process changed, which a server sees
+/// within its root refresh ([`Backend::refresh_bound`]).
+pub fn settled<T: PartialEq>(within: Duration, want: &T, mut f: impl FnMut() -> T) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = f();
+        if got == *want || Instant::now() >= deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
