@@ -318,26 +318,7 @@ blob_file() { # DIGEST -> path of the blob in airlock's data dir
     local hex=${1#sha256:}
     echo "$work/airlock-data/blobs/sha256/${hex:0:2}/$hex"
 }
-mkdir -p "$work/nginx"
-cat >"$work/nginx/nginx.conf" <<EOF
-user $(id -un);
-worker_processes 2;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    client_body_temp_path $work/nginx;
-    proxy_temp_path $work/nginx;
-    fastcgi_temp_path $work/nginx;
-    uwsgi_temp_path $work/nginx;
-    scgi_temp_path $work/nginx;
-    server {
-        listen $HOST:$nginx_port;
+nginx_conf "$work/nginx" 2 "$HOST:$nginx_port" <<EOF
         location = /v2/ { return 200 "{}"; }
         location = /v2/bench/small/blobs/$small_blob {
             default_type application/octet-stream;
@@ -347,8 +328,6 @@ http {
             default_type $MANIFEST_MT;
             alias $(blob_file "${mdigest[small]}");
         }
-    }
-}
 EOF
 note "starting nginx on $HOST:$nginx_port"
 nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' >"$work/nginx/stdout.log" 2>&1 &
