@@ -190,16 +190,9 @@ impl SigningKey {
     fn clearsign_armored(&self, text: &str, include_checksum: bool) -> Result<String, SignError> {
         let text = canonical_text(text);
         let mut rng = rand::thread_rng();
-        let msg = match self.signer {
+        let msg = match self.subkey()? {
             None => sign_text(&mut rng, &text, &self.key.primary_key)?,
-            Some(i) => {
-                let sub = self
-                    .key
-                    .secret_subkeys
-                    .get(i)
-                    .ok_or_else(|| SignError::Sign("signing subkey vanished".into()))?;
-                sign_text(&mut rng, &text, &sub.key)?
-            }
+            Some(sub) => sign_text(&mut rng, &text, &sub.key)?,
         };
         let armored = msg
             .to_armored_string(ArmorOptions {
@@ -214,6 +207,29 @@ impl SigningKey {
             Err(SignError::Sign("armor writer produced no end line".into()))
         }
     }
+}
+
+/// Every signature's subpackets (RFC 9580 §5.2.3): hashed creation time and
+/// issuer fingerprint, and for a v4 key the unhashed issuer key id that
+/// older readers look up the key by.
+fn set_subpackets<K: PgpSigningKey>(
+    config: &mut SignatureConfig,
+    key: &K,
+) -> Result<(), SignError> {
+    let sign_err = |e: pgp::errors::Error| SignError::Sign(one_line(&e));
+    config.hashed_subpackets = vec![
+        Subpacket::regular(SubpacketData::SignatureCreationTime(Timestamp::now()))
+            .map_err(sign_err)?,
+        Subpacket::regular(SubpacketData::IssuerFingerprint(key.fingerprint()))
+            .map_err(sign_err)?,
+    ];
+    if key.version() == KeyVersion::V4 {
+        config.unhashed_subpackets = vec![
+            Subpacket::regular(SubpacketData::IssuerKeyId(key.legacy_key_id()))
+                .map_err(sign_err)?,
+        ];
+    }
+    Ok(())
 }
 
 /// Builds the text-mode signature config and signs the canonical text with `key`.
@@ -236,18 +252,7 @@ fn sign_text<K: PgpSigningKey>(
         .map_err(sign_err)?,
         v => return Err(SignError::Sign(format!("unsupported key version {v:?}"))),
     };
-    config.hashed_subpackets = vec![
-        Subpacket::regular(SubpacketData::SignatureCreationTime(Timestamp::now()))
-            .map_err(sign_err)?,
-        Subpacket::regular(SubpacketData::IssuerFingerprint(key.fingerprint()))
-            .map_err(sign_err)?,
-    ];
-    if key.version() == KeyVersion::V4 {
-        config.unhashed_subpackets = vec![
-            Subpacket::regular(SubpacketData::IssuerKeyId(key.legacy_key_id()))
-                .map_err(sign_err)?,
-        ];
-    }
+    set_subpackets(&mut config, key)?;
     CleartextSignedMessage::new(text, config, key, &Password::empty()).map_err(sign_err)
 }
 
@@ -288,16 +293,24 @@ impl SigningKey {
     ///
     /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
     pub fn detached_sign(&self, data: &[u8]) -> Result<String, SignError> {
-        match self.signer {
+        match self.subkey()? {
             None => detached(data, &self.key.primary_key),
-            Some(i) => {
-                let sub = self
-                    .key
-                    .secret_subkeys
-                    .get(i)
-                    .ok_or_else(|| SignError::Sign("signing subkey vanished".into()))?;
-                detached(data, &sub.key)
-            }
+            Some(sub) => detached(data, &sub.key),
+        }
+    }
+
+    /// The subkey that makes the signatures, or `None` when the primary key does.
+    ///
+    /// Errors: [`SignError::Sign`] if the chosen subkey index is out of range.
+    fn subkey(&self) -> Result<Option<&pgp::composed::SignedSecretSubKey>, SignError> {
+        match self.signer {
+            None => Ok(None),
+            Some(i) => self
+                .key
+                .secret_subkeys
+                .get(i)
+                .map(Some)
+                .ok_or_else(|| SignError::Sign("signing subkey vanished".into())),
         }
     }
 
@@ -323,15 +336,7 @@ fn detached<K: PgpSigningKey>(data: &[u8], key: &K) -> Result<String, SignError>
         key.algorithm(),
         HashAlgorithm::Sha256,
     );
-    config.hashed_subpackets = vec![
-        Subpacket::regular(SubpacketData::SignatureCreationTime(Timestamp::now()))
-            .map_err(sign_err)?,
-        Subpacket::regular(SubpacketData::IssuerFingerprint(key.fingerprint()))
-            .map_err(sign_err)?,
-    ];
-    config.unhashed_subpackets = vec![
-        Subpacket::regular(SubpacketData::IssuerKeyId(key.legacy_key_id())).map_err(sign_err)?,
-    ];
+    set_subpackets(&mut config, key)?;
     let sig = config
         .sign(key, &Password::empty(), data)
         .map_err(sign_err)?;

@@ -1,0 +1,223 @@
+//! `airlock import` and `airlock bundle verify`: the streaming import pipeline.
+//!
+//! Owns: reading a bundle tar once, front to back, in constant memory:
+//! 1. the first entry must be the signed document; its signature is verified
+//!    against the admin's keyring before anything else is read;
+//! 2. every later entry must be exactly `oci-layout`, `index.json` or a
+//!    listed `blobs/<alg>/<hex>`, a regular file, seen once, of the listed size;
+//!    each is hashed while it streams into the blobstore (a reader thread
+//!    hashes while the async side writes) and committed only if it matches;
+//! 3. when the tar ends, every listed blob must have been seen and every
+//!    required (delta) blob must already be in the store;
+//! 4. the images' manifests are walked from the store and linked into their
+//!    repositories, and the bundle's stack candidates recorded in the stack
+//!    table, with one root swap.
+//!
+//! Any failure leaves the state root as it was. Before its first blob is
+//! written an import records a journal ([`super::journal`]); blobs written
+//! before a failure (or a kill) are unreferenced and `gc` reclaims them at
+//! once through it.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use super::format::{
+    BundleDoc, FORMAT_V1, INDEX_JSON, ImageEntry, MAX_LAYOUT_FILE, MAX_SIGNED_DOC, OCI_LAYOUT,
+    SIGNED_DOC, parse_blob_path,
+};
+use super::sign::Keyring;
+use crate::digest::{Digest, Hasher};
+use crate::oci::{self, Manifest};
+use crate::state::{ManifestInfo, Op, StateStore};
+use crate::store::{self, Blobstore, ObjectWriter, blob_key};
+
+mod ops;
+mod read;
+mod write;
+use ops::*;
+use read::*;
+use write::*;
+
+/// Bytes per chunk handed from the reader thread to the writer.
+const CHUNK: usize = 4 << 20;
+
+/// Chunks in flight between reader and writer (bounds memory: CHUNK × this).
+const IN_FLIGHT: usize = 4;
+
+/// What an import did.
+#[derive(Debug, Clone)]
+pub struct ImportReport {
+    /// The bundle's id.
+    pub id: String,
+    /// Images (repository + tags) linked.
+    pub images: usize,
+    /// Blobs written to the store.
+    pub blobs_new: u64,
+    /// Blobs already present (verified, not written).
+    pub blobs_skipped: u64,
+    /// Bytes written to the store.
+    pub bytes_new: u64,
+    /// Blob bytes read from the bundle.
+    pub bytes_read: u64,
+    /// The generation now current.
+    pub generation: u64,
+    /// False when the store already had everything (no new generation).
+    pub changed: bool,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl std::fmt::Display for ImportReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.elapsed.as_secs_f64().max(1e-6);
+        write!(
+            f,
+            "imported bundle {}: {} images, {} blobs new, {} skipped, {:.1} MB written, {:.1} MB read in {:.2} s ({:.1} MB/s), generation {}{}",
+            self.id,
+            self.images,
+            self.blobs_new,
+            self.blobs_skipped,
+            self.bytes_new as f64 / 1e6,
+            self.bytes_read as f64 / 1e6,
+            secs,
+            self.bytes_read as f64 / 1e6 / secs,
+            self.generation,
+            if self.changed { "" } else { " (no change)" }
+        )
+    }
+}
+
+/// Messages from the reader thread to the writer.
+enum Msg {
+    /// The verified document; the reader waits for the set of blobs already present.
+    Doc(Box<BundleDoc>, oneshot::Sender<HashSet<Digest>>),
+    /// A new blob starts.
+    Begin(Digest),
+    /// Bytes of the current blob.
+    Chunk(Bytes),
+    /// The current blob is complete and verified.
+    End,
+    /// A blob already present was read and verified (bytes).
+    Skipped(u64),
+}
+
+/// Imports one bundle stream into `state`, committing with one root swap.
+/// Errors: one-line causes; the root is unchanged on any error.
+pub async fn import(
+    state: &StateStore,
+    keyring: Keyring,
+    reader: Box<dyn Read + Send>,
+    who: &str,
+    progress: indicatif::ProgressBar,
+) -> Result<ImportReport> {
+    let start = Instant::now();
+    let store = state.blobstore().clone();
+    let journal = store::journal_key(&uuid::Uuid::new_v4().to_string());
+    let result = import_journaled(state, &journal, keyring, reader, who, progress).await;
+    match &result {
+        Ok(_) => {
+            if let Err(e) = store.delete(&journal).await {
+                tracing::warn!(error = %e, %journal, "import journal not removed (gc removes it)");
+            }
+        }
+        Err(_) => {
+            // `gc` frees what it wrote at once. A rename needs no free space;
+            // a journal left as it was is recognised by its dead process.
+            let failed = super::journal::failed_key(&journal);
+            match store.rename(&journal, &failed).await {
+                Ok(()) | Err(store::StoreError::NotFound(_)) => {}
+                Err(e) => tracing::warn!(error = %e, %journal, "import journal not marked failed"),
+            }
+        }
+    }
+    crate::metrics::global().import_done(
+        result.is_ok(),
+        result.as_ref().map_or(0, |(_, w, _)| w.bytes_new),
+    );
+    let (doc, w, commit) = result?;
+    Ok(ImportReport {
+        id: doc.id,
+        images: doc.images.len(),
+        blobs_new: w.new,
+        blobs_skipped: w.skipped,
+        bytes_new: w.bytes_new,
+        bytes_read: w.bytes_read,
+        generation: commit.generation,
+        changed: commit.changed,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// The import proper, under the journal `journal`.
+async fn import_journaled(
+    state: &StateStore,
+    journal: &str,
+    keyring: Keyring,
+    reader: Box<dyn Read + Send>,
+    who: &str,
+    progress: indicatif::ProgressBar,
+) -> Result<(BundleDoc, Written, crate::state::Commit)> {
+    let store = state.blobstore().clone();
+    let (doc, w) = run_pipeline(
+        Some(store.clone()),
+        Some(journal),
+        keyring,
+        reader,
+        progress,
+    )
+    .await?;
+    let mut ops = Vec::new();
+    for img in &doc.images {
+        ops.extend(image_ops(&*store, img).await?);
+    }
+    ops.extend(crate::torcx::bundle::import_op(&store, &doc).await?);
+    if !doc.stacks.is_empty() {
+        ops.push(stack_candidates(&doc, who)?);
+    }
+    let commit = state
+        .commit(&format!("import bundle {}", doc.id), who, &ops)
+        .await?;
+    crate::events::emit_logged(
+        &*store,
+        "import.completed",
+        commit.generation,
+        who,
+        serde_json::json!({
+            "bundle": doc.id,
+            "images": doc.images.iter().map(|i| &i.repository).collect::<Vec<_>>(),
+            "stacks": doc.stacks.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            "blobs_new": w.new,
+            "bytes_new": w.bytes_new,
+            "changed": commit.changed,
+        }),
+    )
+    .await;
+    Ok((doc, w, commit))
+}
+
+/// Verifies a bundle without a store: signature, every entry, every digest.
+/// Returns the verified document.
+pub async fn verify(
+    keyring: Keyring,
+    reader: Box<dyn Read + Send>,
+    progress: indicatif::ProgressBar,
+) -> Result<BundleDoc> {
+    let (doc, _) = run_pipeline(None, None, keyring, reader, progress).await?;
+    Ok(doc)
+}
+
+/// Reads the signed document of a bundle WITHOUT verifying its signature (`bundle inspect`).
+pub fn inspect(reader: impl Read) -> Result<BundleDoc> {
+    let mut archive = tar::Archive::new(reader);
+    let armored = read_signed_doc(&mut archive.entries()?.raw(true))?;
+    let text = super::sign::unverified_text(&armored)?;
+    Ok(serde_json::from_str(&text)?)
+}
