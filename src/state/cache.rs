@@ -40,11 +40,17 @@ pub(super) enum Cached {
 }
 
 /// Bytes charged for a document of `stored` bytes holding `entries` entries:
-/// the JSON text plus 64 bytes per entry for the parsed form's pointers
-/// and allocation headers.
+/// the JSON text, 64 bytes per entry for the parsed form's pointers and
+/// allocation rounding, and 384 per document for its two copies of the key
+/// (map and clock, 96 bytes each with the hex), the map slot and the shared
+/// page's header.
 pub(super) fn weight(stored: usize, entries: usize) -> u64 {
-    (stored + 64 * entries + 128) as u64
+    (stored + 64 * entries + 384) as u64
 }
+
+/// Keys the clock may hold beyond twice the held documents before
+/// [`ByteLru::remove`] rebuilds it.
+const CLOCK_SLACK: usize = 1024;
 
 /// An entry: the document, its weight and whether it was used since the
 /// clock hand last passed it.
@@ -118,6 +124,30 @@ impl ByteLru {
         self.used += weight;
     }
 
+    /// Drops the document under `digest`, if held. Its key leaves the
+    /// clock lazily: when the clock holds more than twice as many keys as
+    /// the map (plus [`CLOCK_SLACK`]), it is rebuilt without dropped and
+    /// repeated keys, so its length stays within that bound.
+    pub(super) fn remove(&mut self, digest: &Digest) {
+        if let Some(e) = self.map.remove(digest) {
+            self.used -= e.weight;
+        }
+        if self.clock.len() > 2 * self.map.len() + CLOCK_SLACK {
+            // A key dropped and then inserted again is in the clock twice:
+            // keep its first place only.
+            let map = &self.map;
+            let mut seen = std::collections::HashSet::with_capacity(map.len());
+            self.clock
+                .retain(|d| map.contains_key(d) && seen.insert(d.clone()));
+        }
+    }
+
+    /// The digests of the documents held now.
+    #[cfg(test)]
+    pub(super) fn keys(&self) -> Vec<Digest> {
+        self.map.keys().cloned().collect()
+    }
+
     /// Bytes charged for the documents held now (never above the budget).
     pub(super) fn used(&self) -> u64 {
         self.used
@@ -147,5 +177,37 @@ mod tests {
         c.insert(d(5), page(), 301);
         assert!(c.get(&d(5)).is_none(), "heavier than the budget: not kept");
         assert_eq!(c.used(), 300);
+    }
+
+    #[test]
+    fn removed_documents_free_their_bytes_and_leave_the_clock() {
+        let d = |i: u32| Digest::sha256_of(&i.to_be_bytes());
+        let mut c = ByteLru::new(1 << 30);
+        for i in 0..10 {
+            c.insert(d(i), page(), 100);
+        }
+        c.remove(&d(3));
+        c.remove(&d(3));
+        assert_eq!(c.used(), 900);
+        assert!(c.get(&d(3)).is_none());
+        // Drop and insert the same keys many times: the clock stays bounded
+        // and holds each held key once.
+        for round in 0..20u64 {
+            for i in 0..1000 {
+                c.remove(&d(100 + i));
+                c.insert(d(100 + i), page(), 10 + round % 2);
+            }
+        }
+        assert_eq!(c.keys().len(), 1009);
+        assert!(
+            c.clock.len() <= 2 * 1009 + CLOCK_SLACK,
+            "clock of {}",
+            c.clock.len()
+        );
+        assert_eq!(c.used(), 900 + 1000 * 11);
+        // Evicting everything still works from a compacted clock.
+        c.insert(d(99_999), page(), 1 << 30);
+        assert_eq!(c.keys(), vec![d(99_999)]);
+        assert_eq!(c.used(), 1 << 30);
     }
 }

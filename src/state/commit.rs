@@ -175,6 +175,7 @@ impl StateStore {
             attempts += 1;
             match self.try_batch(&batch).await {
                 Ok(Some(results)) => {
+                    self.pages.forget_superseded();
                     tracing::debug!(
                         changes = batch.len(),
                         queued_us,

@@ -207,6 +207,7 @@ impl StateStore {
                 store: store.clone(),
                 cache: Arc::new(Mutex::new(cache::ByteLru::new(bytes))),
                 staged: Default::default(),
+                superseded: Default::default(),
                 memo: Arc::new(memo::Memo::new(bytes > 0)),
             },
             store,

@@ -140,6 +140,8 @@ pub(super) struct Pages {
     pub(super) store: Arc<dyn Blobstore>,
     pub(super) cache: Arc<Mutex<ByteLru>>,
     pub(super) staged: Arc<Mutex<Staged>>,
+    /// Pages the staged changes replace ([`Pages::forget_superseded`]).
+    pub(super) superseded: Arc<Mutex<Vec<Digest>>>,
     /// Decoded lookups by tree root ([`super::memo`]).
     pub(super) memo: Arc<super::memo::Memo>,
 }
@@ -267,6 +269,34 @@ impl Pages {
     pub(super) fn discard(&self) {
         if let Ok(mut s) = self.staged.lock() {
             s.clear();
+        }
+        if let Ok(mut s) = self.superseded.lock() {
+            s.clear();
+        }
+    }
+
+    /// Drops from the cache the pages that the landed commit's new pages
+    /// replaced. Only readers still holding the previous root (and
+    /// `history`, `rollback`, `gc`) can reach them now, and those read them
+    /// from the store again; left in the cache, every commit's old path
+    /// would stay until the budget is full, so the cache would sit at its
+    /// budget holding mostly pages no reader uses (issue 8 §1: RSS).
+    pub(super) fn forget_superseded(&self) {
+        let old = match self.superseded.lock() {
+            Ok(mut s) => std::mem::take(&mut *s),
+            Err(_) => return,
+        };
+        if let Ok(mut c) = self.cache.lock() {
+            for d in &old {
+                c.remove(d);
+            }
+        }
+    }
+
+    /// Notes that `digest` is replaced by the pages being staged.
+    fn supersede(&self, digest: &Digest) {
+        if let Ok(mut s) = self.superseded.lock() {
+            s.push(digest.clone());
         }
     }
 
@@ -414,6 +444,7 @@ impl Pages {
                 if !changed {
                     return Ok(unchanged());
                 }
+                self.supersede(&digest);
                 return self.write_chunks(0, entries).await;
             }
             let mut children: Vec<Node> = Vec::with_capacity(page.entries.len());
@@ -443,6 +474,7 @@ impl Pages {
             if !changed {
                 return Ok(unchanged());
             }
+            self.supersede(&digest);
             self.merge_small(page.level - 1, &mut children).await?;
             let entries = children
                 .into_iter()
@@ -467,6 +499,8 @@ impl Pages {
                 self.load(&children[a].digest).await?,
                 self.load(&children[a + 1].digest).await?,
             );
+            self.supersede(&children[a].digest);
+            self.supersede(&children[a + 1].digest);
             let entries: Vec<(String, Value)> =
                 left.entries.iter().chain(&right.entries).cloned().collect();
             let merged = self.write_chunks(level, entries).await?;

@@ -13,6 +13,7 @@ fn pages() -> (tempfile::TempDir, Pages) {
             store,
             cache,
             staged,
+            superseded: Default::default(),
             memo: Arc::new(super::super::memo::Memo::new(true)),
         },
     )
@@ -96,4 +97,59 @@ async fn inserts_deletes_and_shares_pages() {
             .unwrap(),
         Some(empty)
     );
+}
+
+/// The digests of every page of the tree `root`.
+async fn tree_pages(p: &Pages, root: &Digest) -> std::collections::HashSet<Digest> {
+    let mut all = std::collections::HashSet::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        let page = p.read(&d, false).await.unwrap();
+        for i in 0..page.entries.len() * usize::from(page.level > 0) {
+            stack.push(page.child(i).unwrap());
+        }
+        all.insert(d);
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_landed_change_forgets_the_pages_it_replaced() {
+    let (_dir, p) = pages();
+    let delta: Delta = (0..3000)
+        .map(|i| (key(i), Some(string_value(&"x".repeat(100)))))
+        .collect();
+    let mut root = p.apply(None, &delta).await.unwrap().unwrap();
+    p.flush(std::slice::from_ref(&root), Vec::new())
+        .await
+        .unwrap();
+    p.forget_superseded();
+    let first = tree_pages(&p, &root).await;
+    for i in 0..60 {
+        let delta: Delta = [(key(i * 37), Some(string_value(&format!("v{i}"))))].into();
+        root = p.apply(Some(&root), &delta).await.unwrap().unwrap();
+        p.flush(std::slice::from_ref(&root), Vec::new())
+            .await
+            .unwrap();
+        p.forget_superseded();
+    }
+    let live = tree_pages(&p, &root).await;
+    let cached = p.cache.lock().unwrap().keys();
+    let stale: Vec<_> = cached.iter().filter(|d| !live.contains(d)).collect();
+    assert!(
+        stale.is_empty(),
+        "{} superseded pages still cached",
+        stale.len()
+    );
+    assert!(
+        cached.iter().filter(|d| first.contains(d)).count() < first.len(),
+        "pages of the first tree were replaced"
+    );
+    // A discarded attempt forgets nothing: its pages were never stored.
+    let before = p.cache.lock().unwrap().keys().len();
+    let delta: Delta = [(key(1), Some(string_value("gone")))].into();
+    p.apply(Some(&root), &delta).await.unwrap();
+    p.discard();
+    p.forget_superseded();
+    assert_eq!(p.cache.lock().unwrap().keys().len(), before);
 }
