@@ -52,7 +52,9 @@ const INLINE_READ_MAX: u64 = 64 * 1024;
 #[derive(Clone)]
 pub struct FsStore {
     root: Arc<PathBuf>,
-    dirty_dirs: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Directories whose entries, and batch-written files whose content,
+    /// are not durable yet: fsynced by the next sync or root swap.
+    dirty: Arc<Mutex<Dirty>>,
     /// Held while dirty directories are fsynced: a sync that starts while
     /// another is in flight waits for it, so it never returns before the
     /// directories the other one took are durable.
@@ -90,7 +92,7 @@ impl FsStore {
         std::fs::create_dir_all(dir.join("refs"))?;
         Ok(FsStore {
             root: Arc::new(dir.to_path_buf()),
-            dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
+            dirty: Arc::default(),
             sync_lock: Arc::new(tokio::sync::Mutex::new(())),
             root_file: Arc::new(dir.join(ROOT_KEY)),
             root_cache: Arc::new(Mutex::new(None)),
@@ -264,20 +266,32 @@ impl FsStore {
     /// Records `dir` for the next sync; `true` when the set is over
     /// [`MAX_DIRTY_DIRS`] (the caller syncs now).
     fn mark_dirty(&self, dir: PathBuf) -> bool {
-        match self.dirty_dirs.lock() {
+        match self.dirty.lock() {
             Ok(mut d) => {
-                d.insert(dir);
-                d.len() > MAX_DIRTY_DIRS
+                d.dirs.insert(dir);
+                d.dirs.len() > MAX_DIRTY_DIRS
             }
             Err(_) => false,
         }
     }
 
-    /// Takes the directories waiting for sync.
-    fn take_dirty(&self) -> Vec<PathBuf> {
-        match self.dirty_dirs.lock() {
-            Ok(mut d) => d.drain().collect(),
-            Err(_) => Vec::new(),
+    /// Records files written by [`batch::put_blobs`] for the next sync;
+    /// `true` when more than [`MAX_DIRTY_DIRS`] wait (the caller syncs now).
+    fn mark_unsynced(&self, files: Vec<std::fs::File>) -> bool {
+        match self.dirty.lock() {
+            Ok(mut d) => {
+                d.files.extend(files);
+                d.files.len() > MAX_DIRTY_DIRS
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Takes the files and directories waiting for sync.
+    fn take_dirty(&self) -> Dirty {
+        match self.dirty.lock() {
+            Ok(mut d) => std::mem::take(&mut *d),
+            Err(_) => Dirty::default(),
         }
     }
 
@@ -355,6 +369,29 @@ fn walk_files(
 /// since (an emptied `uploads/<id>/`) has nothing to make durable.
 fn fsync_dirs(dirs: &[PathBuf]) -> std::io::Result<()> {
     sync::round(&[], dirs)
+}
+
+/// What waits for the next sync: directories whose entries changed, and
+/// files [`batch::put_blobs`] wrote (or found) under their keys whose
+/// content is not known to be durable.
+#[derive(Default)]
+struct Dirty {
+    dirs: HashSet<PathBuf>,
+    files: Vec<std::fs::File>,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        self.dirs.is_empty() && self.files.is_empty()
+    }
+
+    /// Fsyncs every file and directory (and `extra`, e.g. a new root's
+    /// file) in one round.
+    fn sync_with(&self, extra: Option<&std::fs::File>) -> std::io::Result<()> {
+        let dirs: Vec<PathBuf> = self.dirs.iter().cloned().collect();
+        let files: Vec<&std::fs::File> = extra.into_iter().chain(&self.files).collect();
+        sync::round(&files, &dirs)
+    }
 }
 
 /// Where a read of bytes `start..end` of an object starts from.
@@ -620,19 +657,19 @@ impl super::Blobstore for FsStore {
 
     async fn sync(&self) -> Result<()> {
         let _syncing = self.sync_lock.lock().await;
-        let dirs = self.take_dirty();
-        if dirs.is_empty() {
+        let dirty = self.take_dirty();
+        if dirty.is_empty() {
             return Ok(());
         }
-        blocking(move || fsync_dirs(&dirs)).await
+        blocking(move || dirty.sync_with(None)).await
     }
 
     async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
         let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
         self.check_space(total)?;
         let root = self.root.clone();
-        let dirs = blocking(move || batch::put_blobs(&root, blob_key, blobs)).await?;
-        let mut full = false;
+        let (files, dirs) = blocking(move || batch::put_blobs(&root, blob_key, blobs)).await?;
+        let mut full = self.mark_unsynced(files);
         for d in dirs {
             full |= self.mark_dirty(d);
         }
@@ -708,7 +745,7 @@ impl super::Blobstore for FsStore {
         // the same journal commit, so theirs return at once), and before
         // the rename that makes the new root current.
         let _syncing = self.sync_lock.lock().await;
-        let dirs = self.take_dirty();
+        let dirty = self.take_dirty();
         blocking(move || {
             use std::os::unix::fs::MetadataExt;
             let lock = std::fs::OpenOptions::new()
@@ -723,7 +760,7 @@ impl super::Blobstore for FsStore {
                 Err(e) => return Err(e),
             };
             if current != expected {
-                fsync_dirs(&dirs)?;
+                dirty.sync_with(None)?;
                 return Ok(false);
             }
             let t0 = std::time::Instant::now();
@@ -731,14 +768,16 @@ impl super::Blobstore for FsStore {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(value.as_bytes())?;
             f.write_all(b"\n")?;
-            // The new root's file and the directories of what was written
-            // since the last sync in one round: all durable before the rename.
-            sync::round(&[&f], &dirs)?;
+            // The new root's file, the directories of what was written
+            // since the last sync and the batch-written files in one round:
+            // all durable before the rename.
+            dirty.sync_with(Some(&f))?;
             let t1 = std::time::Instant::now();
             std::fs::rename(&tmp, dir.join("root"))?;
             sync::dir(&dir)?;
             tracing::debug!(
-                dirs = dirs.len(),
+                dirs = dirty.dirs.len(),
+                files = dirty.files.len(),
                 sync_us = (t1 - t0).as_micros(),
                 refs_sync_us = t1.elapsed().as_micros(),
                 "fs: root swapped"

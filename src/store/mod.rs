@@ -209,11 +209,13 @@ pub trait Blobstore: Send + Sync + 'static {
     /// digest computed by the caller from those bytes, at their
     /// [`blob_key`]s, skipping those already present: what [`put_bytes`]
     /// does for one, as one batch (a state commit's new pages and
-    /// documents). Durable as committed writers are (reachable only after
-    /// [`Blobstore::sync`]). The default writes up to 16 at once through
-    /// [`Blobstore::writer`]; a backend may do better (filesystem: one pass
-    /// that writes every file, then fsyncs them, then renames them, so the
-    /// fsyncs share journal commits).
+    /// documents). Durable by the next [`Blobstore::sync`] or
+    /// [`Blobstore::swap_root`] (which makes them reachable), as the
+    /// directory entries of committed writers are. The default writes up
+    /// to 16 at once through [`Blobstore::writer`]; a backend may do better
+    /// (filesystem: one pass that writes and renames every file, whose
+    /// fsyncs join the round before the root swap; a present blob is
+    /// compared byte for byte first).
     /// Errors: the first failure; blobs stored before it stay (unreachable
     /// until a root names them, so `gc` collects them).
     async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {

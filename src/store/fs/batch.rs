@@ -1,17 +1,28 @@
 //! Batched writes of small blobs ([`super::super::Blobstore::put_blobs`]):
 //! a state commit's new pages and documents in one pass of the blocking pool.
 //!
-//! Owns: the order of the system calls, chosen so that the fsyncs share
-//! journal commits. Every file is first written and its write-back started
+//! Owns: the order of the system calls, chosen so that a commit waits for
+//! as few rounds of `fsync(2)` as it can. Every file is written under a
+//! temporary name, its write-back started
 //! (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which on ext4 allocates its
-//! blocks in the running journal transaction), then all are fsynced at once
-//! ([`super::sync::round`]: they wait for the same journal commit and share
-//! its device flushes), then each is renamed to its key.
-//! Durability does not depend on the order: every file still gets its own
-//! `fsync(2)` before its rename, and its directory is queued for the
-//! [`super::FsStore`] sync before the root swap, as a single writer's are.
+//! blocks in the running journal transaction) and renamed to its key; the
+//! files are handed back open, and [`super::FsStore`] fsyncs them with
+//! their directories and the new root's file in the one round before the
+//! root swap (they wait for the same journal commit and share its device
+//! flushes). So a commit waits for two rounds (that one, then `refs/` after
+//! the rename), not three.
+//!
+//! Durability does not depend on the order: every file and directory gets
+//! its own `fsync(2)`, and all of them return before the rename of
+//! `refs/root` that makes any of them reachable. Until then a file under
+//! its key may not be durable: after a crash it can be empty or short.
+//! So a blob found already present under its key is not trusted blindly:
+//! its bytes are compared with the ones to store (a state page or document
+//! is at most a few KiB), a different file is replaced, and an equal one is
+//! fsynced in the same round as the new ones, as another process that
+//! wrote it may not have synced it yet.
 
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -19,20 +30,13 @@ use bytes::Bytes;
 
 use crate::digest::Digest;
 
-/// One blob being written: its temporary file, the file and its final path.
-struct Pending {
-    tmp: PathBuf,
-    file: Option<std::fs::File>,
-    path: PathBuf,
-}
-
-/// Removes the temporary files not renamed yet (on an error).
-struct Cleanup(Vec<Pending>);
+/// Removes a temporary file not renamed yet (on an error).
+struct Cleanup(Option<PathBuf>);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(&p.tmp);
+        if let Some(tmp) = &self.0 {
+            let _ = std::fs::remove_file(tmp);
         }
     }
 }
@@ -49,75 +53,126 @@ fn start_writeback(file: &std::fs::File) {
     let _ = file.as_raw_fd();
 }
 
-/// Writes each blob of `blobs` that is not present yet below `root` (blob
-/// keys from `key`, temporary files in `root/tmp/`), fsyncs and renames
-/// them. Returns the directories whose entries changed (each blob's
-/// directory and its parent, which holds the directory if it was just
-/// created), for the sync before the root swap.
+/// Writes each blob of `blobs` below `root` (blob keys from `key`,
+/// temporary files in `root/tmp/`) and renames it to its key, unless the
+/// key already holds exactly its bytes. Returns the files to fsync (the
+/// written ones and the ones found equal) and the directories whose
+/// entries changed (each blob's directory and its parent, which holds the
+/// directory if it was just created), for the round before the root swap.
 ///
 /// Errors: the first I/O error; temporary files are removed, blobs renamed
-/// before it stay.
+/// before it stay (unreachable: no root names them before that round).
 pub(super) fn put_blobs(
     root: &Path,
     key: impl Fn(&Digest) -> String,
     blobs: Vec<(Digest, Bytes)>,
-) -> std::io::Result<Vec<PathBuf>> {
+) -> std::io::Result<(Vec<std::fs::File>, Vec<PathBuf>)> {
     let t0 = std::time::Instant::now();
-    let mut pending = Cleanup(Vec::with_capacity(blobs.len()));
+    let mut files = Vec::with_capacity(blobs.len());
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let (mut written, mut present) = (0, 0);
     for (digest, bytes) in blobs {
         let path = root.join(key(&digest));
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => continue,
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        if !seen.insert(path.clone()) {
+            continue;
         }
-        if pending.0.iter().any(|p| p.path == path) {
+        if let Some(file) = holds(&path, &bytes)? {
+            files.push(file);
+            present += 1;
             continue;
         }
         let tmp = root.join("tmp").join(uuid::Uuid::new_v4().to_string());
         let mut file = std::fs::File::create_new(&tmp)?;
-        pending.0.push(Pending {
-            tmp,
-            file: None,
-            path,
-        });
+        let mut guard = Cleanup(Some(tmp.clone()));
         // Held until renamed: `sweep_tmp` leaves locked files alone.
         file.lock()?;
         file.write_all(&bytes)?;
         start_writeback(&file);
-        if let Some(p) = pending.0.last_mut() {
-            p.file = Some(file);
-        }
-    }
-    let t1 = std::time::Instant::now();
-    let files: Vec<&std::fs::File> = pending.0.iter().filter_map(|p| p.file.as_ref()).collect();
-    super::sync::round(&files, &[])?;
-    let (t2, written) = (std::time::Instant::now(), pending.0.len());
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    while let Some(mut p) = pending.0.pop() {
-        let parent = p.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
         std::fs::create_dir_all(&parent)?;
         // A directory another writer has just created lives in the grandparent.
         if let Some(grand) = parent.parent() {
             dirs.push(grand.to_path_buf());
         }
-        let renamed = std::fs::rename(&p.tmp, &p.path);
-        p.file = None;
-        if let Err(e) = renamed {
-            pending.0.push(p);
-            return Err(e);
-        }
+        std::fs::rename(&tmp, &path)?;
+        guard.0 = None;
         dirs.push(parent);
+        files.push(file);
+        written += 1;
     }
     dirs.sort();
     dirs.dedup();
     tracing::debug!(
         written,
-        files_us = (t1 - t0).as_micros(),
-        fsync_us = (t2 - t1).as_micros(),
-        rename_us = t2.elapsed().as_micros(),
-        "fs: blob batch stored"
+        present,
+        files_us = t0.elapsed().as_micros(),
+        "fs: blob batch written"
     );
-    Ok(dirs)
+    Ok((files, dirs))
+}
+
+/// The file at `path` opened, when it holds exactly `bytes`; `None` when
+/// there is none (or something else, e.g. the leftover of a crash, which
+/// the caller then replaces).
+fn holds(path: &Path, bytes: &[u8]) -> std::io::Result<Option<std::fs::File>> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.len() != bytes.len() as u64 {
+        return Ok(None);
+    }
+    let mut have = Vec::with_capacity(bytes.len());
+    file.read_to_end(&mut have)?;
+    Ok((have == bytes).then_some(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::blob_key;
+
+    #[test]
+    fn a_present_blob_is_kept_only_when_its_bytes_match() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("tmp")).unwrap();
+        let a = Bytes::from_static(b"{\"page\":\"a\"}");
+        let b = Bytes::from_static(b"{\"page\":\"bb\"}");
+        let (da, db) = (Digest::sha256_of(&a), Digest::sha256_of(&b));
+        let blobs = vec![(da.clone(), a.clone()), (db.clone(), b.clone())];
+        let (files, dirs) = put_blobs(dir.path(), blob_key, blobs.clone()).unwrap();
+        assert_eq!(files.len(), 2);
+        assert!(
+            dirs.contains(
+                &dir.path()
+                    .join(blob_key(&da))
+                    .parent()
+                    .unwrap()
+                    .to_path_buf()
+            )
+        );
+        let (pa, pb) = (
+            dir.path().join(blob_key(&da)),
+            dir.path().join(blob_key(&db)),
+        );
+        assert_eq!(std::fs::read(&pa).unwrap(), a);
+        // What a crash can leave: an empty file under one key, a short one
+        // under the other.
+        std::fs::write(&pa, b"").unwrap();
+        std::fs::write(&pb, &b[..4]).unwrap();
+        let (files, dirs) = put_blobs(dir.path(), blob_key, blobs.clone()).unwrap();
+        assert_eq!((files.len(), dirs.is_empty()), (2, false));
+        assert_eq!(std::fs::read(&pa).unwrap(), a);
+        assert_eq!(std::fs::read(&pb).unwrap(), b);
+        // Both intact now: kept, handed back for the round, no entry changed.
+        let (files, dirs) = put_blobs(dir.path(), blob_key, blobs).unwrap();
+        assert_eq!((files.len(), dirs.len()), (2, 0));
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+            0
+        );
+    }
 }
