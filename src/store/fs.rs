@@ -627,11 +627,11 @@ impl super::Blobstore for FsStore {
         blocking(move || fsync_dirs(&dirs)).await
     }
 
-    async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
+    async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<Vec<Digest>> {
         let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
         self.check_space(total)?;
         let root = self.root.clone();
-        let dirs = blocking(move || batch::put_blobs(&root, blob_key, blobs)).await?;
+        let (dirs, present) = blocking(move || batch::put_blobs(&root, blob_key, blobs)).await?;
         let mut full = false;
         for d in dirs {
             full |= self.mark_dirty(d);
@@ -639,7 +639,7 @@ impl super::Blobstore for FsStore {
         if full {
             super::Blobstore::sync(self).await?;
         }
-        Ok(())
+        Ok(present)
     }
 
     fn root_unchanged(&self, seen: &RootVersion) -> Option<bool> {

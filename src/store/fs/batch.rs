@@ -53,7 +53,8 @@ fn start_writeback(file: &std::fs::File) {
 /// keys from `key`, temporary files in `root/tmp/`), fsyncs and renames
 /// them. Returns the directories whose entries changed (each blob's
 /// directory and its parent, which holds the directory if it was just
-/// created), for the sync before the root swap.
+/// created), for the sync before the root swap, and the digests found
+/// present and not written ([`crate::store::Blobstore::put_blobs`]).
 ///
 /// Errors: the first I/O error; temporary files are removed, blobs renamed
 /// before it stay.
@@ -61,13 +62,17 @@ pub(super) fn put_blobs(
     root: &Path,
     key: impl Fn(&Digest) -> String,
     blobs: Vec<(Digest, Bytes)>,
-) -> std::io::Result<Vec<PathBuf>> {
+) -> std::io::Result<(Vec<PathBuf>, Vec<Digest>)> {
     let t0 = std::time::Instant::now();
     let mut pending = Cleanup(Vec::with_capacity(blobs.len()));
+    let mut present = Vec::new();
     for (digest, bytes) in blobs {
         let path = root.join(key(&digest));
         match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => continue,
+            Ok(m) if m.is_file() => {
+                present.push(digest);
+                continue;
+            }
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -119,5 +124,5 @@ pub(super) fn put_blobs(
         rename_us = t2.elapsed().as_micros(),
         "fs: blob batch stored"
     );
-    Ok(dirs)
+    Ok((dirs, present))
 }
