@@ -367,7 +367,11 @@ fn kpack_pull_secret_is_a_revocable_read_only_token_user(b: Backend) {
     assert_eq!(entry["password"], token);
     assert!(user.starts_with("kpack-bb-builds-"), "{user}");
 
-    // skopeo pulls the build and run images with it.
+    // skopeo pulls the build and run images with it, once the server has
+    // seen the new token user (at once on the filesystem; within its root
+    // refresh on S3: another process made it).
+    let manifest = |_: ()| site.curl(&["/v2/stacks/bb-build/manifests/1", "-u", &creds]);
+    settled(b.refresh_bound(), &200, || manifest(()).0);
     let certs = site.cert_dir("certs", None);
     for (repo, tag) in [("stacks/bb-build:1", "build"), ("stacks/bb-run:1", "run")] {
         let pulled = site.dir.join(format!("pulled-{tag}"));
@@ -445,7 +449,6 @@ fn kpack_pull_secret_is_a_revocable_read_only_token_user(b: Backend) {
     // Revoked: 401 once the server sees the new root (at once on the
     // filesystem; within its root refresh on S3).
     site.airlock_ok(&["user", "revoke", user]);
-    let manifest = |_: ()| site.curl(&["/v2/stacks/bb-build/manifests/1", "-u", &creds]);
     settled(b.refresh_bound(), &401, || manifest(()).0);
     let (code, heads, _) = manifest(());
     assert_eq!(code, 401);
