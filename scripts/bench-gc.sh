@@ -5,8 +5,20 @@
 # blobs, beside the reference: listing the same tree with `find` (the
 # least any sweep must do). Target: peak RSS < 128 MiB at 100,000 blobs.
 #
-#   scripts/bench-gc.sh [BLOBS [MANIFESTS]]     # default 100000 10000
+#   scripts/bench-gc.sh [--s3] [BLOBS [MANIFESTS]]     # default 100000 10000
+#
+# --s3: the same store on S3: generated into the directory of s3s-fs
+# (scripts/bench/s3s-fs.sh; s3s-fs serves the files under its directory
+# as objects, with their mtimes as LastModified), collected by `airlock gc
+# --store s3://bench/site --s3-endpoint ...`; the reference is the same
+# `find` listing of that directory (s3s-fs's own listing reads it too).
+# Every read, move and delete is then a request over loopback.
 set -euo pipefail
+S3=
+if [ "${1:-}" = --s3 ]; then
+    S3=1
+    shift
+fi
 BLOBS=${1:-100000}
 MANIFESTS=${2:-10000}
 . "$(dirname "$0")/bench/lib.sh"
@@ -14,9 +26,21 @@ need /usr/bin/time time
 need jq jq
 need bc bc
 need python3 python3
-build_airlock
+if [ -n "${AIRLOCK_BIN:-}" ]; then
+    airlock=$AIRLOCK_BIN
+else
+    build_airlock
+fi
 bin=$airlock
-data="$work/data"
+if [ -n "$S3" ]; then
+    . "$(dirname "$0")/bench/s3s-fs.sh"
+    start_s3s_fs "$work/s3"
+    data="$work/s3/bench/site"
+    store=(--store s3://bench/site --s3-endpoint "$endpoint")
+else
+    data="$work/data"
+    store=(--data "$data")
+fi
 start=$(date +%s.%N)
 python3 "$repo/scripts/bench/gen-gc-store.py" "$data" "$BLOBS" "$MANIFESTS"
 echo "generated in $(echo "$(date +%s.%N) - $start" | bc) s"
@@ -24,7 +48,8 @@ sync
 # Reference: list every file with its mtime (what a sweep reads at least).
 /usr/bin/time -f "%e %M" -o "$work/find.time" find "$data/blobs" -type f -printf '%T@ %p\n' >/dev/null
 read -r find_s find_kb <"$work/find.time"
-/usr/bin/time -f "%e %M" -o "$work/gc.time" "$bin" gc --data "$data" --json >"$work/gc.json"
+echo "$(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg) before gc; store: ${store[*]}"
+/usr/bin/time -f "%e %M" -o "$work/gc.time" "$bin" gc "${store[@]}" --json >"$work/gc.json"
 read -r gc_s gc_kb <"$work/gc.time"
 mark_ms=$(jq .mark_ms "$work/gc.json")
 sweep_ms=$(jq .sweep_ms "$work/gc.json")

@@ -2,6 +2,11 @@
 //! a test CA made with `openssl`, skopeo pushing and pulling over HTTPS with
 //! `--creds` and with client certificates (`--cert-dir`), curl for the
 //! status codes, `openssl s_client` for the served certificate.
+//!
+//! Filesystem only: what these check (TLS, roles, the audit fields) is
+//! decided before the store; the pushes, pulls and imports they drive run
+//! on S3 in push_clients, e2e_skopeo and bundle_import, and a TLS site
+//! whose config names an S3 store in auth_users.
 
 mod common;
 

@@ -6,7 +6,10 @@
 //! airlock's own HTTPS with a test CA (`--ca-file`) and with a client
 //! certificate (mTLS, `--cert`/`--key`).
 //! Every sha256 is computed by coreutils' `sha256sum`, every tar read by
-//! GNU tar.
+//! GNU tar. What the store holds and serves runs on every blobstore
+//! backend (`on_backends!`); what happens between the cell and the server
+//! alone (a corrupting or refusing proxy, TLS and client certificates) on
+//! the filesystem: the backend adds nothing to it.
 
 mod common;
 
@@ -18,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use common::backend::{Backend, Kind, on_backends, settled};
 use common::ca::{CLIENT_EXT, SERVER_EXT, issue, make_ca};
 use common::*;
 
@@ -61,26 +65,29 @@ fn bundle() -> &'static Path {
     })
 }
 
-/// A fresh data directory with the bundle imported and `stacks/bb:TAG`
-/// promoted as stack `bb`, served: (temporary directory, data, server, its URL).
-fn setup(tag: &str) -> (tempfile::TempDir, PathBuf, Server, String) {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    import_bundle(&data, &test_key().1, bundle());
+/// The fresh store `b` with the bundle imported and `stacks/bb:TAG`
+/// promoted as stack `bb`, served: (the store, server, its URL).
+fn setup_on(b: Backend, tag: &str) -> (Backend, Server, String) {
+    b.import(&test_key().1, bundle());
     stack(
-        &data,
+        &b,
         &["promote", "bb", "--image", &format!("stacks/bb:{tag}")],
     );
-    let server = serve(&data, &[]);
+    let server = b.serve(&[]);
     let url = format!("http://{}", server.addr);
-    (tmp, data, server, url)
+    (b, server, url)
 }
 
-fn stack(data: &Path, args: &[&str]) {
-    let mut all = vec!["stack"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--data", data.to_str().unwrap()]);
-    airlock_ok(&all);
+/// [`setup_on`] the filesystem, for what happens between the cell and
+/// the HTTP server only (a corrupting or refusing proxy, the client's
+/// certificates): the same on every backend.
+fn setup(tag: &str) -> (Backend, Server, String) {
+    setup_on(Backend::start(Kind::Fs), tag)
+}
+
+/// `airlock stack VERB <store> ARGS...`.
+fn stack(b: &Backend, args: &[&str]) {
+    b.airlock_ok(&["stack", args[0]], &args[1..]);
 }
 
 /// `airlock cell sync --once` of stack `bb` from `url` into `dir` as cell `cell-1`.
@@ -256,10 +263,22 @@ fn proxy(upstream: String, mode: Mode) -> Proxy {
     }
 }
 
-#[test]
-fn installs_follows_promotions_and_rolls_back() {
+// What the store holds and serves (the rootfs, the cell's reports, a
+// promotion and a rollback by another process): on every backend.
+on_backends!([fs, moto, s3s_fs] installs_follows_promotions_and_rolls_back);
+
+/// The rootfs the API assigns once the server has seen another process's
+/// change (within its root refresh: [`Backend::refresh_bound`]).
+fn assigned_rootfs_after(b: &Backend, addr: &str, old: &str) -> String {
+    let changed = settled(b.refresh_bound(), &false, || assigned(addr).0 == old);
+    assert!(!changed, "the server still assigns {old}");
+    assigned(addr).0
+}
+
+fn installs_follows_promotions_and_rolls_back(b: Backend) {
     require_tool("tar", "tar");
-    let (tmp, data, server, url) = setup("latest");
+    let (store, server, url) = setup_on(b, "latest");
+    let tmp = &store.dir;
     let cells = tmp.path().join("cells");
     let rootfs = cells.join("bb/rootfs.tar");
     let previous = cells.join("bb/rootfs.tar.previous");
@@ -284,8 +303,8 @@ fn installs_follows_promotions_and_rolls_back() {
     assert!(sync_ok(&url, &cells, &[]).contains("bb: up to date"));
 
     // A promotion reaches the cell; the old rootfs is kept.
-    stack(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
-    let (v2, _) = assigned(&server.addr);
+    stack(&store, &["promote", "bb", "--image", "stacks/bb:v2"]);
+    let v2 = assigned_rootfs_after(&store, &server.addr, &v1);
     assert_ne!(v1, v2);
     assert!(sync_ok(&url, &cells, &[]).contains("bb: installed"));
     assert_eq!(sha256sum(&rootfs), v2);
@@ -293,8 +312,8 @@ fn installs_follows_promotions_and_rolls_back() {
     assert_eq!(tar_cat(&rootfs, "etc/stack-version"), b"2\n");
 
     // A rollback swaps the previous file back in, without a download.
-    stack(&data, &["rollback", "bb", "--reason", "test"]);
-    assert_eq!(assigned(&server.addr).0, v1);
+    stack(&store, &["rollback", "bb", "--reason", "test"]);
+    assert_eq!(assigned_rootfs_after(&store, &server.addr, &v2), v1);
     let p = proxy(server.addr.clone(), Mode::Corrupt);
     let out = sync_ok(&p.url, &cells, &[]);
     assert!(out.contains("bb: switched to the previous rootfs"), "{out}");
@@ -311,11 +330,11 @@ fn installs_follows_promotions_and_rolls_back() {
 
 #[test]
 fn refuses_a_rootfs_whose_sha256_does_not_match() {
-    let (tmp, data, server, url) = setup("latest");
-    let cells = tmp.path().join("cells");
+    let (b, server, url) = setup("latest");
+    let cells = b.dir.path().join("cells");
     let (v1, _) = assigned(&server.addr);
     sync_ok(&url, &cells, &[]);
-    stack(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
+    stack(&b, &["promote", "bb", "--image", "stacks/bb:v2"]);
 
     let p = proxy(server.addr.clone(), Mode::Corrupt);
     let o = sync(&p.url, &cells, &[]);
@@ -331,7 +350,8 @@ fn refuses_a_rootfs_whose_sha256_does_not_match() {
 
 #[test]
 fn honours_429_retry_after() {
-    let (tmp, _data, server, _) = setup("latest");
+    let (b, server, _) = setup("latest");
+    let tmp = &b.dir;
     let cells = tmp.path().join("cells");
     let p = proxy(server.addr.clone(), Mode::BusyOnce);
     // With credentials: HTTP Basic on every request.
@@ -365,7 +385,8 @@ fn honours_429_retry_after() {
 
 #[test]
 fn adds_trusted_certs_after_the_check() {
-    let (tmp, data, server, url) = setup("v2");
+    let (b, server, url) = setup("v2");
+    let tmp = &b.dir;
     let (pem, _) = self_signed_cert(tmp.path(), "site-ca", "site CA");
     let pem_bytes = std::fs::read(&pem).unwrap();
     let cells = tmp.path().join("cells");
@@ -393,7 +414,7 @@ fn adds_trusted_certs_after_the_check() {
     assert_eq!(sha256sum(&rootfs), sha256sum(&served));
 
     // A rootfs without a CA bundle gets one.
-    stack(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
+    stack(&b, &["promote", "bb", "--image", "stacks/bb:latest"]);
     assert!(sync_ok(&url, &cells, &certs_arg).contains("bb: installed"));
     assert_eq!(
         tar_cat(&rootfs, "etc/ssl/certs/ca-certificates.crt"),
@@ -449,7 +470,15 @@ fn syncs_over_https_with_a_site_ca_and_with_a_client_certificate() {
     issue(dir, "ca", "cell1", "cell1", CLIENT_EXT);
     let data = dir.join("data");
     import_bundle(&data, &test_key().1, bundle());
-    stack(&data, &["promote", "bb", "--image", "stacks/bb:latest"]);
+    airlock_ok(&[
+        "stack",
+        "promote",
+        "--data",
+        data.to_str().unwrap(),
+        "bb",
+        "--image",
+        "stacks/bb:latest",
+    ]);
     let config = dir.join("airlock.toml");
     std::fs::write(
         &config,

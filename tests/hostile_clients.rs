@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use airlock::registry::RegistryConfig;
 use airlock::registry::uploads::UploadLimits;
 use airlock::server::Limits;
+use common::backend::{Backend, on_backends};
 use common::listener::{
     GET_HEALTHZ, closed_within, get_healthz, h2_healthz_then_closed, read_response, request, start,
-    start_with,
+    start_on,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -249,13 +250,23 @@ async fn connections_beyond_the_per_address_cap_are_closed() {
     assert!(head.starts_with("http/1.1 200"), "{head}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upload_sessions_are_capped_per_client() {
+// Upload sessions live in the store (on S3 shared by every replica):
+// their cap, sweep and expiry on the filesystem and on S3 (one server:
+// moto adds nothing). The other limits are the listener's own, the same
+// whatever the store: filesystem only.
+on_backends!(
+    async [fs, s3s_fs]
+    upload_sessions_are_capped_per_client,
+    sweep_is_not_blocked_by_a_never_ending_patch,
+    patch_running_past_the_session_expiry_is_refused,
+);
+
+async fn upload_sessions_are_capped_per_client(b: Backend) {
     let uploads = UploadLimits {
         max_sessions_per_client: 2,
         ..UploadLimits::default()
     };
-    let srv = start_with(base(), push_config(uploads, Duration::from_secs(3600))).await;
+    let srv = start_on(b, base(), push_config(uploads, Duration::from_secs(3600))).await;
     let first = open_session(srv.addr, "cap/a").await;
     open_session(srv.addr, "cap/b").await;
     // A third one from this client, in any repository: 429.
@@ -269,9 +280,9 @@ async fn upload_sessions_are_capped_per_client() {
     open_session(srv.addr, "cap/c").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sweep_is_not_blocked_by_a_never_ending_patch() {
-    let srv = start_with(
+async fn sweep_is_not_blocked_by_a_never_ending_patch(b: Backend) {
+    let srv = start_on(
+        b,
         base(),
         push_config(UploadLimits::default(), Duration::from_secs(1)),
     )
@@ -293,9 +304,9 @@ async fn sweep_is_not_blocked_by_a_never_ending_patch() {
     assert!(head.starts_with("http/1.1 404"), "{head}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn patch_running_past_the_session_expiry_is_refused() {
-    let srv = start_with(
+async fn patch_running_past_the_session_expiry_is_refused(b: Backend) {
+    let srv = start_on(
+        b,
         base(),
         push_config(UploadLimits::default(), Duration::from_secs(1)),
     )

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+use common::backend::{Backend, on_backends};
 use common::ca::{SERVER_EXT, issue, make_ca};
 use common::*;
 
@@ -33,7 +34,23 @@ fn push_fixture(addr: &str, r: &str, dest: &str, all: bool) {
 /// (server, the manifest bytes `skopeo inspect --raw` reads back, their
 /// sha256 by `sha256sum`).
 fn source_registry(dir: &Path, r: &str, dest: &str, all: bool) -> (Server, Vec<u8>, String) {
-    let src = serve(&dir.join("src-data"), &["--allow-push"]);
+    fill_source(
+        serve(&dir.join("src-data"), &["--allow-push"]),
+        dir,
+        r,
+        dest,
+        all,
+    )
+}
+
+/// [`source_registry`] on the running `src` (scratch files under `dir`).
+fn fill_source(
+    src: Server,
+    dir: &Path,
+    r: &str,
+    dest: &str,
+    all: bool,
+) -> (Server, Vec<u8>, String) {
     push_fixture(&src.addr, r, dest, all);
     let raw = raw_manifest(&src.addr, dest);
     let digest = sha256_bytes(dir, &raw);
@@ -124,11 +141,18 @@ fn assert_pulls_back(dir: &Path, bundle: &Path, want: &str) -> Server {
     dst
 }
 
-#[test]
-fn plain_http_tag_and_digest_sources_round_trip() {
+// The source registry (skopeo's and oras's pushes) and the destination
+// (import, pulls, referrers) on each kind of blobstore: one S3 server each
+// (they are covered on both by the push, pull and import suites; here the
+// point is the round trip). `bundle create`'s own work (cache, auth, TLS,
+// retries, selection) does not touch a store: filesystem only.
+on_backends!([fs, s3s_fs] plain_http_tag_and_digest_sources_round_trip);
+on_backends!([fs, moto] referrers_come_along_by_api_and_by_tag_schema);
+
+fn plain_http_tag_and_digest_sources_round_trip(b: Backend) {
     require_tool("skopeo", "skopeo");
     let tmp = tempfile::tempdir().unwrap();
-    let src = serve(&tmp.path().join("src-data"), &["--allow-push"]);
+    let src = b.serve(&["--allow-push"]);
     push_fixture(&src.addr, "latest", "src/busybox:1.0", false);
     push_fixture(&src.addr, "multi", "src/multi:v1", true);
     let raw_single = raw_manifest(&src.addr, "src/busybox:1.0");
@@ -169,9 +193,9 @@ fn plain_http_tag_and_digest_sources_round_trip() {
 
     // Import into a fresh store and pull back with skopeo.
     let (_, public) = test_key();
-    let data = tmp.path().join("dst-data");
-    import_bundle(&data, &public, &bundle);
-    let dst = serve(&data, &[]);
+    let dst_store = Backend::start(b.kind);
+    dst_store.import(&public, &bundle);
+    let dst = dst_store.serve(&[]);
     let back = raw_manifest(&dst.addr, "mirror/busybox:1.0");
     assert_eq!(back, raw_single, "manifest bytes changed on the way");
     let back_multi = raw_manifest(&dst.addr, "mirror/multi:v1");
@@ -768,8 +792,7 @@ fn referrers_of(addr: &str, repo: &str, subject: &str) -> Vec<String> {
     d
 }
 
-#[test]
-fn referrers_come_along_by_api_and_by_tag_schema() {
+fn referrers_come_along_by_api_and_by_tag_schema(store: Backend) {
     require_tool("skopeo", "skopeo");
     let ok = Command::new("python3")
         .args(["-c", "import oras.client"])
@@ -782,7 +805,13 @@ fn referrers_come_along_by_api_and_by_tag_schema() {
     );
     let tmp = tempfile::tempdir().unwrap();
     // Source A: airlock (referrers API); an SBOM pushed by oras.
-    let (src, raw, subject) = source_registry(tmp.path(), "latest", "src/busybox:1.0", false);
+    let (src, raw, subject) = fill_source(
+        store.serve(&["--allow-push"]),
+        tmp.path(),
+        "latest",
+        "src/busybox:1.0",
+        false,
+    );
     let sbom = tmp.path().join("sbom.spdx.json");
     std::fs::write(&sbom, "{\"spdxVersion\":\"SPDX-2.3\"}\n").unwrap();
     let size = raw.len().to_string();
@@ -844,9 +873,9 @@ fn referrers_come_along_by_api_and_by_tag_schema() {
     let out = tmp.path().join("b.tar");
     create_json(&config, &out, &tmp.path().join("cache"), &[]);
     let (_, public) = test_key();
-    let data = tmp.path().join("dst");
-    import_bundle(&data, &public, &out);
-    let dst = serve(&data, &[]);
+    let dst_store = Backend::start(store.kind);
+    dst_store.import(&public, &out);
+    let dst = dst_store.serve(&[]);
     assert_eq!(
         referrers_of(&dst.addr, "a/busybox", &subject),
         vec![sbom_digest.clone()]

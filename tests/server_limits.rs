@@ -3,6 +3,10 @@
 //! and silent clients, idle timeout for keep-alive connections, the
 //! connection cap, and graceful shutdown with a request in flight. Every
 //! test is bounded by explicit timeouts.
+//!
+//! Filesystem only: these are the listener's limits, met before a request
+//! reaches the store (upload sessions, which live in the store, run on S3
+//! too in hostile_clients.rs).
 
 mod common;
 

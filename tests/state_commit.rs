@@ -15,6 +15,7 @@ use airlock::digest::Digest;
 use airlock::names::RepositoryName;
 use airlock::state::{Op, StateError, StateStore};
 use airlock::store::fs::FsStore;
+use airlock::store::{self as store, Blobstore};
 use common::backend::{Backend, on_backends};
 
 on_backends!(
@@ -24,6 +25,8 @@ on_backends!(
 );
 // Racing root swaps need conditional writes the server serializes.
 on_backends!(async [fs, moto] concurrent_commits_are_all_kept);
+// The store is driven directly; one S3 server is enough (moto adds nothing).
+on_backends!(async [fs, s3s_fs] a_document_collected_before_the_swap_is_written_again);
 
 /// The stored root value.
 async fn root(store: &dyn airlock::store::Blobstore) -> String {
@@ -297,4 +300,106 @@ async fn contention_between_processes_never_fails() {
         let r = state.repository(&snap, &repo(w)).await.unwrap().unwrap();
         assert_eq!(r.blobs(None, usize::MAX).await.unwrap().len(), 8);
     }
+}
+
+/// A store on which a concurrent `gc` removes the blob `victim` right
+/// after a commit's batch found it stored (and so did not write it), before
+/// the commit's root swap names it: the interleaving of the GC race,
+/// deterministic. Fires once.
+struct CollectedMeanwhile {
+    inner: Arc<dyn Blobstore>,
+    victim: Digest,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Blobstore for CollectedMeanwhile {
+    async fn stat(&self, key: &str) -> store::Result<Option<u64>> {
+        self.inner.stat(key).await
+    }
+    async fn read(&self, key: &str, range: Option<(u64, u64)>) -> store::Result<store::BoxRead> {
+        self.inner.read(key, range).await
+    }
+    async fn stream(
+        &self,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> store::Result<store::ByteStream> {
+        self.inner.stream(key, range).await
+    }
+    async fn writer(&self, key: &str) -> store::Result<Box<dyn store::ObjectWriter>> {
+        self.inner.writer(key).await
+    }
+    async fn delete(&self, key: &str) -> store::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str) -> store::Result<Vec<String>> {
+        self.inner.list(prefix).await
+    }
+    async fn sync(&self) -> store::Result<()> {
+        self.inner.sync().await
+    }
+    async fn read_root(&self) -> store::Result<Option<store::RootVersion>> {
+        self.inner.read_root().await
+    }
+    async fn swap_root(
+        &self,
+        expected: Option<&store::RootVersion>,
+        value: &str,
+    ) -> store::Result<bool> {
+        self.inner.swap_root(expected, value).await
+    }
+    async fn put_blobs(&self, blobs: Vec<(Digest, bytes::Bytes)>) -> store::Result<Vec<Digest>> {
+        use std::sync::atomic::Ordering;
+        let present = self.inner.put_blobs(blobs).await?;
+        if present.contains(&self.victim) && !self.fired.swap(true, Ordering::SeqCst) {
+            self.inner.delete(&store::blob_key(&self.victim)).await?;
+        }
+        Ok(present)
+    }
+}
+
+/// The GC race of a state commit: a document set back to an earlier value
+/// is found stored (unreferenced by the current root), so the commit does
+/// not write it; a `gc` removes it before the root swap names it again.
+/// The commit checks after its swap and writes it again: the new root's
+/// document is there, with the right bytes, read through a fresh store.
+async fn a_document_collected_before_the_swap_is_written_again(b: Backend) {
+    use airlock::state::DocumentChange;
+    let set = |v: &'static str| Op::Document {
+        name: "notes".into(),
+        change: DocumentChange::json(move |_: Option<String>| Ok(Some(v.to_string()))),
+    };
+    let state = StateStore::new(b.open_store().await);
+    state.commit("first", "t", &[set("first")]).await.unwrap();
+    state.commit("second", "t", &[set("second")]).await.unwrap();
+    // The document's bytes as the commit serialises them, hashed here.
+    let victim = Digest::sha256_of(&serde_json::to_vec("first").unwrap());
+    let key = store::blob_key(&victim);
+    let inner = b.open_store().await;
+    assert!(
+        inner.stat(&key).await.unwrap().is_some(),
+        "the first document is stored"
+    );
+    let racing = Arc::new(CollectedMeanwhile {
+        inner,
+        victim: victim.clone(),
+        fired: false.into(),
+    });
+    let state = StateStore::new(racing.clone());
+    let c = state.commit("back", "t", &[set("first")]).await.unwrap();
+    assert_eq!((c.generation, c.changed), (3, true));
+    assert!(
+        racing.fired.load(std::sync::atomic::Ordering::SeqCst),
+        "the commit found the first document stored (the race was set up)"
+    );
+    let fresh = StateStore::new(b.open_store().await);
+    let snap = fresh.snapshot().await.unwrap();
+    assert_eq!(snap.generation(), 3);
+    let doc: Option<String> = fresh.document(&snap, "notes").await.unwrap();
+    assert_eq!(doc.as_deref(), Some("first"));
+    assert_eq!(
+        fresh.blobstore().stat(&key).await.unwrap(),
+        Some(serde_json::to_vec("first").unwrap().len() as u64)
+    );
 }

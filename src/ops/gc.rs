@@ -29,7 +29,10 @@
 //! on it, or checks after naming it that it is still there: an import
 //! writes its journal before its presence checks and writes; a push links
 //! its blob, then checks it (a mount and a finished upload alike, falling
-//! back to an upload or an error the client retries); so a writer either
+//! back to an upload or an error the client retries); a state commit
+//! checks after its root swap the pages and documents (and a manifest
+//! push its manifest) that it found stored and so did not write, and
+//! writes again what vanished (`state::commit`); so a writer either
 //! is seen by the third look or finds the blob absent: no race window is
 //! left between the last look and the delete. Then: links older than the
 //! grace period (unless rewritten meanwhile), journals of finished imports,

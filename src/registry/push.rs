@@ -177,15 +177,16 @@ fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
 }
 
 /// Stores `bytes` at `blob_key(digest)` unless present (`digest` was
-/// computed from these bytes).
-async fn store_bytes(store: &dyn Blobstore, digest: &Digest, bytes: Bytes) -> Result<()> {
+/// computed from these bytes); `false` when present.
+async fn store_bytes(store: &dyn Blobstore, digest: &Digest, bytes: Bytes) -> Result<bool> {
     let key = blob_key(digest);
-    if store.stat(&key).await?.is_none() {
-        let mut w = store.writer(&key).await?;
-        w.write(bytes).await?;
-        w.commit().await?;
+    if store.stat(&key).await?.is_some() {
+        return Ok(false);
     }
-    Ok(())
+    let mut w = store.writer(&key).await?;
+    w.write(bytes).await?;
+    w.commit().await?;
+    Ok(true)
 }
 
 /// PUT `/v2/<name>/manifests/<reference>` (end-7): 201 with `Location`
@@ -249,7 +250,7 @@ pub async fn manifest(
         }
     }
     let size = bytes.len() as u64;
-    store_bytes(store, &digest, bytes).await?;
+    let written = store_bytes(store, &digest, bytes.clone()).await?;
     let ops = [
         Op::LinkBlobs {
             repo: name.clone(),
@@ -285,6 +286,12 @@ pub async fn manifest(
             ));
         }
         Err(e) => return Err(e.into()),
+    }
+    if !written {
+        // Found present, so unreferenced until this commit named it, a
+        // concurrent `gc` may have removed it meanwhile: checked after the
+        // naming, as a pushed blob is (see `ops::gc`), and written again.
+        store_bytes(store, &digest, bytes).await?;
     }
     Ok(Created {
         location: format!("/v2/{name}/manifests/{digest}"),

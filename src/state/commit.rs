@@ -73,6 +73,10 @@ struct Working {
     documents: BTreeMap<String, Option<Vec<u8>>>,
 }
 
+/// What [`StateStore::write`] stored: the new state's digest, the state,
+/// and the blobs it found stored already.
+type Written = (Digest, StateDoc, Vec<(Digest, bytes::Bytes)>);
+
 /// A copy of `e` for another waiter of the same failed batch (the error
 /// types are not `Clone`; the kind of an I/O error is kept, so a full disk
 /// stays recognisable).
@@ -243,7 +247,7 @@ impl StateStore {
         let wrote = written.is_some();
         let generation = match written {
             None => snap.generation(),
-            Some((digest, state)) => {
+            Some((digest, state, present)) => {
                 // `swap_root` makes what was written durable before the new
                 // root is (filesystem: the directories waiting for sync).
                 if !self
@@ -253,6 +257,7 @@ impl StateStore {
                 {
                     return Ok(None);
                 }
+                self.rewrite_vanished(present).await?;
                 tracing::info!(generation = state.generation, %digest, changes = landed.len(), reason, who, address = state.address.as_deref().unwrap_or("-"), "state root swapped");
                 tracing::debug!(
                     apply_us = (t1 - t0).as_micros(),
@@ -378,8 +383,43 @@ impl StateStore {
         }
     }
 
+    /// After the root swap: writes again each blob of `present` (pages and
+    /// documents the batch found stored, so did not write) that is gone.
+    ///
+    /// The GC race: such a blob may have been unreferenced when the batch
+    /// found it (a document set back to an earlier value, a page equal to
+    /// one of a generation no longer kept), so a concurrent `gc` could move
+    /// it to its trash, and delete it after its last look, before this
+    /// swap named it again. A `gc` that looks after the swap keeps it (its
+    /// third look walks the new root and puts it back); one that looked
+    /// before has removed it by now or never will: this check, after the
+    /// naming, finds it absent and restores it from the batch's bytes, as
+    /// a push checks its blob after linking it (`ops::gc`). In between, a
+    /// reader of the new root may find it absent (the same answer as for
+    /// a blob being moved by `gc`). Most batches find nothing present: no
+    /// round trip then.
+    ///
+    /// Errors: the store failed (the new root is in place; `airlock fsck`
+    /// names what it misses).
+    async fn rewrite_vanished(&self, present: Vec<(Digest, bytes::Bytes)>) -> Result<()> {
+        if present.is_empty() {
+            return Ok(());
+        }
+        let n = present.len();
+        let still = self.store.put_blobs(present).await?;
+        if still.len() < n {
+            tracing::warn!(
+                rewritten = n - still.len(),
+                "state blobs removed by a concurrent gc before the root swap named them again: written again"
+            );
+            self.store.sync().await?;
+        }
+        Ok(())
+    }
+
     /// Writes the documents `work` changed and the new [`StateDoc`] on top
-    /// of `snap`; `None` when nothing changed.
+    /// of `snap`; `None` when nothing changed; else the new state's digest,
+    /// the state, and the blobs found stored already ([`Self::rewrite_vanished`]).
     async fn write(
         &self,
         snap: &Snapshot,
@@ -387,7 +427,7 @@ impl StateStore {
         reason: &str,
         who: &str,
         address: Option<String>,
-    ) -> Result<Option<(Digest, StateDoc)>> {
+    ) -> Result<Option<Written>> {
         let mut table_delta = Delta::new();
         let mut roots = Vec::new();
         for (name, delta) in &work.repos {
@@ -446,8 +486,8 @@ impl StateStore {
         })?;
         let digest = Digest::sha256_of(&bytes);
         blobs.push((digest.clone(), bytes::Bytes::from(bytes)));
-        self.pages.flush(&roots, blobs).await?;
-        Ok(Some((digest, state)))
+        let present = self.pages.flush(&roots, blobs).await?;
+        Ok(Some((digest, state, present)))
     }
 }
 

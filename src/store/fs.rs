@@ -664,19 +664,19 @@ impl super::Blobstore for FsStore {
         blocking(move || dirty.sync_with(None)).await
     }
 
-    async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
+    async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<Vec<Digest>> {
         let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
         self.check_space(total)?;
         let root = self.root.clone();
-        let (files, dirs) = blocking(move || batch::put_blobs(&root, blob_key, blobs)).await?;
-        let mut full = self.mark_unsynced(files);
-        for d in dirs {
+        let batch = blocking(move || batch::put_blobs(&root, blob_key, blobs)).await?;
+        let mut full = self.mark_unsynced(batch.files);
+        for d in batch.dirs {
             full |= self.mark_dirty(d);
         }
         if full {
             super::Blobstore::sync(self).await?;
         }
-        Ok(())
+        Ok(batch.present)
     }
 
     fn root_unchanged(&self, seen: &RootVersion) -> Option<bool> {

@@ -216,20 +216,24 @@ pub trait Blobstore: Send + Sync + 'static {
     /// (filesystem: one pass that writes and renames every file, whose
     /// fsyncs join the round before the root swap; a present blob is
     /// compared byte for byte first).
+    /// Returns the digests found present and so not written: unreferenced
+    /// until the caller's root swap names them, `gc` may remove them in
+    /// between, so a caller checks them again after its swap (a state
+    /// commit: `state::commit`).
     /// Errors: the first failure; blobs stored before it stay (unreachable
     /// until a root names them, so `gc` collects them).
-    async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
+    async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<Vec<Digest>> {
         use futures_util::StreamExt;
-        let mut puts = futures_util::stream::iter(
-            blobs
-                .into_iter()
-                .map(|(d, b)| async move { put_digested(self, &d, b).await }),
-        )
+        let mut puts = futures_util::stream::iter(blobs.into_iter().map(|(d, b)| async move {
+            let written = put_digested(self, &d, b).await?;
+            Ok::<_, StoreError>((!written).then_some(d))
+        }))
         .buffer_unordered(16);
+        let mut present = Vec::new();
         while let Some(r) = puts.next().await {
-            r?;
+            present.extend(r?);
         }
-        Ok(())
+        Ok(present)
     }
     /// Whether `refs/root` still holds `seen.value`, when the backend can
     /// tell from local metadata alone, without a round trip and without
@@ -355,14 +359,15 @@ async fn put_digested<S: Blobstore + ?Sized>(
     store: &S,
     digest: &Digest,
     bytes: Bytes,
-) -> Result<()> {
+) -> Result<bool> {
     let key = blob_key(digest);
-    if store.stat(&key).await?.is_none() {
-        let mut w = store.writer(&key).await?;
-        w.write(bytes).await?;
-        w.commit().await?;
+    if store.stat(&key).await?.is_some() {
+        return Ok(false);
     }
-    Ok(())
+    let mut w = store.writer(&key).await?;
+    w.write(bytes).await?;
+    w.commit().await?;
+    Ok(true)
 }
 
 /// The size of the blob `digest`, verified against its digest when it is

@@ -193,6 +193,19 @@ impl Backend {
         }
     }
 
+    /// The `[store]` keys of a serve config file that name this store
+    /// (`path`, or `url` and `s3_endpoint`): switching a site to S3 is a
+    /// config change alone.
+    pub fn store_toml(&self) -> String {
+        match &self.s3 {
+            None => format!("path = {:?}", self.data_dir().display().to_string()),
+            Some(s) => format!(
+                "url = \"s3://{BUCKET}/site\"\ns3_endpoint = {:?}",
+                s.endpoint
+            ),
+        }
+    }
+
     /// The filesystem store's directory (also the servers' scratch).
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")

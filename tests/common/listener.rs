@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::backend::{Backend, Kind};
 use airlock::registry::RegistryConfig;
 use airlock::server::{self, App, Limits};
 use airlock::state::StateStore;
-use airlock::store::{Blobstore, fs::FsStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -16,7 +16,8 @@ use tokio::task::JoinHandle;
 
 /// A server running on a port of 127.0.0.1 over a fresh store.
 pub struct Running {
-    pub dir: tempfile::TempDir,
+    /// The store (lives as long as the server).
+    pub backend: Backend,
     pub addr: SocketAddr,
     pub app: Arc<App>,
     pub stop: Option<oneshot::Sender<()>>,
@@ -32,10 +33,14 @@ pub async fn start(limits: Limits) -> Running {
     start_with(limits, config).await
 }
 
-/// A server under `limits` with registry `config`.
+/// A server under `limits` with registry `config`, on the filesystem.
 pub async fn start_with(limits: Limits, config: RegistryConfig) -> Running {
-    let tmp = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Blobstore> = Arc::new(FsStore::open(tmp.path()).unwrap());
+    start_on(Backend::start(Kind::Fs), limits, config).await
+}
+
+/// A server under `limits` with registry `config` on the fresh store `backend`.
+pub async fn start_on(backend: Backend, limits: Limits, config: RegistryConfig) -> Running {
+    let store = backend.open_store().await;
     let app = Arc::new(App::with_config(StateStore::new(store), config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -44,7 +49,7 @@ pub async fn start_with(limits: Limits, config: RegistryConfig) -> Running {
         let _ = stopped.await;
     }));
     Running {
-        dir: tmp,
+        backend,
         addr,
         app,
         stop: Some(stop),

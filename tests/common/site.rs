@@ -3,7 +3,7 @@
 //! passwords, `airlock serve --config` over HTTPS, curl and skopeo helpers.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -40,6 +40,9 @@ pub struct Site {
     pub data: PathBuf,
     /// The HTTPS port.
     pub port: u16,
+    /// The flags that name the store to the CLI (`--data DIR`, or
+    /// `--store s3://... --s3-endpoint URL`).
+    pub store: Vec<String>,
 }
 
 pub fn site(extra_config: &str) -> Site {
@@ -49,6 +52,17 @@ pub fn site(extra_config: &str) -> Site {
 /// A site whose config adds `registry` keys to `[registry]`, `limits`
 /// keys to `[limits]` and `extra_config` (new tables, users) at the end.
 pub fn site_with(registry: &str, limits: &str, extra_config: &str) -> Site {
+    site_on(None, registry, limits, extra_config)
+}
+
+/// [`site_with`] on the blobstore `backend` (`None`: `data` beside the
+/// config), named by the config file's `[store]` section alone.
+pub fn site_on(
+    backend: Option<&backend::Backend>,
+    registry: &str,
+    limits: &str,
+    extra_config: &str,
+) -> Site {
     require_tool("openssl", "openssl");
     require_tool("curl", "curl");
     let tmp = tempfile::tempdir().unwrap();
@@ -65,7 +79,7 @@ pub fn site_with(registry: &str, limits: &str, extra_config: &str) -> Site {
         r#"# relative paths: against this file's directory
 listen = "127.0.0.1:{port}"
 [store]
-path = "data"
+{store_toml}
 [tls]
 cert = "server.crt"
 key = "server.key"
@@ -96,16 +110,25 @@ name = "stk"
 roles = ["admin"]
 repositories = ["stacks/"]
 {extra_config}"#,
+        store_toml = backend.map_or("path = \"data\"".to_string(), |b| b.store_toml()),
         ops = hash("ops-pw"),
         rd = hash("rd-pw"),
     );
     std::fs::write(dir.join("airlock.toml"), config).unwrap();
-    let data = dir.join("data");
+    let (data, store) = match backend {
+        None => {
+            let data = dir.join("data");
+            let args = vec!["--data".into(), data.display().to_string()];
+            (data, args)
+        }
+        Some(b) => (b.key_dir().unwrap_or_else(|| b.data_dir()), b.store_args()),
+    };
     Site {
         _tmp: tmp,
         dir,
         data,
         port,
+        store,
     }
 }
 
@@ -128,6 +151,7 @@ impl Site {
         let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
             .args(["--log", "info", "--log-format", "json", "serve", "--config"])
             .arg(self.dir.join("airlock.toml"))
+            .envs(backend::AWS_ENV)
             .stderr(std::fs::File::create(self.dir.join("serve.log")).unwrap())
             .spawn()
             .unwrap();
@@ -201,8 +225,29 @@ impl Site {
     }
 
     pub fn history(&self) -> Vec<serde_json::Value> {
-        let out = airlock_ok(&["history", "--json", "--data", self.data.to_str().unwrap()]);
+        let out = self.airlock_ok(&["history", "--json"]);
         serde_json::from_str(&out).unwrap()
+    }
+
+    /// `airlock ARGS... <store flags>` with the AWS variables.
+    pub fn airlock(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(args)
+            .args(&self.store)
+            .envs(backend::AWS_ENV)
+            .output()
+            .unwrap()
+    }
+
+    /// As [`Site::airlock`], asserting success; returns stdout.
+    pub fn airlock_ok(&self, args: &[&str]) -> String {
+        let o = self.airlock(args);
+        assert!(
+            o.status.success(),
+            "airlock {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
     }
 }
 

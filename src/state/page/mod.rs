@@ -218,12 +218,13 @@ impl Pages {
     /// ([`Blobstore::put_blobs`]: on the filesystem one pass whose fsyncs
     /// share journal commits), keeps the pages in the cache, and drops the
     /// other staged pages (superseded within the commit: never stored, so
-    /// no garbage).
+    /// no garbage). Returns the blobs found present and so not written, for
+    /// the commit's check after its root swap (`commit::rewrite_vanished`).
     pub(super) async fn flush(
         &self,
         roots: &[Digest],
         also: Vec<(Digest, bytes::Bytes)>,
-    ) -> Result<()> {
+    ) -> Result<Vec<(Digest, bytes::Bytes)>> {
         let mut staged: Staged = match self.staged.lock() {
             Ok(mut s) => std::mem::take(&mut *s),
             Err(_) => Staged::new(),
@@ -252,7 +253,9 @@ impl Pages {
             blobs.iter().map(|(_, b)| b.len()).sum::<usize>(),
         );
         let t = std::time::Instant::now();
-        self.store.put_blobs(blobs).await?;
+        let all = blobs.clone();
+        let present: std::collections::HashSet<Digest> =
+            self.store.put_blobs(blobs).await?.into_iter().collect();
         tracing::debug!(
             blobs = n,
             bytes,
@@ -262,7 +265,10 @@ impl Pages {
         for (d, page, len) in keep {
             self.remember(&d, &page, len);
         }
-        Ok(())
+        Ok(all
+            .into_iter()
+            .filter(|(d, _)| present.contains(d))
+            .collect())
     }
 
     /// Drops staged pages (a commit attempt that will not land).

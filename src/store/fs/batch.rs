@@ -58,7 +58,9 @@ fn start_writeback(file: &std::fs::File) {
 /// key already holds exactly its bytes. Returns the files to fsync (the
 /// written ones and the ones found equal) and the directories whose
 /// entries changed (each blob's directory and its parent, which holds the
-/// directory if it was just created), for the round before the root swap.
+/// directory if it was just created), for the round before the root swap,
+/// and the digests found present and so not written
+/// ([`crate::store::Blobstore::put_blobs`]).
 ///
 /// Errors: the first I/O error; temporary files are removed, blobs renamed
 /// before it stay (unreachable: no root names them before that round).
@@ -66,12 +68,13 @@ pub(super) fn put_blobs(
     root: &Path,
     key: impl Fn(&Digest) -> String,
     blobs: Vec<(Digest, Bytes)>,
-) -> std::io::Result<(Vec<std::fs::File>, Vec<PathBuf>)> {
+) -> std::io::Result<Batch> {
     let t0 = std::time::Instant::now();
     let mut files = Vec::with_capacity(blobs.len());
     let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut present = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    let (mut written, mut present) = (0, 0);
+    let mut written = 0;
     for (digest, bytes) in blobs {
         let path = root.join(key(&digest));
         if !seen.insert(path.clone()) {
@@ -79,7 +82,7 @@ pub(super) fn put_blobs(
         }
         if let Some(file) = holds(&path, &bytes)? {
             files.push(file);
-            present += 1;
+            present.push(digest);
             continue;
         }
         let tmp = root.join("tmp").join(uuid::Uuid::new_v4().to_string());
@@ -105,11 +108,25 @@ pub(super) fn put_blobs(
     dirs.dedup();
     tracing::debug!(
         written,
-        present,
+        present = present.len(),
         files_us = t0.elapsed().as_micros(),
         "fs: blob batch written"
     );
-    Ok((files, dirs))
+    Ok(Batch {
+        files,
+        dirs,
+        present,
+    })
+}
+
+/// What [`put_blobs`] leaves for its caller.
+pub(super) struct Batch {
+    /// The files to fsync in the round before the root swap.
+    pub files: Vec<std::fs::File>,
+    /// The directories whose entries changed.
+    pub dirs: Vec<PathBuf>,
+    /// The digests whose keys already held their bytes.
+    pub present: Vec<Digest>,
 }
 
 /// The file at `path` opened, when it holds exactly `bytes`; `None` when
@@ -143,10 +160,10 @@ mod tests {
         let b = Bytes::from_static(b"{\"page\":\"bb\"}");
         let (da, db) = (Digest::sha256_of(&a), Digest::sha256_of(&b));
         let blobs = vec![(da.clone(), a.clone()), (db.clone(), b.clone())];
-        let (files, dirs) = put_blobs(dir.path(), blob_key, blobs.clone()).unwrap();
-        assert_eq!(files.len(), 2);
+        let batch = put_blobs(dir.path(), blob_key, blobs.clone()).unwrap();
+        assert_eq!((batch.files.len(), batch.present.len()), (2, 0));
         assert!(
-            dirs.contains(
+            batch.dirs.contains(
                 &dir.path()
                     .join(blob_key(&da))
                     .parent()
@@ -163,13 +180,17 @@ mod tests {
         // under the other.
         std::fs::write(&pa, b"").unwrap();
         std::fs::write(&pb, &b[..4]).unwrap();
-        let (files, dirs) = put_blobs(dir.path(), blob_key, blobs.clone()).unwrap();
-        assert_eq!((files.len(), dirs.is_empty()), (2, false));
+        let batch = put_blobs(dir.path(), blob_key, blobs.clone()).unwrap();
+        assert_eq!(
+            (batch.files.len(), batch.dirs.is_empty(), batch.present.len()),
+            (2, false, 0)
+        );
         assert_eq!(std::fs::read(&pa).unwrap(), a);
         assert_eq!(std::fs::read(&pb).unwrap(), b);
         // Both intact now: kept, handed back for the round, no entry changed.
-        let (files, dirs) = put_blobs(dir.path(), blob_key, blobs).unwrap();
-        assert_eq!((files.len(), dirs.len()), (2, 0));
+        let batch = put_blobs(dir.path(), blob_key, blobs).unwrap();
+        assert_eq!((batch.files.len(), batch.dirs.len()), (2, 0));
+        assert_eq!(batch.present, vec![da, db]);
         assert_eq!(
             std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
             0

@@ -30,25 +30,31 @@
 //!   replicas never lose each other's commits. [`S3Store::open`] probes
 //!   whether the server honours conditional writes and refuses to run
 //!   otherwise unless the single-writer mode is acknowledged.
+//!
+//! Files: [`settings`] (how to reach the bucket, the client), [`read`],
+//! [`writer`] (and the sweep of abandoned multipart uploads), [`root`]
+//! (conditional writes), [`error`] (one-line causes); here the store and
+//! its [`Blobstore`] implementation.
 
+mod error;
+mod read;
+mod root;
+mod settings;
 mod writer;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
-use aws_sdk_s3::error::SdkError;
-use aws_sdk_s3::primitives::ByteStream as S3Body;
-use aws_smithy_types::error::display::DisplayErrorContext;
 use bytes::Bytes;
-use futures_util::StreamExt;
 
 use super::hot::HotBlobs;
-use super::verify::{self, VERIFY_WHOLE_MAX};
 use super::{
     Blobstore, BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key,
 };
+use error::{error, status};
+use read::collect;
+use root::Condition;
+pub use settings::S3Settings;
 
 const ROOT_KEY: &str = "refs/root";
 /// Default multipart part size (16 MiB).
@@ -62,64 +68,6 @@ pub const DEFAULT_PARALLEL_PARTS: usize = 4;
 pub const MULTIPART_MIN_AGE: Duration = Duration::from_secs(24 * 3600);
 /// Largest object `CopyObject` copies in one request (5 GiB).
 const MAX_COPY: u64 = 5 << 30;
-
-/// How to reach the bucket. Built from `--store s3://BUCKET/PREFIX` and the
-/// `--s3-*` flags or `[store]` keys (see [`super::open`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct S3Settings {
-    /// The bucket (must exist).
-    pub bucket: String,
-    /// Key prefix inside the bucket: empty, or `/`-terminated (`site/`).
-    pub prefix: String,
-    /// Endpoint URL (`http://127.0.0.1:9000`, `https://rgw.internal`);
-    /// `None`: AWS S3 for the region.
-    pub endpoint: Option<String>,
-    /// Region; `None`: `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile,
-    /// else `us-east-1`.
-    pub region: Option<String>,
-    /// Path-style addressing (`endpoint/bucket/key`); `None`: on when an
-    /// endpoint is given (MinIO, Ceph, s3s), virtual-hosted for AWS.
-    pub path_style: Option<bool>,
-    /// PEM CA bundle trusted for the endpoint, in addition to the system's.
-    pub ca_file: Option<PathBuf>,
-    /// Multipart part size in bytes (at least 5 MiB) [default: 16 MiB].
-    pub part_size: u64,
-    /// Parts of one object uploaded in parallel [default: 4].
-    pub parallel_parts: usize,
-    /// The operator acknowledges that only one process writes to the
-    /// bucket: a server that ignores conditional writes is accepted.
-    pub single_writer: bool,
-    /// Retries of a failed request (5xx, throttling, connection errors) [default: 4].
-    pub max_retries: u32,
-}
-
-impl S3Settings {
-    /// Settings for `bucket` and `prefix` with every default.
-    pub fn new(bucket: &str, prefix: &str) -> S3Settings {
-        let prefix = prefix.trim_matches('/');
-        S3Settings {
-            bucket: bucket.to_string(),
-            prefix: if prefix.is_empty() {
-                String::new()
-            } else {
-                format!("{prefix}/")
-            },
-            endpoint: None,
-            region: None,
-            path_style: None,
-            ca_file: None,
-            part_size: DEFAULT_PART_SIZE,
-            parallel_parts: DEFAULT_PARALLEL_PARTS,
-            single_writer: false,
-            max_retries: 4,
-        }
-    }
-
-    /// `s3://bucket/prefix`, for messages.
-    pub fn url(&self) -> String {
-        format!("s3://{}/{}", self.bucket, self.prefix)
-    }
-}
 
 /// A blobstore in one S3 bucket. Cheap to clone (the client is shared).
 #[derive(Clone)]
@@ -139,34 +87,6 @@ pub struct S3Store {
 /// The file identity [`HotBlobs`] keeps: none on S3 (blob keys are
 /// content-addressed; see the module doc).
 const NO_FILE: super::hot::FileId = (0, 0, 0, 0);
-
-/// The HTTP status of a failed request, if it got a response.
-fn status<E>(e: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> Option<u16> {
-    e.raw_response().map(|r| r.status().as_u16())
-}
-
-/// A store error for a failed request: `NotFound` on 404, else `Io` with
-/// a one-line cause naming the operation and the key.
-fn error<E: std::error::Error + Send + Sync + 'static>(
-    op: &str,
-    key: &str,
-    e: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> StoreError {
-    if status(&e) == Some(404) {
-        return StoreError::NotFound(key.to_string());
-    }
-    let kind = if matches!(e, SdkError::DispatchFailure(_) | SdkError::TimeoutError(_)) {
-        std::io::ErrorKind::ConnectionRefused
-    } else {
-        std::io::ErrorKind::Other
-    };
-    let cause = DisplayErrorContext(&e).to_string().replace('\n', " ");
-    StoreError::Io(std::io::Error::new(kind, format!("S3 {op} {key}: {cause}")))
-}
-
-fn body_error(key: &str, e: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(format!("S3 GetObject {key}: reading the body: {e}"))
-}
 
 impl S3Store {
     /// Connects to the bucket: builds the client from `settings` and the
@@ -196,73 +116,6 @@ impl S3Store {
         })
     }
 
-    /// The client alone, without the checks of [`S3Store::open`].
-    async fn connect(settings: &S3Settings) -> Result<S3Store> {
-        if settings.part_size < MIN_PART_SIZE {
-            return Err(StoreError::Io(std::io::Error::other(format!(
-                "S3 part size {} is below the minimum of 5 MiB",
-                settings.part_size
-            ))));
-        }
-        let mut trust = aws_smithy_http_client::tls::TrustStore::default();
-        if let Some(path) = &settings.ca_file {
-            let pem = std::fs::read(path).map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("reading the S3 CA bundle {}: {e}", path.display()),
-                )
-            })?;
-            trust = trust.with_pem_certificate(pem);
-        }
-        let tls = aws_smithy_http_client::tls::TlsContext::builder()
-            .with_trust_store(trust)
-            .build()
-            .map_err(|e| std::io::Error::other(format!("S3 TLS settings: {e}")))?;
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .tls_context(tls)
-            .build_https();
-        let region = aws_config::meta::region::RegionProviderChain::first_try(
-            settings.region.clone().map(Region::new),
-        )
-        .or_default_provider()
-        .or_else(Region::from_static("us-east-1"));
-        let retry = aws_smithy_types::retry::RetryConfig::standard()
-            .with_max_attempts(settings.max_retries + 1)
-            .with_initial_backoff(Duration::from_millis(200))
-            .with_max_backoff(Duration::from_secs(5));
-        let timeouts = aws_smithy_types::timeout::TimeoutConfig::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build();
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .http_client(http)
-            .region(region)
-            .retry_config(retry)
-            .timeout_config(timeouts)
-            .load()
-            .await;
-        let mut config = aws_sdk_s3::config::Builder::from(&sdk)
-            .force_path_style(settings.path_style.unwrap_or(settings.endpoint.is_some()))
-            // Checksums only where S3 requires them: not every S3-compatible
-            // server speaks the flexible-checksum trailers.
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
-        if let Some(url) = &settings.endpoint {
-            config = config.endpoint_url(url);
-        }
-        Ok(S3Store {
-            client: Client::from_conf(config.build()),
-            bucket: settings.bucket.clone(),
-            prefix: settings.prefix.clone(),
-            part_size: settings.part_size,
-            parallel_parts: settings.parallel_parts.max(1),
-            unconditional: false,
-            hot: Default::default(),
-        })
-    }
-
     fn full(&self, key: &str) -> Result<String> {
         check_key(key)?;
         Ok(format!("{}{key}", self.prefix))
@@ -276,57 +129,6 @@ impl S3Store {
                 format!("S3 bucket {} does not exist (create it first)", self.bucket),
             ))),
             Err(e) => Err(error("HeadBucket", &self.bucket, e)),
-        }
-    }
-
-    /// Whether `If-None-Match: *` and `If-Match` on `PutObject` are honoured:
-    /// creates a scratch key, then tries to create it again and to replace
-    /// it under a wrong ETag; both must fail with 412. Removes the key.
-    async fn probe_conditional_writes(&self) -> Result<bool> {
-        let key = format!("refs/probe-{}", uuid::Uuid::new_v4());
-        let full = self.full(&key)?;
-        let first = self
-            .put_if(&full, Bytes::from_static(b"probe"), None)
-            .await?;
-        let again = self
-            .put_if(&full, Bytes::from_static(b"probe"), Some(Condition::Absent))
-            .await?;
-        let wrong = self
-            .put_if(
-                &full,
-                Bytes::from_static(b"probe"),
-                Some(Condition::Match("\"00000000000000000000000000000000\"")),
-            )
-            .await?;
-        let _ = self.delete_full(&full).await;
-        tracing::debug!(?first, ?again, ?wrong, "S3 conditional-write probe");
-        Ok(first.is_some() && again.is_none() && wrong.is_none())
-    }
-
-    /// `PutObject` of `body` at `full` under `cond`. `Ok(Some(etag))` when
-    /// written, `Ok(None)` when the condition failed (412, or 409 for a
-    /// concurrent conditional write).
-    async fn put_if(
-        &self,
-        full: &str,
-        body: Bytes,
-        cond: Option<Condition<'_>>,
-    ) -> Result<Option<String>> {
-        let mut req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(full)
-            .body(S3Body::from(body));
-        req = match cond {
-            Some(Condition::Absent) => req.if_none_match("*"),
-            Some(Condition::Match(etag)) => req.if_match(etag),
-            None => req,
-        };
-        match req.send().await {
-            Ok(out) => Ok(Some(out.e_tag().unwrap_or_default().to_string())),
-            Err(e) if cond.is_some() && matches!(status(&e), Some(412 | 409)) => Ok(None),
-            Err(e) => Err(error("PutObject", full, e)),
         }
     }
 
@@ -345,202 +147,6 @@ impl S3Store {
             Err(e) => Err(error("DeleteObject", full, e)),
         }
     }
-
-    /// `GetObject` of `key` (bytes `start..end` when given): the body and
-    /// the object's size and ETag. Errors: `NotFound`, `Range`.
-    async fn get(&self, key: &str, range: Option<(u64, u64)>) -> Result<(S3Body, u64, String)> {
-        let full = self.full(key)?;
-        let mut req = self.client.get_object().bucket(&self.bucket).key(&full);
-        if let Some((start, end)) = range {
-            if start > end {
-                let size = self
-                    .stat(key)
-                    .await?
-                    .ok_or(StoreError::NotFound(key.into()))?;
-                return Err(StoreError::Range { start, end, size });
-            }
-            if start == end {
-                // An empty range has no `Range` header form: check it against the size.
-                let size = self
-                    .stat(key)
-                    .await?
-                    .ok_or(StoreError::NotFound(key.into()))?;
-                if end > size {
-                    return Err(StoreError::Range { start, end, size });
-                }
-                return Ok((S3Body::from_static(b""), size, String::new()));
-            }
-            req = req.range(format!("bytes={start}-{}", end - 1));
-        }
-        let out = match req.send().await {
-            Ok(out) => out,
-            Err(e) if status(&e) == Some(416) => {
-                let size = self
-                    .stat(key)
-                    .await?
-                    .ok_or(StoreError::NotFound(key.into()))?;
-                let (start, end) = range.unwrap_or((0, size));
-                return Err(StoreError::Range { start, end, size });
-            }
-            Err(e) => return Err(error("GetObject", key, e)),
-        };
-        let etag = out.e_tag().unwrap_or_default().to_string();
-        let len = out.content_length().unwrap_or(0).max(0) as u64;
-        let size = match (range, out.content_range()) {
-            (Some(_), Some(cr)) => cr
-                .rsplit('/')
-                .next()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(len),
-            _ => len,
-        };
-        if let Some((start, end)) = range
-            && (end > size || end - start != len)
-        {
-            return Err(StoreError::Range { start, end, size });
-        }
-        Ok((out.body, size, etag))
-    }
-
-    /// Moves the blob `digest` (found corrupt) to the quarantine prefix,
-    /// if the object is still the one read (its ETag). Logged at error.
-    async fn quarantine(
-        &self,
-        digest: &crate::digest::Digest,
-        actual: &crate::digest::Digest,
-        etag: &str,
-    ) {
-        let (Ok(from), Ok(to)) = (
-            self.full(&super::blob_key(digest)),
-            self.full(&verify::quarantine_key(digest)),
-        ) else {
-            return;
-        };
-        let copied = self
-            .client
-            .copy_object()
-            .bucket(&self.bucket)
-            .key(&to)
-            .copy_source(copy_source(&self.bucket, &from))
-            .copy_source_if_match(etag)
-            .send()
-            .await;
-        match copied {
-            Ok(_) => {
-                let _ = self.delete_full(&from).await;
-                tracing::error!(%digest, %actual, quarantine = %to, "corrupt blob quarantined: its content does not match its digest");
-            }
-            Err(e) => {
-                tracing::error!(%digest, %actual, error = %DisplayErrorContext(&e), "corrupt blob found; moving it to quarantine failed")
-            }
-        }
-    }
-
-    fn on_mismatch(&self, digest: crate::digest::Digest, etag: String) -> verify::OnMismatch {
-        let store = self.clone();
-        Box::new(move |actual| {
-            let actual = actual.clone();
-            tokio::spawn(async move { store.quarantine(&digest, &actual, &etag).await });
-        })
-    }
-
-    /// Checks the whole `bytes` of the blob `digest` (read with `etag`); a
-    /// mismatch quarantines it and is [`StoreError::Corrupt`].
-    async fn verify_whole(
-        &self,
-        digest: &crate::digest::Digest,
-        bytes: &[u8],
-        etag: &str,
-    ) -> Result<()> {
-        let actual = digest.same_alg_of(bytes);
-        if &actual != digest {
-            self.quarantine(digest, &actual, etag).await;
-            return Err(StoreError::Corrupt(
-                verify::corrupt_error(digest, &actual).to_string(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Aborts multipart uploads under the prefix started more than
-    /// `min_age` ago (left by killed processes; a live writer finishes
-    /// within its request's lifetime). Returns how many were aborted.
-    /// Run at start-up of `serve` and `import`.
-    ///
-    /// Errors: listing the uploads failed (a server that does not implement
-    /// the listing, 501, is not an error: nothing is swept).
-    pub async fn sweep_multipart(&self, min_age: Duration) -> Result<u64> {
-        let cutoff = std::time::SystemTime::now() - min_age;
-        let mut aborted = 0;
-        let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
-        loop {
-            let out = self
-                .client
-                .list_multipart_uploads()
-                .bucket(&self.bucket)
-                .prefix(&self.prefix)
-                .set_key_marker(key_marker.clone())
-                .set_upload_id_marker(id_marker.clone())
-                .send()
-                .await;
-            let out = match out {
-                Ok(out) => out,
-                // A server without the operation (s3s-fs answers 501) has
-                // nothing a user could mend: said at debug, not on every
-                // command's stderr (whose errors are one line).
-                Err(e) if status(&e) == Some(501) => {
-                    tracing::debug!("the S3 server cannot list multipart uploads: no sweep");
-                    return Ok(0);
-                }
-                Err(e) => return Err(error("ListMultipartUploads", &self.prefix, e)),
-            };
-            for u in out.uploads() {
-                let old = u
-                    .initiated()
-                    .and_then(|t| std::time::SystemTime::try_from(*t).ok())
-                    .is_some_and(|t| t < cutoff);
-                if let (true, Some(key), Some(id)) = (old, u.key(), u.upload_id()) {
-                    writer::abort(&self.client, &self.bucket, key, id).await;
-                    aborted += 1;
-                }
-            }
-            if out.is_truncated() != Some(true) {
-                return Ok(aborted);
-            }
-            key_marker = out.next_key_marker().map(str::to_owned);
-            id_marker = out.next_upload_id_marker().map(str::to_owned);
-            if key_marker.is_none() && id_marker.is_none() {
-                return Ok(aborted);
-            }
-        }
-    }
-
-    /// A presigned `GET` URL for `key`, valid for `expires` (redirect mode).
-    ///
-    /// Errors: the key is invalid or the URL cannot be signed.
-    pub async fn presign_get(&self, key: &str, expires: Duration) -> Result<String> {
-        let full = self.full(key)?;
-        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(expires)
-            .map_err(|e| std::io::Error::other(format!("presigning {key}: {e}")))?;
-        let req = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(&full)
-            .presigned(config)
-            .await
-            .map_err(|e| error("presign GetObject", key, e))?;
-        Ok(req.uri().to_string())
-    }
-}
-
-/// A write precondition.
-#[derive(Debug, Clone, Copy)]
-enum Condition<'a> {
-    /// `If-None-Match: *`.
-    Absent,
-    /// `If-Match: <etag>`.
-    Match(&'a str),
 }
 
 /// The `x-amz-copy-source` value: `bucket/key`, URL-encoded.
@@ -573,49 +179,7 @@ impl Blobstore for S3Store {
     }
 
     async fn stream(&self, key: &str, range: Option<(u64, u64)>) -> Result<ByteStream> {
-        let full = self.full(key)?;
-        if let Some(bytes) = self.hot.get(&full).map(|h| h.bytes) {
-            let size = bytes.len() as u64;
-            let (start, end) = range.unwrap_or((0, size));
-            if start > end || end > size {
-                return Err(StoreError::Range { start, end, size });
-            }
-            let part = bytes.slice(start as usize..end as usize);
-            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
-        }
-        let (body, size, etag) = self.get(key, range).await?;
-        let Some(digest) = verify::blob_digest(key) else {
-            return Ok(body_stream(body, key));
-        };
-        if size <= VERIFY_WHOLE_MAX {
-            // Small blobs (every manifest and document) are verified whole first.
-            let (bytes, etag) = match range {
-                None => (collect(body, key).await?, etag),
-                Some(_) => {
-                    drop(body);
-                    let (body, _, etag) = self.get(key, None).await?;
-                    (collect(body, key).await?, etag)
-                }
-            };
-            self.verify_whole(&digest, &bytes, &etag).await?;
-            // S3 objects have no file identity or root epoch: held until evicted
-            // or deleted through this store.
-            self.hot.insert(&full, NO_FILE, 0, bytes.clone());
-            let (start, end) = range.unwrap_or((0, bytes.len() as u64));
-            let part = bytes.slice(start as usize..end as usize);
-            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
-        }
-        if range.is_none() {
-            // A whole large blob is hashed as it is sent; ranges are not verified.
-            let check = self.on_mismatch(digest.clone(), etag);
-            return Ok(verify::hashing_stream(
-                body_stream(body, key),
-                digest,
-                size,
-                check,
-            ));
-        }
-        Ok(body_stream(body, key))
+        self.stream_key(key, range).await
     }
 
     /// A small blob held verified in memory is served without a round trip
@@ -743,33 +307,4 @@ impl Blobstore for S3Store {
     async fn presigned_get(&self, key: &str, expires: Duration) -> Result<Option<String>> {
         self.presign_get(key, expires).await.map(Some)
     }
-}
-
-/// A whole (small) S3 body in memory.
-async fn collect(body: S3Body, key: &str) -> Result<Bytes> {
-    Ok(body
-        .collect()
-        .await
-        .map_err(|e| body_error(key, e))?
-        .into_bytes())
-}
-
-/// An S3 body as a stream of chunks.
-fn body_stream(body: S3Body, key: &str) -> ByteStream {
-    let key = key.to_string();
-    Box::pin(futures_util::stream::unfold(
-        (body, key),
-        |(mut body, key)| async move {
-            match body.next().await {
-                None => None,
-                Some(Ok(b)) => Some((Ok(b), (body, key))),
-                Some(Err(e)) => {
-                    let err = body_error(&key, e);
-                    Some((Err(err), (body, key)))
-                }
-            }
-        },
-    ))
-    .filter(|c| futures_util::future::ready(!matches!(c, Ok(b) if b.is_empty())))
-    .boxed()
 }

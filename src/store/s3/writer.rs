@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 
 use super::{S3Store, error, status};
 use crate::store::{ObjectWriter, Result, StoreError};
+use std::time::Duration;
 
 /// Aborts the multipart upload `id` of `full`; failures are logged (the
 /// start-up sweep retries them).
@@ -29,7 +30,7 @@ pub(super) async fn abort(client: &Client, bucket: &str, full: &str, id: &str) {
     if let Err(e) = res
         && status(&e) != Some(404)
     {
-        tracing::warn!(key = full, error = %aws_smithy_types::error::display::DisplayErrorContext(&e), "cannot abort an S3 multipart upload");
+        tracing::warn!(key = full, error = %super::error::cause(&e), "cannot abort an S3 multipart upload");
     }
 }
 
@@ -246,6 +247,61 @@ impl Drop for S3Writer {
                 self.full.clone(),
             );
             rt.spawn(async move { abort(&client, &bucket, &full, &upload.id).await });
+        }
+    }
+}
+
+impl S3Store {
+    /// Aborts multipart uploads under the prefix started more than
+    /// `min_age` ago (left by killed processes; a live writer finishes
+    /// within its request's lifetime). Returns how many were aborted.
+    /// Run at start-up of `serve` and `import`.
+    ///
+    /// Errors: listing the uploads failed (a server that does not implement
+    /// the listing, 501, is not an error: nothing is swept).
+    pub async fn sweep_multipart(&self, min_age: Duration) -> Result<u64> {
+        let cutoff = std::time::SystemTime::now() - min_age;
+        let mut aborted = 0;
+        let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
+        loop {
+            let out = self
+                .client
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .prefix(&self.prefix)
+                .set_key_marker(key_marker.clone())
+                .set_upload_id_marker(id_marker.clone())
+                .send()
+                .await;
+            let out = match out {
+                Ok(out) => out,
+                // A server without the operation (s3s-fs answers 501) has
+                // nothing a user could mend: said at debug, not on every
+                // command's stderr (whose errors are one line).
+                Err(e) if status(&e) == Some(501) => {
+                    tracing::debug!("the S3 server cannot list multipart uploads: no sweep");
+                    return Ok(0);
+                }
+                Err(e) => return Err(error("ListMultipartUploads", &self.prefix, e)),
+            };
+            for u in out.uploads() {
+                let old = u
+                    .initiated()
+                    .and_then(|t| std::time::SystemTime::try_from(*t).ok())
+                    .is_some_and(|t| t < cutoff);
+                if let (true, Some(key), Some(id)) = (old, u.key(), u.upload_id()) {
+                    abort(&self.client, &self.bucket, key, id).await;
+                    aborted += 1;
+                }
+            }
+            if out.is_truncated() != Some(true) {
+                return Ok(aborted);
+            }
+            key_marker = out.next_key_marker().map(str::to_owned);
+            id_marker = out.next_upload_id_marker().map(str::to_owned);
+            if key_marker.is_none() && id_marker.is_none() {
+                return Ok(aborted);
+            }
         }
     }
 }

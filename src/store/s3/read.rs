@@ -1,0 +1,235 @@
+//! Reads: ranged `GetObject` streamed, blobs verified against their digest
+//! (small ones whole, then kept in memory; large ones hashed as they are
+//! sent), a corrupt blob quarantined, presigned `GET` URLs.
+
+use std::time::Duration;
+
+use aws_sdk_s3::primitives::ByteStream as S3Body;
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use super::error::{body_error, cause, error, status};
+use super::{NO_FILE, S3Store, copy_source};
+use crate::store::verify::{self, VERIFY_WHOLE_MAX};
+use crate::store::{Blobstore, ByteStream, Result, StoreError};
+
+impl S3Store {
+    /// [`Blobstore::stream`]: bytes `start..end` of `key`, or all of it;
+    /// a blob verified as the module docs say.
+    pub(super) async fn stream_key(
+        &self,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<ByteStream> {
+        let full = self.full(key)?;
+        if let Some(bytes) = self.hot.get(&full).map(|h| h.bytes) {
+            let size = bytes.len() as u64;
+            let (start, end) = range.unwrap_or((0, size));
+            if start > end || end > size {
+                return Err(StoreError::Range { start, end, size });
+            }
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
+        }
+        let (body, size, etag) = self.get(key, range).await?;
+        let Some(digest) = verify::blob_digest(key) else {
+            return Ok(body_stream(body, key));
+        };
+        if size <= VERIFY_WHOLE_MAX {
+            // Small blobs (every manifest and document) are verified whole first.
+            let (bytes, etag) = match range {
+                None => (collect(body, key).await?, etag),
+                Some(_) => {
+                    drop(body);
+                    let (body, _, etag) = self.get(key, None).await?;
+                    (collect(body, key).await?, etag)
+                }
+            };
+            self.verify_whole(&digest, &bytes, &etag).await?;
+            // S3 objects have no file identity or root epoch: held until evicted
+            // or deleted through this store.
+            self.hot.insert(&full, NO_FILE, 0, bytes.clone());
+            let (start, end) = range.unwrap_or((0, bytes.len() as u64));
+            let part = bytes.slice(start as usize..end as usize);
+            return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
+        }
+        if range.is_none() {
+            // A whole large blob is hashed as it is sent; ranges are not verified.
+            let check = self.on_mismatch(digest.clone(), etag);
+            return Ok(verify::hashing_stream(
+                body_stream(body, key),
+                digest,
+                size,
+                check,
+            ));
+        }
+        Ok(body_stream(body, key))
+    }
+
+    /// `GetObject` of `key` (bytes `start..end` when given): the body and
+    /// the object's size and ETag. Errors: `NotFound`, `Range`.
+    pub(super) async fn get(
+        &self,
+        key: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<(S3Body, u64, String)> {
+        let full = self.full(key)?;
+        let mut req = self.client.get_object().bucket(&self.bucket).key(&full);
+        if let Some((start, end)) = range {
+            if start > end {
+                let size = self
+                    .stat(key)
+                    .await?
+                    .ok_or(StoreError::NotFound(key.into()))?;
+                return Err(StoreError::Range { start, end, size });
+            }
+            if start == end {
+                // An empty range has no `Range` header form: check it against the size.
+                let size = self
+                    .stat(key)
+                    .await?
+                    .ok_or(StoreError::NotFound(key.into()))?;
+                if end > size {
+                    return Err(StoreError::Range { start, end, size });
+                }
+                return Ok((S3Body::from_static(b""), size, String::new()));
+            }
+            req = req.range(format!("bytes={start}-{}", end - 1));
+        }
+        let out = match req.send().await {
+            Ok(out) => out,
+            Err(e) if status(&e) == Some(416) => {
+                let size = self
+                    .stat(key)
+                    .await?
+                    .ok_or(StoreError::NotFound(key.into()))?;
+                let (start, end) = range.unwrap_or((0, size));
+                return Err(StoreError::Range { start, end, size });
+            }
+            Err(e) => return Err(error("GetObject", key, e)),
+        };
+        let etag = out.e_tag().unwrap_or_default().to_string();
+        let len = out.content_length().unwrap_or(0).max(0) as u64;
+        let size = match (range, out.content_range()) {
+            (Some(_), Some(cr)) => cr
+                .rsplit('/')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(len),
+            _ => len,
+        };
+        if let Some((start, end)) = range
+            && (end > size || end - start != len)
+        {
+            return Err(StoreError::Range { start, end, size });
+        }
+        Ok((out.body, size, etag))
+    }
+
+    /// Moves the blob `digest` (found corrupt) to the quarantine prefix,
+    /// if the object is still the one read (its ETag). Logged at error.
+    async fn quarantine(
+        &self,
+        digest: &crate::digest::Digest,
+        actual: &crate::digest::Digest,
+        etag: &str,
+    ) {
+        let (Ok(from), Ok(to)) = (
+            self.full(&crate::store::blob_key(digest)),
+            self.full(&verify::quarantine_key(digest)),
+        ) else {
+            return;
+        };
+        let copied = self
+            .client
+            .copy_object()
+            .bucket(&self.bucket)
+            .key(&to)
+            .copy_source(copy_source(&self.bucket, &from))
+            .copy_source_if_match(etag)
+            .send()
+            .await;
+        match copied {
+            Ok(_) => {
+                let _ = self.delete_full(&from).await;
+                tracing::error!(%digest, %actual, quarantine = %to, "corrupt blob quarantined: its content does not match its digest");
+            }
+            Err(e) => {
+                tracing::error!(%digest, %actual, error = %cause(&e), "corrupt blob found; moving it to quarantine failed")
+            }
+        }
+    }
+
+    fn on_mismatch(&self, digest: crate::digest::Digest, etag: String) -> verify::OnMismatch {
+        let store = self.clone();
+        Box::new(move |actual| {
+            let actual = actual.clone();
+            tokio::spawn(async move { store.quarantine(&digest, &actual, &etag).await });
+        })
+    }
+
+    /// Checks the whole `bytes` of the blob `digest` (read with `etag`); a
+    /// mismatch quarantines it and is [`StoreError::Corrupt`].
+    async fn verify_whole(
+        &self,
+        digest: &crate::digest::Digest,
+        bytes: &[u8],
+        etag: &str,
+    ) -> Result<()> {
+        let actual = digest.same_alg_of(bytes);
+        if &actual != digest {
+            self.quarantine(digest, &actual, etag).await;
+            return Err(StoreError::Corrupt(
+                verify::corrupt_error(digest, &actual).to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A presigned `GET` URL for `key`, valid for `expires` (redirect mode).
+    ///
+    /// Errors: the key is invalid or the URL cannot be signed.
+    pub async fn presign_get(&self, key: &str, expires: Duration) -> Result<String> {
+        let full = self.full(key)?;
+        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(expires)
+            .map_err(|e| std::io::Error::other(format!("presigning {key}: {e}")))?;
+        let req = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&full)
+            .presigned(config)
+            .await
+            .map_err(|e| error("presign GetObject", key, e))?;
+        Ok(req.uri().to_string())
+    }
+}
+
+/// A whole (small) S3 body in memory.
+pub(super) async fn collect(body: S3Body, key: &str) -> Result<Bytes> {
+    Ok(body
+        .collect()
+        .await
+        .map_err(|e| body_error(key, e))?
+        .into_bytes())
+}
+
+/// An S3 body as a stream of chunks.
+fn body_stream(body: S3Body, key: &str) -> ByteStream {
+    let key = key.to_string();
+    Box::pin(futures_util::stream::unfold(
+        (body, key),
+        |(mut body, key)| async move {
+            match body.next().await {
+                None => None,
+                Some(Ok(b)) => Some((Ok(b), (body, key))),
+                Some(Err(e)) => {
+                    let err = body_error(&key, e);
+                    Some((Err(err), (body, key)))
+                }
+            }
+        },
+    ))
+    .filter(|c| futures_util::future::ready(!matches!(c, Ok(b) if b.is_empty())))
+    .boxed()
+}
