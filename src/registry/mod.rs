@@ -71,6 +71,14 @@ pub fn router(ctx: Arc<dyn Context>) -> Router {
 }
 
 async fn v2(State(ctx): State<Arc<dyn Context>>, req: HttpRequest) -> Response {
+    serve(&*ctx, req).await
+}
+
+/// Serves one request whose path is `/v2` or starts with `/v2/` (what
+/// every route of [`router`] calls; the server also calls it directly on
+/// its hot path, without a router). The response carries
+/// `Docker-Distribution-API-Version: registry/2.0`.
+pub async fn serve(ctx: &dyn Context, req: HttpRequest) -> Response {
     // The request is taken apart, not extracted piecewise: extracting the
     // `HeaderMap` would copy every header of every request.
     let (parts, body) = req.into_parts();
@@ -91,7 +99,7 @@ async fn v2(State(ctx): State<Arc<dyn Context>>, req: HttpRequest) -> Response {
         client,
         scope: &scope,
     };
-    let mut res = dispatch(&*ctx, &req, &mut body)
+    let mut res = dispatch(ctx, &req, &mut body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     res.headers_mut()

@@ -67,6 +67,7 @@ use tokio::time::Instant;
 
 use super::body::{Pace, RequestBody, ResponseBody, ResponseBudget};
 use super::slots::{Refused, Slot, Slots};
+use super::App;
 use super::tls::{ClientCertNames, Tls};
 use crate::registry::errors::{ErrorCode, RegistryError};
 use crate::registry::routes::Route;
@@ -158,6 +159,7 @@ const MIN_HEAD: usize = 8 << 10;
 /// stay global.
 pub(super) struct Shared {
     builder: Builder<TokioExecutor>,
+    app: Arc<App>,
     router: Router,
     limits: Limits,
     budget: Arc<ResponseBudget>,
@@ -166,8 +168,9 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// Serves `router` under `limits` (over TLS when `tls` is given).
-    pub(super) fn new(router: Router, limits: Limits, tls: Option<Arc<Tls>>) -> Arc<Shared> {
+    /// Serves `app` ([`super::router`]) under `limits` (over TLS when `tls`
+    /// is given).
+    pub(super) fn new(app: Arc<App>, limits: Limits, tls: Option<Arc<Tls>>) -> Arc<Shared> {
         let head = limits.max_request_head.max(MIN_HEAD);
         let mut builder = Builder::new(TokioExecutor::new());
         builder
@@ -181,7 +184,8 @@ impl Shared {
             .max_header_list_size(head.min(u32::MAX as usize) as u32);
         Arc::new(Shared {
             builder,
-            router,
+            router: super::router(app.clone()),
+            app,
             budget: ResponseBudget::new(limits.max_response_buffer),
             slots: Slots::new(limits.max_connections, limits.max_connections_per_address),
             limits,
@@ -408,13 +412,23 @@ fn handle(
     let too_slow = Arc::new(OnceLock::new());
     let body = RequestBody::new(body, pace, activity.clone(), too_slow.clone());
     let v2 = parts.uri.path().starts_with("/v2/");
+    let registry = super::is_registry_path(parts.uri.path());
     let http1 = parts.version < Version::HTTP_2;
-    let router = shared.router.clone();
+    let target = if registry {
+        Err(shared.app.clone())
+    } else {
+        Ok(shared.router.clone())
+    };
     let (activity, budget) = (activity.clone(), shared.budget.clone());
     async move {
-        let res = match tower::ServiceExt::oneshot(router, Request::from_parts(parts, body)).await {
-            Ok(res) => res,
-            Err(never) => match never {},
+        let req = Request::from_parts(parts, axum::body::Body::new(body));
+        let res = match target {
+            // The registry's hot path skips the router (same middleware).
+            Err(app) => super::serve_registry(app, req).await,
+            Ok(router) => match tower::ServiceExt::oneshot(router, req).await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            },
         };
         drop(guard);
         let res = match too_slow.get() {

@@ -178,10 +178,49 @@ async fn front(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    front_with(app, req, |req| next.run(req)).await
+}
+
+/// [`front`] around `inner`.
+async fn front_with<F>(
+    app: Arc<App>,
+    req: axum::extract::Request,
+    inner: impl FnOnce(axum::extract::Request) -> F,
+) -> axum::response::Response
+where
+    F: Future<Output = axum::response::Response>,
+{
     metrics::record(req, |req| {
-        trace::log_request(req, |req| access::check(app, req, next))
+        trace::log_request(req, |req| access::check(app, req, inner))
     })
     .await
+}
+
+/// Whether [`router`] sends a request for `path` to the registry: `/v2`,
+/// `/v2/` and `/v2/{*path}`.
+fn is_registry_path(path: &str) -> bool {
+    path == "/v2" || path.starts_with("/v2/")
+}
+
+/// Serves a request [`is_registry_path`] as [`router`] does ([`front`],
+/// then [`registry::serve`]), without the router: no route matching, no
+/// path parameters, no boxed layers. As axum's router does, the body of a
+/// HEAD response is dropped after its `Content-Length` is set.
+async fn serve_registry(app: Arc<App>, req: axum::extract::Request) -> axum::response::Response {
+    let head = req.method() == axum::http::Method::HEAD;
+    let ctx = app.clone();
+    let mut res = front_with(app, req, |req| async move { registry::serve(&*ctx, req).await }).await;
+    if head {
+        let hint = axum::body::HttpBody::size_hint(res.body());
+        if let Some(len) = hint.exact()
+            && !res.headers().contains_key(axum::http::header::CONTENT_LENGTH)
+        {
+            res.headers_mut()
+                .insert(axum::http::header::CONTENT_LENGTH, len.into());
+        }
+        *res.body_mut() = axum::body::Body::empty();
+    }
+    res
 }
 
 /// Binds every address of `listen` and serves [`router`] on each (over TLS
@@ -228,7 +267,7 @@ pub async fn serve(
     let sweeper = spawn_upload_sweeper(app.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
-    let shared = conn::Shared::new(router(app), limits, tls);
+    let shared = conn::Shared::new(app, limits, tls);
     if let Some(sockets) = sockets {
         for l in sockets.first().into_iter().flatten() {
             log_serving(l.local_addr().ok(), &shared, sockets.len());
@@ -295,7 +334,7 @@ pub async fn serve_listener(
     let addr = listener
         .local_addr()
         .context("listener has no local address")?;
-    let shared = conn::Shared::new(router(app), limits, tls);
+    let shared = conn::Shared::new(app, limits, tls);
     log_serving(Some(addr), &shared, 0);
     conn::run(listener, shared, shutdown).await;
     tracing::info!(%addr, "server stopped");
