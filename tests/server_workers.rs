@@ -52,11 +52,9 @@ impl Serve {
             .unwrap()
             .filter_map(|e| {
                 let tid = e.ok()?.file_name().into_string().ok()?;
-                let comm = std::fs::read_to_string(format!(
-                    "/proc/{}/task/{tid}/comm",
-                    self.child.id()
-                ))
-                .ok()?;
+                let comm =
+                    std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.child.id()))
+                        .ok()?;
                 let name = comm.trim().to_string();
                 name.starts_with("airlock-http-").then_some((name, tid))
             })
@@ -87,7 +85,10 @@ impl Serve {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "serve still running 10 s after SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "serve still running 10 s after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -163,7 +164,12 @@ fn concurrent_clients_are_spread_over_the_workers_and_all_answered() {
 fn connection_cap_is_global_across_workers() {
     let srv = Serve::start(
         "2",
-        &["--max-connections", "4", "--max-connections-per-address", "100"],
+        &[
+            "--max-connections",
+            "4",
+            "--max-connections-per-address",
+            "100",
+        ],
     );
     // Four connections that have each sent a request (none evictable)...
     let mut held: Vec<TcpStream> = (0..4)
@@ -180,10 +186,16 @@ fn connection_cap_is_global_across_workers() {
     fifth
         .set_read_timeout(Some(Duration::from_millis(800)))
         .unwrap();
-    assert_eq!(read_head(&mut fifth), None, "fifth client served above the cap");
+    assert_eq!(
+        read_head(&mut fifth),
+        None,
+        "fifth client served above the cap"
+    );
     // One closes: the fifth is answered.
     drop(held.remove(0));
-    fifth.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    fifth
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let head = read_head(&mut fifth).expect("fifth client served once a slot is free");
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(get_v2(&mut held[0]).starts_with("http/1.1 200"));

@@ -69,7 +69,7 @@ where
     let ip = client.map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     let names = req.extensions().get::<ClientCertNames>().cloned();
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
-    let principal = match identify(&app, names, authorization, &ip).await {
+    let principal = match Box::pin(identify(&app, names, authorization, &ip)).await {
         Ok(p) => p,
         Err(res) => return finish(res, req.uri().path()),
     };

@@ -65,9 +65,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::App;
 use super::body::{Pace, RequestBody, ResponseBody, ResponseBudget};
 use super::slots::{Refused, Slot, Slots};
-use super::App;
 use super::tls::{ClientCertNames, Tls};
 use crate::registry::errors::{ErrorCode, RegistryError};
 use crate::registry::routes::Route;
@@ -424,7 +424,10 @@ fn handle(
         let req = Request::from_parts(parts, axum::body::Body::new(body));
         let res = match target {
             // The registry's hot path skips the router (same middleware).
-            Err(app) => super::serve_registry(app, req).await,
+            // Boxed: the registry's future is large (every handler's
+            // state), and hyper moves the future `handle` returns into its
+            // own box, a copy of that size per request.
+            Err(app) => Box::pin(super::serve_registry(app, req)).await,
             Ok(router) => match tower::ServiceExt::oneshot(router, req).await {
                 Ok(res) => res,
                 Err(never) => match never {},

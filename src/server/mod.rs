@@ -209,11 +209,18 @@ fn is_registry_path(path: &str) -> bool {
 async fn serve_registry(app: Arc<App>, req: axum::extract::Request) -> axum::response::Response {
     let head = req.method() == axum::http::Method::HEAD;
     let ctx = app.clone();
-    let mut res = front_with(app, req, |req| async move { registry::serve(&*ctx, req).await }).await;
+    let mut res = front_with(
+        app,
+        req,
+        |req| async move { registry::serve(&*ctx, req).await },
+    )
+    .await;
     if head {
         let hint = axum::body::HttpBody::size_hint(res.body());
         if let Some(len) = hint.exact()
-            && !res.headers().contains_key(axum::http::header::CONTENT_LENGTH)
+            && !res
+                .headers()
+                .contains_key(axum::http::header::CONTENT_LENGTH)
         {
             res.headers_mut()
                 .insert(axum::http::header::CONTENT_LENGTH, len.into());

@@ -100,7 +100,11 @@ impl Slots {
         activity: &Arc<Activity>,
     ) -> Result<Slot, Refused> {
         let mut inner = self.lock();
-        if inner.per_address.get(&ip).is_some_and(|&n| n >= self.max_per_address) {
+        if inner
+            .per_address
+            .get(&ip)
+            .is_some_and(|&n| n >= self.max_per_address)
+        {
             return Err(Refused::PerAddress);
         }
         if inner.open >= self.max_total {
