@@ -19,6 +19,9 @@ use crate::store::space::FreeSpaceFloor;
 use crate::store::{OpenedStore, StoreUrl};
 use crate::torcx::api::TorcxConfig;
 
+/// Most HTTP worker threads `workers` may ask for.
+const MAX_WORKERS: u64 = 1024;
+
 /// A checked config, ready to serve.
 pub struct Resolved {
     /// Addresses to listen on.
@@ -222,6 +225,12 @@ impl Settings {
             },
             blob_redirect: self.registry.blob_redirect.unwrap_or(false),
         };
+        if self.workers.is_some_and(|n| n > MAX_WORKERS) {
+            return Err(ConfigError::value(
+                "workers",
+                format!("at most {MAX_WORKERS} worker threads"),
+            ));
+        }
         let limits = Limits {
             header_timeout: Duration::from_secs(get(l.header_timeout_secs, 30)),
             idle_timeout: Duration::from_secs(get(l.idle_timeout_secs, 120)),
@@ -234,6 +243,7 @@ impl Settings {
                 .map_or(64 << 10, |s| s.0)
                 .clamp(8 << 10, 64 << 20) as usize,
             max_response_buffer: l.max_response_buffer.map_or(256 << 20, |s| s.0),
+            workers: self.workers.map(|n| n as usize),
             ..Limits::default()
         };
         let stacks = StacksConfig {

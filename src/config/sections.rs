@@ -34,6 +34,12 @@ pub struct Settings {
     /// [default: false: refuse to start].
     #[arg(long, env = "AIRLOCK_PLAIN_HTTP", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub plain_http: Option<bool>,
+    /// HTTP worker threads, each with its own runtime, accept loop and
+    /// SO_REUSEPORT socket per listen address (the connection caps stay
+    /// global); 0: one shared multi-thread runtime serves every connection
+    /// [default: the number of CPUs].
+    #[arg(long, env = "AIRLOCK_WORKERS")]
+    pub workers: Option<u64>,
     #[command(flatten)]
     #[serde(default)]
     pub store: StoreSection,

@@ -71,6 +71,14 @@ pub fn router(ctx: Arc<dyn Context>) -> Router {
 }
 
 async fn v2(State(ctx): State<Arc<dyn Context>>, req: HttpRequest) -> Response {
+    serve(&*ctx, req).await
+}
+
+/// Serves one request whose path is `/v2` or starts with `/v2/` (what
+/// every route of [`router`] calls; the server also calls it directly on
+/// its hot path, without a router). The response carries
+/// `Docker-Distribution-API-Version: registry/2.0`.
+pub async fn serve(ctx: &dyn Context, req: HttpRequest) -> Response {
     // The request is taken apart, not extracted piecewise: extracting the
     // `HeaderMap` would copy every header of every request.
     let (parts, body) = req.into_parts();
@@ -91,7 +99,7 @@ async fn v2(State(ctx): State<Arc<dyn Context>>, req: HttpRequest) -> Response {
         client,
         scope: &scope,
     };
-    let mut res = dispatch(&*ctx, &req, &mut body)
+    let mut res = dispatch(ctx, &req, &mut body)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     res.headers_mut()
@@ -158,6 +166,9 @@ async fn dispatch(
     let state = ctx.state();
     let head = *method == Method::HEAD;
     let (push, del) = (cfg.allow_push, cfg.allow_delete);
+    // Every handler but the pulls is boxed: this future's size is that of
+    // its largest arm, and it is moved (copied) per request on its way
+    // into the connection's task.
     let mut res = match (route, method.clone()) {
         (Route::Base, Method::GET | Method::HEAD) => ApiBase.into_response(),
         (Route::Manifest { name, reference }, Method::GET | Method::HEAD) => {
@@ -166,12 +177,12 @@ async fn dispatch(
                 .into_response()
         }
         (Route::Manifest { name, reference }, Method::PUT) if push => {
-            push::manifest(ctx, &name, &reference, headers, body)
+            Box::pin(push::manifest(ctx, &name, &reference, headers, body))
                 .await?
                 .into_response()
         }
         (Route::Manifest { name, reference }, Method::DELETE) if del => {
-            delete::manifest(state, &name, &reference)
+            Box::pin(delete::manifest(state, &name, &reference))
                 .await?
                 .into_response()
         }
@@ -179,26 +190,35 @@ async fn dispatch(
             pull::blob(state, &name, &digest, headers, head, cfg.blob_redirect).await?
         }
         (Route::Blob { name, digest }, Method::DELETE) if del => {
-            delete::blob(state, &name, &digest).await?.into_response()
+            Box::pin(delete::blob(state, &name, &digest))
+                .await?
+                .into_response()
         }
         (Route::TagsList { name }, Method::GET | Method::HEAD) => {
             let paging = discovery::Paging::from_uri(uri, cfg.max_page)?;
-            discovery::tags_list(state, &name, &paging)
+            Box::pin(discovery::tags_list(state, &name, &paging))
                 .await?
                 .into_response()
         }
         (Route::Catalog, Method::GET | Method::HEAD) => {
             let paging = discovery::Paging::from_uri(uri, cfg.max_page)?;
-            discovery::catalog(state, &paging, scope)
+            Box::pin(discovery::catalog(state, &paging, scope))
                 .await?
                 .into_response()
         }
         (Route::Referrers { name, digest }, Method::GET | Method::HEAD) => {
             let paging = discovery::Paging::from_uri(uri, cfg.referrers.max_descriptors)?;
             let t = query.get("artifactType");
-            referrers::referrers(state, &name, &digest, t, &paging, cfg.referrers)
-                .await?
-                .into_response()
+            Box::pin(referrers::referrers(
+                state,
+                &name,
+                &digest,
+                t,
+                &paging,
+                cfg.referrers,
+            ))
+            .await?
+            .into_response()
         }
         (
             Route::Upload {
@@ -206,7 +226,7 @@ async fn dispatch(
                 session: None,
             },
             Method::POST,
-        ) if push => upload::start(ctx, &name, &query, client, scope, body).await?,
+        ) if push => Box::pin(upload::start(ctx, &name, &query, client, scope, body)).await?,
         (
             Route::Upload {
                 name,
@@ -214,14 +234,18 @@ async fn dispatch(
             },
             m,
         ) if push => match m {
-            Method::GET | Method::HEAD => upload::progress(ctx, &name, &s).await?.into_response(),
-            Method::PATCH => upload::patch(ctx, &name, &s, headers, body)
+            Method::GET | Method::HEAD => Box::pin(upload::progress(ctx, &name, &s))
                 .await?
                 .into_response(),
-            Method::PUT => upload::finish(ctx, &name, &s, &query, headers, body)
+            Method::PATCH => Box::pin(upload::patch(ctx, &name, &s, headers, body))
                 .await?
                 .into_response(),
-            Method::DELETE => upload::cancel(ctx, &name, &s).await?.into_response(),
+            Method::PUT => Box::pin(upload::finish(ctx, &name, &s, &query, headers, body))
+                .await?
+                .into_response(),
+            Method::DELETE => Box::pin(upload::cancel(ctx, &name, &s))
+                .await?
+                .into_response(),
             _ => return Err(not_allowed),
         },
         (Route::Upload { name, session }, Method::GET | Method::HEAD) => {

@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use futures_util::StreamExt as _;
@@ -44,13 +43,16 @@ use crate::state::{Actor, audit};
 /// request, then runs it as its actor, with the user's [`RepositoryScope`]
 /// as a request extension (the registry checks the repository it finally
 /// reads against it).
-pub async fn check(app: Arc<App>, req: Request, next: Next) -> Response {
+pub async fn check<F>(app: Arc<App>, req: Request, next: impl FnOnce(Request) -> F) -> Response
+where
+    F: Future<Output = Response>,
+{
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     let policy = &*app.auth;
     if policy.is_open() && registry_read(&req) {
         // A registry read never commits: no actor to record (and no client
         // address to format on the hot path of pulls).
-        return next.run(req).await;
+        return next(req).await;
     }
     let address = client.map(|a| a.to_string());
     if policy.is_open() {
@@ -59,15 +61,15 @@ pub async fn check(app: Arc<App>, req: Request, next: Next) -> Response {
             address,
             admin: true,
         };
-        return audit::scope(actor, next.run(req)).await;
+        return audit::scope(actor, next(req)).await;
     }
     let Some(need) = auth::required(req.method(), req.uri()) else {
-        return next.run(req).await;
+        return next(req).await;
     };
     let ip = client.map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     let names = req.extensions().get::<ClientCertNames>().cloned();
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
-    let principal = match identify(&app, names, authorization, &ip).await {
+    let principal = match Box::pin(identify(&app, names, authorization, &ip)).await {
         Ok(p) => p,
         Err(res) => return finish(res, req.uri().path()),
     };
@@ -133,7 +135,7 @@ pub async fn check(app: Arc<App>, req: Request, next: Next) -> Response {
         admin,
     };
     let path = req.uri().path().to_string();
-    let res = audit::scope(actor, next.run(req)).await;
+    let res = audit::scope(actor, next(req)).await;
     let status = res.status().as_u16();
     match &session {
         Some(UploadCall::Open) if status == 202 => {

@@ -65,6 +65,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::App;
 use super::body::{Pace, RequestBody, ResponseBody, ResponseBudget};
 use super::slots::{Refused, Slot, Slots};
 use super::tls::{ClientCertNames, Tls};
@@ -110,13 +111,20 @@ pub struct Limits {
     /// On shutdown, in-flight requests get this long to finish before the
     /// remaining connections are abandoned.
     pub shutdown_timeout: Duration,
+    /// Worker threads of `serve` (`--workers`): each runs its own
+    /// current-thread runtime and accept loop on its own `SO_REUSEPORT`
+    /// socket ([`super::workers`]). `None`: one per CPU
+    /// (`available_parallelism`); `Some(0)`: the accept loops run on the
+    /// caller's (multi-thread) runtime instead. [`super::serve_on`] and
+    /// [`super::serve_listener`] ignore it (their listener is given).
+    pub workers: Option<usize>,
 }
 
 impl Default for Limits {
     /// Header timeout 30 s, idle timeout 120 s, 4096 connections, 256 per
     /// client address, bodies at least 1 KiB/s, manifest PUTs within 60 s,
     /// 64 KiB request heads, 256 MiB of buffered responses, 30 s shutdown
-    /// grace.
+    /// grace, one worker thread per CPU.
     fn default() -> Limits {
         Limits {
             header_timeout: Duration::from_secs(30),
@@ -128,6 +136,7 @@ impl Default for Limits {
             max_request_head: 64 << 10,
             max_response_buffer: 256 << 20,
             shutdown_timeout: Duration::from_secs(30),
+            workers: None,
         }
     }
 }
@@ -144,13 +153,55 @@ const EVICT_RETRY: Duration = Duration::from_secs(1);
 /// hyper's smallest HTTP/1 read buffer.
 const MIN_HEAD: usize = 8 << 10;
 
-/// What every connection task shares.
-struct Shared {
+/// What every accept loop and connection task shares: built once per
+/// server ([`Shared::new`]), so that with one accept loop per worker
+/// thread the connection cap, the per-address cap and the response budget
+/// stay global.
+pub(super) struct Shared {
     builder: Builder<TokioExecutor>,
+    app: Arc<App>,
     router: Router,
     limits: Limits,
     budget: Arc<ResponseBudget>,
+    slots: Arc<Slots>,
     tls: Option<Arc<Tls>>,
+}
+
+impl Shared {
+    /// Serves `app` ([`super::router`]) under `limits` (over TLS when `tls`
+    /// is given).
+    pub(super) fn new(app: Arc<App>, limits: Limits, tls: Option<Arc<Tls>>) -> Arc<Shared> {
+        let head = limits.max_request_head.max(MIN_HEAD);
+        let mut builder = Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_buf_size(head);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(head.min(u32::MAX as usize) as u32);
+        Arc::new(Shared {
+            builder,
+            router: super::router(app.clone()),
+            app,
+            budget: ResponseBudget::new(limits.max_response_buffer),
+            slots: Slots::new(limits.max_connections, limits.max_connections_per_address),
+            limits,
+            tls,
+        })
+    }
+
+    /// The limits every connection is served under.
+    pub(super) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Whether connections speak TLS.
+    pub(super) fn tls(&self) -> bool {
+        self.tls.is_some()
+    }
 }
 
 /// Rate-limits one kind of warning to one per [`WARN_EVERY`].
@@ -168,35 +219,16 @@ impl Every {
     }
 }
 
-/// Accepts on `listener` and serves `router` on every connection under
-/// `limits` until `shutdown` completes; then stops accepting and waits up
-/// to `limits.shutdown_timeout` for in-flight requests.
+/// Accepts on `listener` and serves `shared`'s router on every connection
+/// under its limits until `shutdown` completes; then stops accepting and
+/// waits up to `limits.shutdown_timeout` for in-flight requests. Several
+/// loops (one per worker thread) may share one `shared`.
 pub(super) async fn run(
     listener: TcpListener,
-    router: Router,
-    limits: Limits,
-    tls: Option<Arc<Tls>>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()>,
 ) {
-    let head = limits.max_request_head.max(MIN_HEAD);
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(head);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(head.min(u32::MAX as usize) as u32);
-    let slots = Slots::new(limits.max_connections, limits.max_connections_per_address);
-    let shared = Arc::new(Shared {
-        builder,
-        router,
-        budget: ResponseBudget::new(limits.max_response_buffer),
-        limits,
-        tls,
-    });
+    let slots = &shared.slots;
     let limits = &shared.limits;
     let graceful = GracefulShutdown::new();
     let (mut cap_warn, mut address_warn, mut accept_warn) =
@@ -225,7 +257,22 @@ pub(super) async fn run(
         // clients wait in the backlog meanwhile). One eviction at a time:
         // the evicted connection's slot is freed when its task ends.
         let mut evicted = false;
-        while slots.full() {
+        let activity = Arc::new(Activity::new());
+        let slot = loop {
+            match slots.admit(peer.ip(), &activity) {
+                Ok(slot) => break slot,
+                Err(Refused::PerAddress) => {
+                    if address_warn.due() {
+                        tracing::warn!(
+                            client = %peer.ip(),
+                            max_connections_per_address = limits.max_connections_per_address,
+                            "connection limit of one client address reached, closing its new connections"
+                        );
+                    }
+                    continue 'accept;
+                }
+                Err(Refused::Full) => {}
+            }
             if !evicted {
                 evicted = slots.evict_oldest_fresh();
                 if !evicted && cap_warn.due() {
@@ -239,20 +286,6 @@ pub(super) async fn run(
                 () = slots.wait_freed() => {}
                 () = tokio::time::sleep(EVICT_RETRY) => evicted = false,
                 () = &mut shutdown => break 'accept,
-            }
-        }
-        let activity = Arc::new(Activity::new());
-        let slot = match slots.admit(peer.ip(), &activity) {
-            Ok(slot) => slot,
-            Err(Refused::PerAddress) => {
-                if address_warn.due() {
-                    tracing::warn!(
-                        client = %peer.ip(),
-                        max_connections_per_address = limits.max_connections_per_address,
-                        "connection limit of one client address reached, closing its new connections"
-                    );
-                }
-                continue;
             }
         };
         if let Err(e) = tcp.set_nodelay(true) {
@@ -379,13 +412,26 @@ fn handle(
     let too_slow = Arc::new(OnceLock::new());
     let body = RequestBody::new(body, pace, activity.clone(), too_slow.clone());
     let v2 = parts.uri.path().starts_with("/v2/");
+    let registry = super::is_registry_path(parts.uri.path());
     let http1 = parts.version < Version::HTTP_2;
-    let router = shared.router.clone();
+    let target = if registry {
+        Err(shared.app.clone())
+    } else {
+        Ok(shared.router.clone())
+    };
     let (activity, budget) = (activity.clone(), shared.budget.clone());
     async move {
-        let res = match tower::ServiceExt::oneshot(router, Request::from_parts(parts, body)).await {
-            Ok(res) => res,
-            Err(never) => match never {},
+        let req = Request::from_parts(parts, axum::body::Body::new(body));
+        let res = match target {
+            // The registry's hot path skips the router (same middleware).
+            // Boxed: the registry's future is large (every handler's
+            // state), and hyper moves the future `handle` returns into its
+            // own box, a copy of that size per request.
+            Err(app) => Box::pin(super::serve_registry(app, req)).await,
+            Ok(router) => match tower::ServiceExt::oneshot(router, req).await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            },
         };
         drop(guard);
         let res = match too_slow.get() {

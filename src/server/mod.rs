@@ -16,6 +16,7 @@ pub mod metrics;
 mod slots;
 pub mod tls;
 pub mod trace;
+mod workers;
 
 pub use body::BodyTooSlow;
 pub use conn::Limits;
@@ -177,10 +178,56 @@ async fn front(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    front_with(app, req, |req| next.run(req)).await
+}
+
+/// [`front`] around `inner`.
+async fn front_with<F>(
+    app: Arc<App>,
+    req: axum::extract::Request,
+    inner: impl FnOnce(axum::extract::Request) -> F,
+) -> axum::response::Response
+where
+    F: Future<Output = axum::response::Response>,
+{
     metrics::record(req, |req| {
-        trace::log_request(req, |req| access::check(app, req, next))
+        trace::log_request(req, |req| access::check(app, req, inner))
     })
     .await
+}
+
+/// Whether [`router`] sends a request for `path` to the registry: `/v2`,
+/// `/v2/` and `/v2/{*path}`.
+fn is_registry_path(path: &str) -> bool {
+    path == "/v2" || path.starts_with("/v2/")
+}
+
+/// Serves a request [`is_registry_path`] as [`router`] does ([`front`],
+/// then [`registry::serve`]), without the router: no route matching, no
+/// path parameters, no boxed layers. As axum's router does, the body of a
+/// HEAD response is dropped after its `Content-Length` is set.
+async fn serve_registry(app: Arc<App>, req: axum::extract::Request) -> axum::response::Response {
+    let head = req.method() == axum::http::Method::HEAD;
+    let ctx = app.clone();
+    let mut res = front_with(
+        app,
+        req,
+        |req| async move { registry::serve(&*ctx, req).await },
+    )
+    .await;
+    if head {
+        let hint = axum::body::HttpBody::size_hint(res.body());
+        if let Some(len) = hint.exact()
+            && !res
+                .headers()
+                .contains_key(axum::http::header::CONTENT_LENGTH)
+        {
+            res.headers_mut()
+                .insert(axum::http::header::CONTENT_LENGTH, len.into());
+        }
+        *res.body_mut() = axum::body::Body::empty();
+    }
+    res
 }
 
 /// Binds every address of `listen` and serves [`router`] on each (over TLS
@@ -189,20 +236,36 @@ async fn front(
 /// most `limits.shutdown_timeout`) for in-flight requests to finish.
 /// Expired upload sessions are swept meanwhile ([`spawn_upload_sweeper`]).
 ///
-/// Errors: an address cannot be bound, SIGHUP cannot be watched.
+/// Layout: `limits.workers` worker threads, each with its own runtime and
+/// `SO_REUSEPORT` socket per address ([`workers`]); with `Some(0)` workers,
+/// or when the OS refuses `SO_REUSEPORT`, one listener per address served
+/// on the caller's runtime. Connection caps and the response budget are
+/// global either way.
+///
+/// Errors: an address cannot be bound, SIGHUP cannot be watched, a worker
+/// thread cannot be started.
 pub async fn serve(
     listen: &[SocketAddr],
     app: Arc<App>,
     limits: Limits,
     tls: Option<Arc<tls::Tls>>,
 ) -> anyhow::Result<()> {
+    let workers = limits.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let sockets = match workers {
+        0 => None,
+        n => workers::bind(listen, n)?,
+    };
     let mut listeners = Vec::new();
-    for addr in listen {
-        listeners.push(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr}"))?,
-        );
+    if sockets.is_none() {
+        for addr in listen {
+            listeners.push(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr}"))?,
+            );
+        }
     }
     let reloader = match &tls {
         Some(t) => Some(t.reload_on_sighup()?),
@@ -211,18 +274,25 @@ pub async fn serve(
     let sweeper = spawn_upload_sweeper(app.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
-    for listener in listeners {
-        let mut stopped = stopped.clone();
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        servers.spawn(serve_listener(
-            listener,
-            app.clone(),
-            limits.clone(),
-            tls.clone(),
-            shutdown,
-        ));
+    let shared = conn::Shared::new(app, limits, tls);
+    if let Some(sockets) = sockets {
+        for l in sockets.first().into_iter().flatten() {
+            log_serving(l.local_addr().ok(), &shared, sockets.len());
+        }
+        servers.spawn(workers::run(sockets, shared, stopped));
+    } else {
+        for listener in listeners {
+            log_serving(listener.local_addr().ok(), &shared, 0);
+            let mut stopped = stopped.clone();
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            let shared = shared.clone();
+            servers.spawn(async move {
+                conn::run(listener, shared, shutdown).await;
+                Ok(())
+            });
+        }
     }
     shutdown_signal().await;
     let _ = stop.send(true);
@@ -232,6 +302,7 @@ pub async fn serve(
             result = Err(e);
         }
     }
+    tracing::info!("server stopped");
     sweeper.abort();
     if let Some(r) = reloader {
         r.abort();
@@ -270,17 +341,26 @@ pub async fn serve_listener(
     let addr = listener
         .local_addr()
         .context("listener has no local address")?;
+    let shared = conn::Shared::new(app, limits, tls);
+    log_serving(Some(addr), &shared, 0);
+    conn::run(listener, shared, shutdown).await;
+    tracing::info!(%addr, "server stopped");
+    Ok(())
+}
+
+/// The start-up log line of one listen address (`workers` 0: served on the
+/// caller's runtime).
+fn log_serving(addr: Option<SocketAddr>, shared: &conn::Shared, workers: usize) {
+    let limits = shared.limits();
     tracing::info!(
-        %addr,
-        tls = tls.is_some(),
+        addr = ?addr,
+        tls = shared.tls(),
+        workers,
         header_timeout_secs = limits.header_timeout.as_secs_f64(),
         idle_timeout_secs = limits.idle_timeout.as_secs_f64(),
         max_connections = limits.max_connections,
         "serving HTTP"
     );
-    conn::run(listener, router(app), limits, tls, shutdown).await;
-    tracing::info!(%addr, "server stopped");
-    Ok(())
 }
 
 /// Completes on the first SIGINT (Ctrl-C) or SIGTERM. If a handler cannot

@@ -41,6 +41,9 @@ struct Inner {
 pub(super) enum Refused {
     /// The client address already holds `max_per_address` connections.
     PerAddress,
+    /// Every slot is taken (checked under the same lock as the count, so
+    /// accept loops on several threads never admit past the cap).
+    Full,
 }
 
 /// One open connection's slot; freed on drop.
@@ -67,11 +70,6 @@ impl Slots {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether every slot is taken.
-    pub(super) fn full(&self) -> bool {
-        self.lock().open >= self.max_total
-    }
-
     /// Tells the oldest connection that has not started a request to close;
     /// `false` when there is none (every open connection is serving or
     /// has served a request).
@@ -87,24 +85,32 @@ impl Slots {
     }
 
     /// Completes when a slot may have been freed (a freed slot is never
-    /// missed: a release before the wait is remembered).
+    /// missed: a release before the wait is remembered; every waiting
+    /// accept loop is woken).
     pub(super) async fn wait_freed(&self) {
         self.freed.notified().await
     }
 
-    /// Takes a slot for a connection from `ip` with `activity`; the caller
-    /// checked [`Slots::full`] first. Errors: the address is at its cap.
+    /// Takes a slot for a connection from `ip` with `activity`. Errors: the
+    /// address is at its cap (checked first: such a connection is refused
+    /// even when every slot is taken), or every slot is taken.
     pub(super) fn admit(
         self: &Arc<Self>,
         ip: IpAddr,
         activity: &Arc<Activity>,
     ) -> Result<Slot, Refused> {
         let mut inner = self.lock();
-        let n = inner.per_address.entry(ip).or_default();
-        if *n >= self.max_per_address {
+        if inner
+            .per_address
+            .get(&ip)
+            .is_some_and(|&n| n >= self.max_per_address)
+        {
             return Err(Refused::PerAddress);
         }
-        *n += 1;
+        if inner.open >= self.max_total {
+            return Err(Refused::Full);
+        }
+        *inner.per_address.entry(ip).or_default() += 1;
         inner.open += 1;
         let id = inner.next_id;
         inner.next_id += 1;
@@ -129,6 +135,9 @@ impl Drop for Slot {
             }
         }
         drop(inner);
+        // Wake every accept loop waiting now, and remember the release for
+        // one that is about to wait.
+        self.slots.freed.notify_waiters();
         self.slots.freed.notify_one();
     }
 }
@@ -147,7 +156,8 @@ mod tests {
         let _s1 = slots.admit(a, &acts[1]).unwrap();
         assert_eq!(slots.admit(a, &acts[2]).err(), Some(Refused::PerAddress));
         let _s2 = slots.admit(b, &acts[2]).unwrap();
-        assert!(slots.full());
+        assert_eq!(slots.admit(b, &acts[3]).err(), Some(Refused::Full));
+        assert_eq!(slots.admit(a, &acts[3]).err(), Some(Refused::PerAddress));
         // The oldest connection has started a request: the next one is evicted.
         let _guard = acts[0].begin_request();
         assert!(slots.evict_oldest_fresh());
@@ -157,7 +167,6 @@ mod tests {
         assert!(acts[2].close_requested());
         assert!(!slots.evict_oldest_fresh());
         drop(s0);
-        assert!(!slots.full());
         let _s3 = slots.admit(a, &acts[3]).unwrap();
     }
 }

@@ -1,0 +1,133 @@
+//! The per-core layout: `n` worker threads, each running its own
+//! current-thread tokio runtime with its own `SO_REUSEPORT` listening
+//! socket on every listen address and its own accept loop, the way nginx
+//! runs its worker processes. The kernel spreads new connections over the
+//! sockets of one address; a connection then lives and dies on the thread
+//! that accepted it (no cross-thread wake-ups, no work stealing).
+//!
+//! Owns: binding the sockets, starting and joining the worker threads.
+//! What the loops share (connection slots and caps, the response budget,
+//! the router and its [`super::App`], TLS) is one [`Shared`]; metrics are
+//! process-wide. Background tasks (upload sweeper, periodic GC, root
+//! refresh, TLS reload) stay on the caller's runtime.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::{oneshot, watch};
+
+use super::conn::{self, Shared};
+
+/// The listening backlog of every socket (tokio's `TcpListener::bind`'s).
+const BACKLOG: u32 = 1024;
+
+/// One listening socket per worker for every address of `listen`, bound
+/// with `SO_REUSEADDR` and `SO_REUSEPORT`; an address with port 0 gets its
+/// port from its first socket. `Ok(None)` when the OS refuses
+/// `SO_REUSEPORT` (the caller falls back to one shared runtime).
+///
+/// Errors: an address cannot be bound (in use, not local, no permission).
+pub(super) fn bind(
+    listen: &[SocketAddr],
+    workers: usize,
+) -> anyhow::Result<Option<Vec<Vec<std::net::TcpListener>>>> {
+    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+        (0..workers).map(|_| Vec::new()).collect();
+    for &wanted in listen {
+        let mut addr = wanted;
+        for sockets in &mut per_worker {
+            let socket = if addr.is_ipv4() {
+                TcpSocket::new_v4()
+            } else {
+                TcpSocket::new_v6()
+            }
+            .with_context(|| format!("cannot listen on {wanted}"))?;
+            socket
+                .set_reuseaddr(true)
+                .with_context(|| format!("cannot listen on {wanted}"))?;
+            if let Err(e) = socket.set_reuseport(true) {
+                tracing::warn!(error = %e, "SO_REUSEPORT unavailable: one shared runtime serves HTTP");
+                return Ok(None);
+            }
+            socket
+                .bind(addr)
+                .with_context(|| format!("cannot listen on {wanted}"))?;
+            let listener = socket
+                .listen(BACKLOG)
+                .with_context(|| format!("cannot listen on {wanted}"))?;
+            addr = listener
+                .local_addr()
+                .with_context(|| format!("cannot listen on {wanted}"))?;
+            sockets.push(
+                listener
+                    .into_std()
+                    .with_context(|| format!("cannot listen on {wanted}"))?,
+            );
+        }
+    }
+    Ok(Some(per_worker))
+}
+
+/// Runs one worker thread per element of `sockets` (see [`bind`]), each
+/// serving `shared` on its sockets until `stop` turns true, then draining
+/// its connections (at most `limits.shutdown_timeout`). Completes when
+/// every worker has stopped.
+///
+/// Errors: a thread or its runtime cannot be started, a socket cannot be
+/// registered with the runtime, a worker panicked.
+pub(super) async fn run(
+    sockets: Vec<Vec<std::net::TcpListener>>,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut done = Vec::new();
+    for (i, sockets) in sockets.into_iter().enumerate() {
+        let (tx, rx) = oneshot::channel();
+        let (shared, stop) = (shared.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name(format!("airlock-http-{i}"))
+            .spawn(move || {
+                let _ = tx.send(worker(sockets, shared, stop));
+            })
+            .context("cannot start an HTTP worker thread")?;
+        done.push(rx);
+    }
+    let mut result = Ok(());
+    for rx in done {
+        match rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => result = Err(e),
+            Err(_) => result = Err(anyhow::anyhow!("an HTTP worker thread panicked")),
+        }
+    }
+    result
+}
+
+/// One worker thread's life: a current-thread runtime running one accept
+/// loop per socket.
+fn worker(
+    sockets: Vec<std::net::TcpListener>,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start an HTTP worker runtime")?;
+    runtime.block_on(async move {
+        let mut loops = tokio::task::JoinSet::new();
+        for socket in sockets {
+            let listener = TcpListener::from_std(socket)
+                .context("cannot register a listening socket with the runtime")?;
+            let mut stop = stop.clone();
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            loops.spawn(conn::run(listener, shared.clone(), shutdown));
+        }
+        while loops.join_next().await.is_some() {}
+        Ok(())
+    })
+}
