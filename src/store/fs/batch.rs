@@ -182,7 +182,11 @@ mod tests {
         std::fs::write(&pb, &b[..4]).unwrap();
         let batch = put_blobs(dir.path(), blob_key, blobs.clone()).unwrap();
         assert_eq!(
-            (batch.files.len(), batch.dirs.is_empty(), batch.present.len()),
+            (
+                batch.files.len(),
+                batch.dirs.is_empty(),
+                batch.present.len()
+            ),
             (2, false, 0)
         );
         assert_eq!(std::fs::read(&pa).unwrap(), a);
