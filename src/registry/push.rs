@@ -41,7 +41,7 @@ use crate::digest::Digest;
 use crate::names::{Reference, RepositoryName};
 use crate::oci::{self, MAX_MANIFEST_SIZE, Manifest};
 use crate::state::{ManifestInfo, Op, StateError};
-use crate::store::{Blobstore, blob_key};
+use crate::store::put_digested;
 
 fn too_large(size: Option<u64>) -> RegistryError {
     RegistryError::Status {
@@ -176,19 +176,6 @@ fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
     })
 }
 
-/// Stores `bytes` at `blob_key(digest)` unless present (`digest` was
-/// computed from these bytes); `false` when present.
-async fn store_bytes(store: &dyn Blobstore, digest: &Digest, bytes: Bytes) -> Result<bool> {
-    let key = blob_key(digest);
-    if store.stat(&key).await?.is_some() {
-        return Ok(false);
-    }
-    let mut w = store.writer(&key).await?;
-    w.write(bytes).await?;
-    w.commit().await?;
-    Ok(true)
-}
-
 /// PUT `/v2/<name>/manifests/<reference>` (end-7): 201 with `Location`
 /// (`/v2/<name>/manifests/<digest>`), `Docker-Content-Digest`, and
 /// `OCI-Subject` when the manifest has a `subject`. A tag reference is
@@ -250,7 +237,7 @@ pub async fn manifest(
         }
     }
     let size = bytes.len() as u64;
-    let written = store_bytes(store, &digest, bytes.clone()).await?;
+    let written = put_digested(store, &digest, bytes.clone()).await?;
     let ops = [
         Op::LinkBlobs {
             repo: name.clone(),
@@ -291,7 +278,7 @@ pub async fn manifest(
         // Found present, so unreferenced until this commit named it, a
         // concurrent `gc` may have removed it meanwhile: checked after the
         // naming, as a pushed blob is (see `ops::gc`), and written again.
-        store_bytes(store, &digest, bytes).await?;
+        put_digested(store, &digest, bytes).await?;
     }
     Ok(Created {
         location: format!("/v2/{name}/manifests/{digest}"),

@@ -353,9 +353,10 @@ pub async fn put_bytes(store: &dyn Blobstore, bytes: &[u8]) -> Result<Digest> {
     Ok(digest)
 }
 
-/// Stores `bytes` under `digest` (computed by the caller from them),
-/// unless already present.
-async fn put_digested<S: Blobstore + ?Sized>(
+/// Stores `bytes` at [`blob_key`]`(digest)` (`digest` computed by the
+/// caller from them) through a committed writer, unless already present;
+/// `false` when present. Errors: the store failed.
+pub async fn put_digested<S: Blobstore + ?Sized>(
     store: &S,
     digest: &Digest,
     bytes: Bytes,
