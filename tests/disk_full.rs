@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use airlock::store::{self, Blobstore, ObjectWriter, RootVersion, StoreError, fs::FsStore};
+use airlock::store::{self, ObjectWriter, StoreError, fs::FsStore};
 use common::{airlock, airlock_ok, http, import_bundle, root_of, serve, synth, test_key};
 
 /// A filesystem store whose writes fail with ENOSPC once `budget` bytes are written.
@@ -55,46 +55,14 @@ impl ObjectWriter for FullWriter {
     }
 }
 
-#[async_trait::async_trait]
-impl Blobstore for Full {
-    async fn stat(&self, key: &str) -> store::Result<Option<u64>> {
-        self.inner.stat(key).await
-    }
-    async fn read(&self, key: &str, range: Option<(u64, u64)>) -> store::Result<store::BoxRead> {
-        self.inner.read(key, range).await
-    }
-    async fn stream(
-        &self,
-        key: &str,
-        range: Option<(u64, u64)>,
-    ) -> store::Result<store::ByteStream> {
-        self.inner.stream(key, range).await
-    }
+forwarding_store!(Full {
     async fn writer(&self, key: &str) -> store::Result<Box<dyn ObjectWriter>> {
         Ok(Box::new(FullWriter {
             inner: self.inner.writer(key).await?,
             budget: self.budget.clone(),
         }))
     }
-    async fn delete(&self, key: &str) -> store::Result<()> {
-        self.inner.delete(key).await
-    }
-    async fn rename(&self, from: &str, to: &str) -> store::Result<()> {
-        self.inner.rename(from, to).await
-    }
-    async fn list(&self, prefix: &str) -> store::Result<Vec<String>> {
-        self.inner.list(prefix).await
-    }
-    async fn sync(&self) -> store::Result<()> {
-        self.inner.sync().await
-    }
-    async fn read_root(&self) -> store::Result<Option<RootVersion>> {
-        self.inner.read_root().await
-    }
-    async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> store::Result<bool> {
-        self.inner.swap_root(expected, value).await
-    }
-}
+});
 
 fn import_in_process(state: &airlock::state::StateStore, bundle: &Path) -> anyhow::Result<()> {
     let (_, keyring) = test_key();

@@ -312,42 +312,9 @@ struct CollectedMeanwhile {
     fired: std::sync::atomic::AtomicBool,
 }
 
-#[async_trait::async_trait]
-impl Blobstore for CollectedMeanwhile {
-    async fn stat(&self, key: &str) -> store::Result<Option<u64>> {
-        self.inner.stat(key).await
-    }
-    async fn read(&self, key: &str, range: Option<(u64, u64)>) -> store::Result<store::BoxRead> {
-        self.inner.read(key, range).await
-    }
-    async fn stream(
-        &self,
-        key: &str,
-        range: Option<(u64, u64)>,
-    ) -> store::Result<store::ByteStream> {
-        self.inner.stream(key, range).await
-    }
+forwarding_store!(CollectedMeanwhile {
     async fn writer(&self, key: &str) -> store::Result<Box<dyn store::ObjectWriter>> {
         self.inner.writer(key).await
-    }
-    async fn delete(&self, key: &str) -> store::Result<()> {
-        self.inner.delete(key).await
-    }
-    async fn list(&self, prefix: &str) -> store::Result<Vec<String>> {
-        self.inner.list(prefix).await
-    }
-    async fn sync(&self) -> store::Result<()> {
-        self.inner.sync().await
-    }
-    async fn read_root(&self) -> store::Result<Option<store::RootVersion>> {
-        self.inner.read_root().await
-    }
-    async fn swap_root(
-        &self,
-        expected: Option<&store::RootVersion>,
-        value: &str,
-    ) -> store::Result<bool> {
-        self.inner.swap_root(expected, value).await
     }
     async fn put_blobs(&self, blobs: Vec<(Digest, bytes::Bytes)>) -> store::Result<Vec<Digest>> {
         use std::sync::atomic::Ordering;
@@ -357,7 +324,7 @@ impl Blobstore for CollectedMeanwhile {
         }
         Ok(present)
     }
-}
+});
 
 /// The GC race of a state commit: a document set back to an earlier value
 /// is found stored (unreferenced by the current root), so the commit does

@@ -448,3 +448,58 @@ pub fn self_signed_cert(dir: &Path, name: &str, cn: &str) -> (PathBuf, PathBuf) 
     );
     (crt, key)
 }
+
+/// `impl Blobstore for $ty` for a test wrapper whose field `inner: Arc<dyn
+/// Blobstore>` does the work: every method is forwarded to `inner`
+/// except `writer` and `put_blobs`, which the wrapper writes in `{ ... }`
+/// (each may also forward), so a test store states only how it differs.
+#[macro_export]
+macro_rules! forwarding_store {
+    ($ty:ty { $($own:tt)* }) => {
+        #[async_trait::async_trait]
+        impl airlock::store::Blobstore for $ty {
+            async fn stat(&self, key: &str) -> airlock::store::Result<Option<u64>> {
+                self.inner.stat(key).await
+            }
+            async fn read(
+                &self,
+                key: &str,
+                range: Option<(u64, u64)>,
+            ) -> airlock::store::Result<airlock::store::BoxRead> {
+                self.inner.read(key, range).await
+            }
+            async fn stream(
+                &self,
+                key: &str,
+                range: Option<(u64, u64)>,
+            ) -> airlock::store::Result<airlock::store::ByteStream> {
+                self.inner.stream(key, range).await
+            }
+            async fn delete(&self, key: &str) -> airlock::store::Result<()> {
+                self.inner.delete(key).await
+            }
+            async fn rename(&self, from: &str, to: &str) -> airlock::store::Result<()> {
+                self.inner.rename(from, to).await
+            }
+            async fn list(&self, prefix: &str) -> airlock::store::Result<Vec<String>> {
+                self.inner.list(prefix).await
+            }
+            async fn sync(&self) -> airlock::store::Result<()> {
+                self.inner.sync().await
+            }
+            async fn read_root(
+                &self,
+            ) -> airlock::store::Result<Option<airlock::store::RootVersion>> {
+                self.inner.read_root().await
+            }
+            async fn swap_root(
+                &self,
+                expected: Option<&airlock::store::RootVersion>,
+                value: &str,
+            ) -> airlock::store::Result<bool> {
+                self.inner.swap_root(expected, value).await
+            }
+            $($own)*
+        }
+    };
+}
