@@ -248,6 +248,24 @@ impl Manifest {
         }
     }
 
+    /// Reads `bytes` as the manifest type `media_type` says it is (one of
+    /// the four types of [`is_manifest_type`]): an index or manifest list
+    /// must have `manifests`, an image manifest `config` and `layers`,
+    /// whatever else the body holds (image-spec "Image Index Property
+    /// Descriptions", "Image Manifest Property Descriptions"), and
+    /// `schemaVersion` must be 2. What a registry checks against the
+    /// `Content-Type` a manifest is pushed with, where [`Manifest::parse`]
+    /// goes by the body alone.
+    ///
+    /// Errors: not JSON, not that type's shape, or a bad descriptor.
+    pub fn parse_typed(bytes: &[u8], media_type: &str) -> Result<Manifest, ManifestError> {
+        let probe: Probe = serde_json::from_slice(bytes).map_err(json_error)?;
+        if probe.schema_version != Some(2) {
+            return Err(ManifestError("schemaVersion must be 2".into()));
+        }
+        Self::parse_as(bytes, is_index_type(media_type), probe.media_type)
+    }
+
     /// Reads `bytes` as an index (`index`) or an image manifest.
     fn parse_as(
         bytes: &[u8],

@@ -1509,6 +1509,47 @@ async fn upload_caps(b: Backend) {
     .await;
     r.error(413, "SIZE_INVALID");
     assert_eq!(r.json()["errors"][0]["detail"]["max"], 1000);
+    // A Content-Length over the cap is refused before any byte of the body
+    // is read (field report: the server waited for a 91 TiB body and timed
+    // out with 408): here the body never sends a byte, so reading it would
+    // hang. Monolithic POST, PATCH and the final PUT alike.
+    let session = send_body(
+        &f.router,
+        "POST",
+        "/v2/cap/a/blobs/uploads/",
+        &[],
+        Vec::new(),
+    )
+    .await
+    .header("location")
+    .to_string();
+    for (method, uri) in [
+        (
+            "POST",
+            format!("/v2/cap/a/blobs/uploads/?digest={}", sha256(&big)),
+        ),
+        ("PATCH", session.clone()),
+        ("PUT", format!("{session}?digest={}", sha256(&big))),
+    ] {
+        use tower::ServiceExt as _;
+        let never = futures_util::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(&uri)
+            .header("content-length", "99999999999999")
+            .body(axum::body::Body::from_stream(never))
+            .unwrap();
+        let res = tokio::time::timeout(Duration::from_secs(10), f.router.clone().oneshot(req))
+            .await
+            .unwrap_or_else(|_| panic!("{method} {uri}: no answer before the body"))
+            .unwrap();
+        assert_eq!(
+            res.status(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{method} {uri}"
+        );
+    }
+    send(&f.router, "DELETE", &session, &[]).await.status(204);
     // PATCH past the cap, in two chunks: the second is refused, the first kept.
     let loc = send_body(
         &f.router,

@@ -226,7 +226,12 @@ async fn dispatch(
                 session: None,
             },
             Method::POST,
-        ) if push => Box::pin(upload::start(ctx, &name, &query, client, scope, body)).await?,
+        ) if push => {
+            Box::pin(upload::start(
+                ctx, &name, &query, client, scope, headers, body,
+            ))
+            .await?
+        }
         (
             Route::Upload {
                 name,

@@ -145,7 +145,9 @@ fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
             artifact_type: m.and_then(|m| m.referrer_artifact_type()),
         });
     }
-    let m = parsed.map_err(|e| invalid(e.to_string()))?;
+    // Read as the type it is pushed as, not as its shape suggests: an
+    // index must have `manifests`, an image manifest `config`.
+    let m = Manifest::parse_typed(bytes, &media_type).map_err(|e| invalid(e.to_string()))?;
     if let Some(field) = &m.media_type
         && field != &media_type
     {
@@ -322,6 +324,41 @@ mod tests {
         assert!(check(Some("application/x-anything"), declared_only).is_err());
         let foreign_field = br#"{"mediaType":"application/x-other","config":1}"#;
         assert!(check(Some("application/x-anything"), foreign_field).is_ok());
+    }
+
+    /// A body is read as the type it is pushed as (field report: an index
+    /// type took `{"schemaVersion":2}` and an image manifest without
+    /// `mediaType`, which skopeo then could not read).
+    #[test]
+    fn a_manifest_is_checked_against_the_type_it_is_pushed_as() {
+        let d = Digest::sha256_of(b"x");
+        let image = format!(
+            r#"{{"schemaVersion":2,"config":{{"mediaType":"a/b","digest":"{d}","size":1}},"layers":[]}}"#
+        );
+        let bare = br#"{"schemaVersion":2}"#;
+        for index_type in [oci::OCI_INDEX, oci::DOCKER_LIST] {
+            let e = check(Some(index_type), bare).err().expect(index_type);
+            assert!(
+                format!("{e:?}").contains("manifests"),
+                "{index_type}: {e:?}"
+            );
+            assert!(
+                check(Some(index_type), image.as_bytes()).is_err(),
+                "{index_type}"
+            );
+        }
+        for image_type in [oci::OCI_MANIFEST, oci::DOCKER_MANIFEST] {
+            assert!(check(Some(image_type), bare).is_err(), "{image_type}");
+        }
+        // Both shapes in one body: read as the type given, so an image
+        // manifest that also carries `manifests` keeps its config and layers.
+        let both = format!(
+            r#"{{"schemaVersion":2,"manifests":[],"config":{{"mediaType":"a/b","digest":"{d}","size":1}},"layers":[]}}"#
+        );
+        let c = check(Some(oci::OCI_MANIFEST), both.as_bytes()).unwrap();
+        assert_eq!((c.blobs, c.manifests.len()), (vec![d.clone()], 0));
+        let c = check(Some(oci::OCI_INDEX), both.as_bytes()).unwrap();
+        assert_eq!((c.blobs.len(), c.manifests.len()), (0, 0));
     }
 
     #[test]

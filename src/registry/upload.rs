@@ -116,6 +116,27 @@ fn digest_param(query: &QueryParams) -> Result<Digest> {
     })
 }
 
+/// Refuses, before any byte of the body is read, a request whose
+/// `Content-Length` alone is over the largest blob
+/// ([`super::uploads::Uploads::max_blob_size`]): 413 `SIZE_INVALID`, as the
+/// same body would get once it streamed past the cap. A body without a
+/// length (chunked) is cut off by that streaming check instead.
+fn refuse_declared_oversize(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    headers: &HeaderMap,
+) -> Result<()> {
+    let max = ctx.uploads().max_blob_size();
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) if n > max => Err(upload_error(UploadError::TooLarge(max), name, None)),
+        _ => Ok(()),
+    }
+}
+
 /// `Content-Range` of a chunk, if sent; `BLOB_UPLOAD_INVALID` when malformed.
 fn content_range(headers: &HeaderMap) -> Result<Option<(u64, u64)>> {
     let Some(v) = headers.get(header::CONTENT_RANGE) else {
@@ -201,8 +222,10 @@ pub async fn start(
     query: &QueryParams,
     client: Option<std::net::IpAddr>,
     scope: &super::scope::RepositoryScope,
+    headers: &HeaderMap,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Response> {
+    refuse_declared_oversize(ctx, name, headers)?;
     if let Some(mount) = query.get("mount") {
         let from = query.get("from").filter(|f| scope.covers(f));
         if let Some(created) = mount_blob(ctx, name, mount, from).await? {
@@ -282,7 +305,8 @@ async fn mount_blob(
 /// size or ends before it starts; 400 `BLOB_UPLOAD_INVALID` for a malformed
 /// `Content-Range` or one whose length overflows (`0-18446744073709551615`;
 /// lengths are checked, never wrapped); 400 `SIZE_INVALID` when the body's
-/// length differs from the range's.
+/// length differs from the range's; 413 `SIZE_INVALID` when `Content-Length`
+/// or the session's size passes the largest blob.
 pub async fn patch(
     ctx: &dyn Context,
     name: &RepositoryName,
@@ -291,6 +315,7 @@ pub async fn patch(
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<UploadStatus> {
     let id = session_id(name, session)?;
+    refuse_declared_oversize(ctx, name, headers)?;
     let range = content_range(headers)?;
     let offset = ctx
         .uploads()
@@ -322,7 +347,7 @@ pub async fn progress(
 ///
 /// Errors: 400 `DIGEST_INVALID` (missing or malformed `digest`, or content
 /// that does not match it: nothing is stored and the session is gone); 404
-/// `BLOB_UPLOAD_UNKNOWN`; 416 and 400 as for [`patch`].
+/// `BLOB_UPLOAD_UNKNOWN`; 416, 400 and 413 as for [`patch`].
 pub async fn finish(
     ctx: &dyn Context,
     name: &RepositoryName,
@@ -333,6 +358,7 @@ pub async fn finish(
 ) -> Result<Created> {
     let id = session_id(name, session)?;
     let digest = digest_param(query)?;
+    refuse_declared_oversize(ctx, name, headers)?;
     let range = content_range(headers)?;
     let size = ctx
         .uploads()

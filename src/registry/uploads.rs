@@ -376,6 +376,12 @@ impl Uploads {
         }
     }
 
+    /// The largest blob a session or monolithic upload may complete, in
+    /// bytes (`[limits] max_blob_size`).
+    pub fn max_blob_size(&self) -> u64 {
+        self.limits.max_blob_size
+    }
+
     /// Counts a new session in `repo` opened by `client`; `TooMany` at a cap.
     fn admit(&self, id: &UploadId, repo: &RepositoryName, client: Option<IpAddr>) -> Result<()> {
         let Ok(mut open) = self.open_sessions.lock() else {
