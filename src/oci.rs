@@ -184,6 +184,17 @@ struct Probe {
     config: Option<serde::de::IgnoredAny>,
 }
 
+impl Probe {
+    /// The probe of `bytes`. Errors: not JSON, or `schemaVersion` not 2.
+    fn read(bytes: &[u8]) -> Result<Probe, ManifestError> {
+        let probe: Probe = serde_json::from_slice(bytes).map_err(json_error)?;
+        if probe.schema_version != Some(2) {
+            return Err(ManifestError("schemaVersion must be 2".into()));
+        }
+        Ok(probe)
+    }
+}
+
 /// A manifest that is neither an image manifest nor an index: oci-spec has
 /// no type for it, and distribution-spec lets a registry store it; only
 /// what the referrers API needs is read.
@@ -225,10 +236,7 @@ impl Manifest {
     /// `manifests`; descriptor: `mediaType`, `digest`, `size`; platform:
     /// `os`, `architecture`), or a digest airlock cannot store.
     pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
-        let probe: Probe = serde_json::from_slice(bytes).map_err(json_error)?;
-        if probe.schema_version != Some(2) {
-            return Err(ManifestError("schemaVersion must be 2".into()));
-        }
+        let probe = Probe::read(bytes)?;
         let declared = probe.media_type.as_deref();
         let index = match declared {
             Some(t) if is_index_type(t) => true,
@@ -259,10 +267,7 @@ impl Manifest {
     ///
     /// Errors: not JSON, not that type's shape, or a bad descriptor.
     pub fn parse_typed(bytes: &[u8], media_type: &str) -> Result<Manifest, ManifestError> {
-        let probe: Probe = serde_json::from_slice(bytes).map_err(json_error)?;
-        if probe.schema_version != Some(2) {
-            return Err(ManifestError("schemaVersion must be 2".into()));
-        }
+        let probe = Probe::read(bytes)?;
         Self::parse_as(bytes, is_index_type(media_type), probe.media_type)
     }
 

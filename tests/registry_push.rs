@@ -1549,18 +1549,9 @@ async fn upload_caps(b: Backend) {
             "{method} {uri}"
         );
     }
-    send(&f.router, "DELETE", &session, &[]).await.status(204);
+    // The refused requests left the session as it was: it goes on below.
     // PATCH past the cap, in two chunks: the second is refused, the first kept.
-    let loc = send_body(
-        &f.router,
-        "POST",
-        "/v2/cap/a/blobs/uploads/",
-        &[],
-        Vec::new(),
-    )
-    .await
-    .header("location")
-    .to_string();
+    let loc = session;
     send_body(&f.router, "PATCH", &loc, &[], big[..600].to_vec())
         .await
         .status(202);

@@ -61,10 +61,7 @@ fn invalid(reason: impl Into<String>) -> RegistryError {
 
 /// Reads a manifest body, refusing more than [`MAX_MANIFEST_SIZE`] bytes.
 async fn read_body(headers: &HeaderMap, body: &mut (impl BodyStream + ?Sized)) -> Result<Bytes> {
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let announced = super::upload::declared_length(headers);
     if announced.is_some_and(|n| n > MAX_MANIFEST_SIZE) {
         return Err(too_large(announced));
     }
@@ -116,11 +113,9 @@ fn declared_manifest_type(bytes: &[u8]) -> Option<String> {
 
 /// Validates `bytes` as sent with `content_type` (already normalized).
 fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
-    let parsed = Manifest::parse(bytes);
     let media_type = match content_type {
         Some(ct) => ct.to_string(),
-        None => parsed
-            .as_ref()
+        None => Manifest::parse(bytes)
             .ok()
             .and_then(|m| m.effective_media_type().map(str::to_owned))
             .ok_or_else(|| invalid("no Content-Type and no mediaType in the manifest"))?,
@@ -134,7 +129,7 @@ fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
     }
     if !oci::is_manifest_type(&media_type) {
         // Kept as given; a subject or artifact type is recorded if readable.
-        let m = parsed.ok();
+        let m = Manifest::parse(bytes).ok();
         return Ok(Checked {
             media_type,
             blobs: Vec::new(),

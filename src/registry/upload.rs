@@ -116,6 +116,15 @@ fn digest_param(query: &QueryParams) -> Result<Digest> {
     })
 }
 
+/// The body length a request declares (`Content-Length`, RFC 9110 §8.6);
+/// `None` when absent or not a decimal number of bytes that fits a `u64`.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
 /// Refuses, before any byte of the body is read, a request whose
 /// `Content-Length` alone is over the largest blob
 /// ([`super::uploads::Uploads::max_blob_size`]): 413 `SIZE_INVALID`, as the
@@ -127,11 +136,7 @@ fn refuse_declared_oversize(
     headers: &HeaderMap,
 ) -> Result<()> {
     let max = ctx.uploads().max_blob_size();
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match declared {
+    match declared_length(headers) {
         Some(n) if n > max => Err(upload_error(UploadError::TooLarge(max), name, None)),
         _ => Ok(()),
     }

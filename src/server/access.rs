@@ -111,7 +111,7 @@ where
     }
     let quota = match &session {
         Some(_) if policy.sessions.limits().bytes > 0 => {
-            if let Some(len) = content_length(&req)
+            if let Some(len) = crate::registry::upload::declared_length(req.headers())
                 && policy.sessions.held(&who).saturating_add(len) > policy.sessions.limits().bytes
             {
                 return finish(over_quota(policy, &who), req.uri().path());
@@ -178,13 +178,6 @@ fn principal_name(p: &Principal) -> String {
 
 fn header_str<'a>(res: &'a Response, name: &str) -> Option<&'a str> {
     res.headers().get(name).and_then(|v| v.to_str().ok())
-}
-
-fn content_length(req: &Request) -> Option<u64> {
-    req.headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
 }
 
 /// 413 `DENIED`: the user's upload bytes would pass `max_upload_bytes_per_user`.
