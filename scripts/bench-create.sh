@@ -30,21 +30,7 @@ build_airlock
 python3 "$repo/scripts/bench/gen-serve-layout.py" "$work/layout" >"$work/images.txt" || die "layout generation failed"
 port=$(free_port)
 addr=127.0.0.1:$port
-cat >"$work/registry.yml" <<YML
-version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $work/registry-data
-http:
-  addr: $addr
-YML
-docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-pids+=($!)
-wait_up docker-registry "${pids[-1]}" "http://$addr/v2/" "$work/registry.log"
+start_registry "$addr" "$work/registry-data"
 images=(small big multi)
 for n in "${images[@]}"; do
     skopeo copy --quiet --preserve-digests --dest-tls-verify=false \

@@ -97,15 +97,7 @@ if [ "$S3" = 1 ]; then
     need aws "awscli (pip install awscli)"
 fi
 
-if [ -n "${AIRLOCK_BIN:-}" ]; then
-    airlock=$AIRLOCK_BIN
-    [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
-else
-    need cargo "cargo (or rustup)"
-    note "building airlock (cargo build --release)"
-    build_airlock
-    [ -x "$airlock" ] || die "$airlock missing after build"
-fi
+airlock_binary
 
 # --- work dir (lib.sh made $work under BENCH_DIR) --------------------------
 base=$BENCH_DIR

@@ -65,14 +65,7 @@ need python3 python3
 need curl curl
 [ -r "$helpers/metadata-push.py" ] || die "$helpers/metadata-push.py missing"
 
-if [ -n "${AIRLOCK_BIN:-}" ]; then
-    airlock=$AIRLOCK_BIN
-    [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
-else
-    need cargo "cargo (or rustup)"
-    note "building airlock (cargo build --release)"
-    build_airlock
-fi
+airlock_binary
 
 need_kib=$((TAGS * 40 + 1024 * 1024))
 avail_kib=$(df -Pk "$work" | awk 'NR == 2 { print $4 }')
@@ -100,33 +93,8 @@ wait "$pid" 2>/dev/null || true
 
 # --- docker-registry -------------------------------------------------------------
 port=$(free_port)
-mkdir -p "$work/registry"
-cat >"$work/registry.yml" <<EOF
-version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $work/registry
-  cache:
-    blobdescriptor: inmemory
-  redirect:
-    disable: true
-  maintenance:
-    uploadpurging:
-      enabled: false
-http:
-  addr: $HOST:$port
-health:
-  storagedriver:
-    enabled: false
-EOF
-docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-pid=$!
-pids+=("$pid")
-wait_up docker-registry "$pid" "http://$HOST:$port/v2/" "$work/registry.log"
+start_registry "$HOST:$port" "$work/registry"
+pid=$registry_pid
 run ref "$port" "$work/registry" "$pid"
 
 # --- table -----------------------------------------------------------------------

@@ -153,15 +153,7 @@ for f in gen-serve-layout.py idle-conns.py concurrent-writes.py serve-tls.sh; do
 done
 ulimit -n 4096 2>/dev/null || true # CONNS sockets + wrk's; inherited by both servers
 
-if [ -n "${AIRLOCK_BIN:-}" ]; then
-    airlock=$AIRLOCK_BIN
-    [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
-else
-    need cargo "cargo (or rustup)"
-    note "building airlock (cargo build --release)"
-    build_airlock
-    [ -x "$airlock" ] || die "$airlock missing after build"
-fi
+airlock_binary
 
 # --- work dir ($work, made and removed with $pids by lib.sh) ---------------------
 avail_kib=$(df -Pk "$work" | awk 'NR == 2 { print $4 }')
@@ -195,36 +187,9 @@ big_blob=$(awk '$1 == "big" { split($5, a, ":"); print a[1] ":" a[2] }' "$work/i
 
 # --- docker-registry (reference) ---------------------------------------------
 ref_port=$(free_port)
-mkdir -p "$work/registry-storage"
-cat >"$work/registry.yml" <<EOF
-version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $work/registry-storage
-  cache:
-    blobdescriptor: inmemory
-  redirect:
-    disable: true
-  delete:
-    enabled: false
-  maintenance:
-    uploadpurging:
-      enabled: false
-http:
-  addr: $HOST:$ref_port
-health:
-  storagedriver:
-    enabled: false
-EOF
 note "starting docker-registry on $HOST:$ref_port"
-docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-ref_pid=$!
-pids+=("$ref_pid")
-wait_up docker-registry "$ref_pid" "http://$HOST:$ref_port/v2/" "$work/registry.log"
+start_registry "$HOST:$ref_port" "$work/registry-storage"
+ref_pid=$registry_pid
 
 try_push() { # PORT NAME: skopeo copy of one image; its output in $work/push.log
     skopeo copy --quiet --preserve-digests --dest-tls-verify=false "oci:$layout:$2" \

@@ -127,28 +127,32 @@ fn roles_over_tls_with_skopeo_curl_and_client_certificates() {
         .0,
         403
     );
-    // Per-user upload sessions: two open, the third 429.
-    for _ in 0..2 {
-        assert_eq!(
-            site.curl(&[
-                "/v2/stacks/s/blobs/uploads/",
-                "-X",
-                "POST",
-                "-u",
-                "stk:ops-pw"
-            ])
-            .0,
-            202
-        );
+    // Per-user upload sessions (a cap of two): idle ones make room, the
+    // least recently active first.
+    let mut locations = Vec::new();
+    for _ in 0..3 {
+        let (code, heads, body) = site.curl(&[
+            "/v2/stacks/s/blobs/uploads/",
+            "-X",
+            "POST",
+            "-u",
+            "stk:ops-pw",
+        ]);
+        assert_eq!(code, 202, "{body}");
+        let loc = heads
+            .lines()
+            .find_map(|l| l.strip_prefix("location:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        locations.push(loc);
     }
-    let (code, _, body) = site.curl(&[
-        "/v2/stacks/s/blobs/uploads/",
-        "-X",
-        "POST",
-        "-u",
-        "stk:ops-pw",
-    ]);
-    assert_eq!(code, 429, "{body}");
+    let (code, _, body) = site.curl(&[&locations[0], "-u", "stk:ops-pw"]);
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("BLOB_UPLOAD_UNKNOWN"), "{body}");
+    for loc in &locations[1..] {
+        assert_eq!(site.curl(&[loc, "-u", "stk:ops-pw"]).0, 204);
+    }
 
     // Delete by the admin; import over HTTPS by the admin (the reader: 403).
     let (code, _, body) = site.curl(&[

@@ -75,6 +75,7 @@ fn import_in_process(state: &airlock::state::StateStore, bundle: &Path) -> anyho
         reader,
         "test",
         indicatif::ProgressBar::hidden(),
+        &Default::default(),
     ))?;
     Ok(())
 }
@@ -104,7 +105,9 @@ fn a_store_that_fills_up_fails_imports_and_pushes_cleanly() {
         Vec::<String>::new(),
         "temporary files left"
     );
-    // The failed import marked its journal: gc frees what it wrote at once.
+    // The refused import removed what it wrote before it returned
+    // (issue 23 §5); gc finds nothing more.
+    assert_eq!(synth::blob_files(&data), blobs);
     airlock_ok(&["gc", "--data", data.to_str().unwrap()]);
     assert_eq!(synth::blob_files(&data), blobs);
 
@@ -186,8 +189,7 @@ fn the_free_space_floor_refuses_writes_with_507() {
 
 #[test]
 fn a_real_small_filesystem() {
-    // tmpfs needs root; where it cannot be mounted, the wrapper test above
-    // covers the same paths.
+    // tmpfs needs root (CI runs the tests as root).
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
@@ -196,10 +198,10 @@ fn a_real_small_filesystem() {
         .arg(&mnt)
         .output()
         .is_ok_and(|o| o.status.success());
-    if !mounted {
-        eprintln!("tmpfs cannot be mounted here (not root?): covered by the store wrapper test");
-        return;
-    }
+    assert!(
+        mounted,
+        "this test mounts a 12 MiB tmpfs: run it as root (CI does)"
+    );
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
@@ -228,6 +230,8 @@ fn a_real_small_filesystem() {
     assert!(err.contains("No space left on device"), "{err}");
     assert_eq!(root_of(&data), "");
     assert_eq!(synth::files(&data.join("tmp")), Vec::<String>::new());
+    // Nothing of the refused import is left, before any gc (issue 23 §5).
+    assert_eq!(synth::blob_files(&data), Vec::<String>::new());
     airlock_ok(&["gc", "--data", d]);
     // What the failed import wrote is gone, so a smaller import fits.
     airlock_ok(&[

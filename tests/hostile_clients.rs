@@ -268,16 +268,27 @@ async fn upload_sessions_are_capped_per_client(b: Backend) {
     };
     let srv = start_on(b, base(), push_config(uploads, Duration::from_secs(3600))).await;
     let first = open_session(srv.addr, "cap/a").await;
-    open_session(srv.addr, "cap/b").await;
-    // A third one from this client, in any repository: 429.
+    let second = open_session(srv.addr, "cap/b").await;
+    // Both busy (a PATCH body still arriving): a third one from this
+    // client, in any repository, is 429.
+    let mut busy = Vec::new();
+    for loc in [&first, &second] {
+        let mut s = body_head(srv.addr, "PATCH", loc, "application/octet-stream", 100).await;
+        s.write_all(b"x").await.unwrap();
+        busy.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let (head, body) = request(srv.addr, &post_session("cap/c")).await;
     assert!(head.starts_with("http/1.1 429"), "{head}");
     assert_eq!(error_code(&body), "TOOMANYREQUESTS");
-    // Cancelling one frees its place.
-    let del = format!("DELETE {first} HTTP/1.1\r\nHost: t\r\n\r\n");
-    let (head, _) = request(srv.addr, del.as_bytes()).await;
-    assert!(head.starts_with("http/1.1 204"), "{head}");
+    // The client goes away: its sessions are idle, and the least recently
+    // active one makes room for the next.
+    drop(busy);
+    tokio::time::sleep(Duration::from_millis(200)).await;
     open_session(srv.addr, "cap/c").await;
+    let status = format!("GET {first} HTTP/1.1\r\nHost: t\r\n\r\n");
+    let (head, _) = request(srv.addr, status.as_bytes()).await;
+    assert!(head.starts_with("http/1.1 404"), "{head}");
 }
 
 async fn sweep_is_not_blocked_by_a_never_ending_patch(b: Backend) {
@@ -370,4 +381,98 @@ async fn other_clients_stay_fast_during_a_trickled_manifest_put_attack() {
         let head = a.await.unwrap();
         assert!(head.starts_with("http/1.1 408"), "{head}");
     }
+}
+
+/// Reads everything until the server closes the connection (5 s at most).
+async fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
+        .await
+        .expect("server closed the connection")
+        .ok();
+    out
+}
+
+/// Requests hyper refuses before routing (issue 23 §8) get what the
+/// router's errors get: an OCI error body naming the cause with the
+/// spec's code, `X-Request-Id`, the API version header; also on a
+/// keep-alive connection after a good request, and a 416 for a blob range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_oci_error_bodies() {
+    let srv = start(Limits {
+        max_request_head: 8 << 10,
+        ..base()
+    })
+    .await;
+    let big = format!(
+        "GET /v2/ HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let cases: Vec<(Vec<u8>, &str, &str)> = vec![
+        (b"PUT /v2/a/manifests/x HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n".to_vec(), "400", "SIZE_INVALID"),
+        (b"PUT /v2/a/manifests/x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd".to_vec(), "400", "SIZE_INVALID"),
+        (b"PUT /v2/a/manifests/x HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n\r\n".to_vec(), "400", "SIZE_INVALID"),
+        (b"GET /v2/a\xff\xfe/tags/list HTTP/1.1\r\nHost: t\r\n\r\n".to_vec(), "400", "NAME_INVALID"),
+        (b"GET /v2/ HTTP/1.1\r\nHost: t\r\nthis line has no colon\r\n\r\n".to_vec(), "400", "UNSUPPORTED"),
+        (b"GET /v2/ HTTP/1.1\r\nHost: t\r\nX-Nul: a\0b\r\n\r\n".to_vec(), "400", "UNSUPPORTED"),
+        (big.into_bytes(), "431", "UNSUPPORTED"),
+    ];
+    for (req, status, code) in cases {
+        let mut s = TcpStream::connect(srv.addr).await.unwrap();
+        s.write_all(&req).await.unwrap();
+        let raw = read_to_close(&mut s).await;
+        let text = String::from_utf8_lossy(&raw).to_string();
+        let shown = String::from_utf8_lossy(&req[..req.len().min(80)]).to_string();
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{shown}: {text}"
+        );
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains("\r\nx-request-id: "), "{shown}: {head}");
+        assert!(
+            head.contains("\r\ncontent-type: application/json"),
+            "{shown}: {head}"
+        );
+        assert!(
+            head.contains("\r\ndocker-distribution-api-version: registry/2.0"),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("\r\ncontent-length: {}", body.len())),
+            "{head}"
+        );
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["errors"][0]["code"], code, "{shown}: {body}");
+        assert!(
+            v["errors"][0]["detail"]["reason"]
+                .as_str()
+                .is_some_and(|r| !r.is_empty())
+        );
+    }
+    // After a good request on the same connection, still a body.
+    let mut s = TcpStream::connect(srv.addr).await.unwrap();
+    get_healthz(&mut s).await;
+    s.write_all(b"GET /v2/ HTTP/1.1\r\nHost: t\r\nno colon\r\n\r\n")
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&read_to_close(&mut s).await).to_string();
+    assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
+    assert!(text.contains("\"code\":\"UNSUPPORTED\""), "{text}");
+
+    // 416 for a range past the end of a blob: a body too.
+    let blob = b"0123456789".to_vec();
+    let digest = common::images::sha256(&blob);
+    let mut post = format!(
+        "POST /v2/r/blobs/uploads/?digest={digest} HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n"
+    )
+    .into_bytes();
+    post.extend_from_slice(&blob);
+    let (head, _) = request(srv.addr, &post).await;
+    assert!(head.starts_with("http/1.1 201"), "{head}");
+    let get = format!("GET /v2/r/blobs/{digest} HTTP/1.1\r\nHost: t\r\nRange: bytes=20-30\r\n\r\n");
+    let (head, body) = request(srv.addr, get.as_bytes()).await;
+    assert!(head.starts_with("http/1.1 416"), "{head}");
+    assert!(head.contains("content-range: bytes */10"), "{head}");
+    assert_eq!(error_code(&body), "SIZE_INVALID");
 }

@@ -80,6 +80,7 @@ fn metrics_count_imports_pulls_and_pushes(b: Backend) {
             Box::new(std::fs::File::open(&bundle).unwrap()),
             "test",
             indicatif::ProgressBar::hidden(),
+            &Default::default(),
         )
         .await
         .unwrap();

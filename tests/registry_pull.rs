@@ -17,10 +17,10 @@ use airlock::state::{ManifestInfo, Op, StateStore};
 use airlock::store::{Blobstore, fs::FsStore, put_bytes};
 use axum::Router;
 use axum::http::StatusCode;
-use sha2::{Digest as _, Sha256};
 
 mod common;
 use common::backend::{Backend, on_backends};
+use common::images::sha256;
 use common::router::{Reply, get, send};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -46,10 +46,6 @@ on_backends!(
     health_and_readiness,
     serves_over_tcp_to_curl,
 );
-
-fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
 
 fn repo(s: &str) -> RepositoryName {
     s.parse().unwrap()
@@ -145,6 +141,7 @@ async fn fixture(backend: Backend) -> Fixture {
             tags: ["latest", "1.36", "1.36.1", "glibc", "Zed"]
                 .map(tag)
                 .to_vec(),
+            guard: airlock::state::TagGuard::default(),
         },
         Op::LinkBlobs {
             repo: repo("stacks/bookworm"),
@@ -160,6 +157,7 @@ async fn fixture(backend: Backend) -> Fixture {
                 artifact_type: None,
             },
             tags: vec![tag("latest")],
+            guard: airlock::state::TagGuard::default(),
         },
         Op::LinkBlobs {
             repo: repo("a"),
@@ -716,12 +714,14 @@ async fn state_committed_after_router_was_built_is_served(b: Backend) {
             digest: d,
             info: info.clone(),
             tags: vec![tag("v1")],
+            guard: airlock::state::TagGuard::default(),
         },
         Op::PutManifest {
             repo: repo("library/busybox"),
             digest: sha256(&f.manifest).parse().unwrap(),
             info,
             tags: vec![tag("v2")],
+            guard: airlock::state::TagGuard::default(),
         },
     ];
     other_process

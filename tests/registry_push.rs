@@ -16,18 +16,17 @@ use airlock::state::StateStore;
 use airlock::store::Blobstore;
 use axum::Router;
 use axum::http::StatusCode;
-use sha2::{Digest as _, Sha256};
 
 mod common;
 use common::backend::{Backend, on_backends};
+use common::images::{
+    CONFIG, LAYER, OCI_INDEX, OCI_MANIFEST, bytes_of, image_manifest, image_parts, push_blob,
+    push_image, put_manifest, sha256,
+};
 use common::router::{Reply, get, send, send_body};
 
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
-const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
-const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 
 on_backends!(
     async [fs, moto, s3s_fs]
@@ -53,20 +52,6 @@ on_backends!(
     blob_pushes_make_no_generation_and_are_visible_at_once,
     upload_caps,
 );
-
-fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-fn bytes_of(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed;
-    (0..len)
-        .map(|_| {
-            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            (x >> 16) as u8
-        })
-        .collect()
-}
 
 struct Fixture {
     store: Arc<dyn Blobstore>,
@@ -95,70 +80,6 @@ async fn fixture(backend: Backend) -> Fixture {
         },
     )
     .await
-}
-
-async fn push_blob(router: &Router, name: &str, blob: &[u8]) -> String {
-    let d = sha256(blob);
-    let r = send_body(
-        router,
-        "POST",
-        &format!("/v2/{name}/blobs/uploads/"),
-        &[],
-        Vec::new(),
-    )
-    .await;
-    r.status(202);
-    let loc = r.header("location").to_string();
-    let r = send_body(
-        router,
-        "PUT",
-        &format!("{loc}?digest={d}"),
-        &[("content-type", "application/octet-stream")],
-        blob.to_vec(),
-    )
-    .await;
-    r.status(201);
-    d
-}
-
-fn image_manifest(config: &[u8], layers: &[&[u8]]) -> Vec<u8> {
-    let layers: Vec<serde_json::Value> = layers
-        .iter()
-        .map(|l| serde_json::json!({"mediaType": LAYER, "digest": sha256(l), "size": l.len()}))
-        .collect();
-    // Pretty-printed on purpose: the exact bytes must come back.
-    serde_json::to_vec_pretty(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": CONFIG, "digest": sha256(config), "size": config.len()},
-        "layers": layers,
-    }))
-    .unwrap()
-}
-
-async fn put_manifest(router: &Router, name: &str, reference: &str, ct: &str, m: &[u8]) -> Reply {
-    send_body(
-        router,
-        "PUT",
-        &format!("/v2/{name}/manifests/{reference}"),
-        &[("content-type", ct)],
-        m.to_vec(),
-    )
-    .await
-}
-
-/// Pushes a config + one layer + manifest tagged `tag`; returns (manifest, digest).
-async fn push_image(router: &Router, name: &str, tag: &str, seed: u32) -> (Vec<u8>, String) {
-    let config = format!(r#"{{"architecture":"amd64","os":"linux","seed":{seed}}}"#).into_bytes();
-    let layer = bytes_of(3000, seed);
-    push_blob(router, name, &config).await;
-    push_blob(router, name, &layer).await;
-    let m = image_manifest(&config, &[&layer]);
-    put_manifest(router, name, tag, OCI_MANIFEST, &m)
-        .await
-        .status(201);
-    let d = sha256(&m);
-    (m, d)
 }
 
 async fn monolithic_single_post_with_digest(b: Backend) {
@@ -926,18 +847,68 @@ async fn mirror_namespaces(b: Backend) {
     get(&f.router, "/v2/docker.io/library/busybox/manifests/latest")
         .await
         .status(200);
-    // An ns whose repository does not exist is answered as without ns
-    // (here: the default namespace), never with 400.
+    // An ns whose repository does not exist is answered as without ns,
+    // and a request that names an ns never falls back to the default
+    // namespace (docker.io/library/busybox is another registry's image):
+    // library/busybox itself does not exist, 404, never 400.
     for ns in ["quay.io", "localhost:5000", "[::1]:5000"] {
         let r = get(
             &f.router,
             &format!("/v2/library/busybox/manifests/latest?ns={ns}"),
         )
         .await;
-        r.status(200);
-        assert_eq!(r.body, m, "{ns}");
+        r.error(404, "NAME_UNKNOWN");
         assert!(r.headers.get("oci-namespace").is_none(), "{ns}");
     }
+    // A mount's from= is resolved as a read of that name is (field report:
+    // HEAD of library/busybox's blob answered 200 through the default
+    // namespace while a mount from library/busybox opened a session).
+    let blob_uri = format!("/v2/library/busybox/blobs/{}", sha256(&config));
+    send(&f.router, "HEAD", &blob_uri, &[]).await.status(200);
+    for (query, target) in [
+        ("from=library/busybox", "mnt/test"),
+        ("from=docker.io/library/busybox", "mnt/test"),
+        // With ns= the write goes to the namespace too.
+        ("from=library/busybox&ns=docker.io", "docker.io/mnt/test"),
+    ] {
+        let r = send_body(
+            &f.router,
+            "POST",
+            &format!(
+                "/v2/mnt/test/blobs/uploads/?mount={}&{query}",
+                sha256(&config)
+            ),
+            &[],
+            Vec::new(),
+        )
+        .await;
+        r.status(201);
+        assert_eq!(
+            r.header("location"),
+            format!("/v2/{target}/blobs/{}", sha256(&config)),
+            "{query}"
+        );
+    }
+    get(
+        &f.router,
+        &format!("/v2/mnt/test/blobs/{}", sha256(&config)),
+    )
+    .await
+    .status(200);
+    // A from= that names another registry's namespace is not found there:
+    // a session opens instead (202), as for any unknown blob.
+    send_body(
+        &f.router,
+        "POST",
+        &format!(
+            "/v2/mnt/other/blobs/uploads/?mount={}&from=library/busybox&ns=quay.io",
+            sha256(&config)
+        ),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .status(202);
     // Without a default namespace, no fallback.
     let plain = fixture_with(Backend::start(kind), RegistryConfig::default()).await;
     get(&plain.router, "/v2/library/busybox/manifests/latest")
@@ -1046,10 +1017,6 @@ async fn root_of(f: &Fixture) -> Option<String> {
 }
 
 /// The config and layer [`push_image`] pushes for `seed`.
-fn image_parts(seed: u32) -> (Vec<u8>, Vec<u8>) {
-    let config = format!(r#"{{"architecture":"amd64","os":"linux","seed":{seed}}}"#).into_bytes();
-    (config, bytes_of(3000, seed))
-}
 
 async fn repushed_manifest_keeps_its_first_media_type(b: Backend) {
     let f = fixture(b).await;
@@ -1412,9 +1379,23 @@ async fn ns_as_containerd_sends_it_never_fails_a_read(b: Backend) {
             "{uri}"
         );
     }
-    // The plain repository is still reachable by a namespace that does not hold it.
-    let r = get(&mirror.router, "/v2/library/app/manifests/v1?ns=quay.io").await;
-    assert_eq!(r.header("docker-content-digest"), ns_digest);
+    // A request naming another namespace gets the plain repository, never
+    // the default namespace's image (field report: ns=registry.local:5000
+    // and ns=quay.io served docker.io's image).
+    for ns in ["quay.io", "registry.local%3A5000", "registry.local:5000"] {
+        for method in ["GET", "HEAD"] {
+            let r = send(
+                &mirror.router,
+                method,
+                &format!("/v2/library/app/manifests/v1?ns={ns}"),
+                &[],
+            )
+            .await;
+            r.status(200);
+            assert_eq!(r.header("docker-content-digest"), plain_digest, "{ns}");
+            assert!(r.headers.get("oci-namespace").is_none(), "{ns}");
+        }
+    }
 }
 
 /// A push of N blobs and one manifest makes one generation: a finished blob
@@ -1491,6 +1472,7 @@ async fn upload_caps(b: Backend) {
                 max_sessions: 3,
                 max_sessions_per_repository: 2,
                 max_sessions_per_client: 100,
+                ..UploadLimits::default()
             },
             ..RegistryConfig::default()
         },
@@ -1587,7 +1569,8 @@ async fn upload_caps(b: Backend) {
     // Exactly the maximum is fine.
     push_blob(&f.router, "cap/a", &fits).await;
 
-    // Sessions: 2 per repository, 3 in all.
+    // Sessions: 2 per repository, 3 in all. Idle sessions make room: at a
+    // cap the least recently active one is removed.
     let open = |repo: &'static str| {
         let router = f.router.clone();
         async move {
@@ -1603,17 +1586,50 @@ async fn upload_caps(b: Backend) {
     };
     let s1 = open("cap/b").await;
     s1.status(202);
-    open("cap/b").await.status(202);
+    let s2 = open("cap/b").await;
+    s2.status(202);
+    let s3 = open("cap/b").await;
+    s3.status(202);
+    get(&f.router, s1.header("location"))
+        .await
+        .error(404, "BLOB_UPLOAD_UNKNOWN");
+    get(&f.router, s2.header("location")).await.status(204);
+    // Busy sessions (a PATCH whose body is still arriving) are never
+    // removed: with every counted session busy, the new one is 429.
+    let busy = |loc: String| {
+        use tower::ServiceExt as _;
+        let router = f.router.clone();
+        tokio::spawn(async move {
+            let never = futures_util::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
+            let req = axum::http::Request::builder()
+                .method("PATCH")
+                .uri(&loc)
+                .body(axum::body::Body::from_stream(never))
+                .unwrap();
+            router.oneshot(req).await
+        })
+    };
+    let mut holds = vec![
+        busy(s2.header("location").to_string()),
+        busy(s3.header("location").to_string()),
+    ];
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let r = open("cap/b").await;
     r.error(429, "TOOMANYREQUESTS");
     assert_eq!(r.json()["errors"][0]["detail"]["max"], 2);
-    open("cap/c").await.status(202);
+    assert_eq!(r.json()["errors"][0]["detail"]["scope"], "repository");
+    let c = open("cap/c").await;
+    c.status(202);
+    holds.push(busy(c.header("location").to_string()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let r = open("cap/d").await;
     r.error(429, "TOOMANYREQUESTS");
     assert_eq!(r.json()["errors"][0]["detail"]["max"], 3);
-    // Cancelling one frees its place.
-    send(&f.router, "DELETE", s1.header("location"), &[])
-        .await
-        .status(204);
+    assert_eq!(r.json()["errors"][0]["detail"]["scope"], "registry");
+    // Once a request ends, its session may make room again.
+    for h in holds {
+        h.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     open("cap/d").await.status(202);
 }

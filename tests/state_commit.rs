@@ -218,6 +218,7 @@ async fn concurrent_writers_in_one_process_share_root_swaps() {
                     digest: manifest,
                     info,
                     tags: vec![format!("t{i}").parse().unwrap()],
+                    guard: airlock::state::TagGuard::default(),
                 }
             } else {
                 Op::LinkBlobs {

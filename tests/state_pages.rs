@@ -22,16 +22,12 @@ use airlock::registry::referrers::ReferrersLimits;
 use airlock::server::{self, App};
 use airlock::state::{DocumentChange, ManifestInfo, Op, StateStore, TreeItem};
 use airlock::store::{Blobstore, fs::FsStore};
-use sha2::{Digest as _, Sha256};
 
 mod common;
+use common::images::sha256;
 use common::router::{get, send_body};
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-
-fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
 
 fn name(s: &str) -> RepositoryName {
     s.parse().unwrap()
@@ -88,6 +84,7 @@ async fn one_push_into_3000_tags_writes_little_and_lists_in_order() {
             digest: digest.clone(),
             info: info(manifest.len() as u64, None),
             tags: tags.iter().map(|t| t.parse().unwrap()).collect(),
+            guard: airlock::state::TagGuard::default(),
         };
         state.commit("batch", "t", &[op]).await.unwrap();
     }
@@ -97,6 +94,7 @@ async fn one_push_into_3000_tags_writes_little_and_lists_in_order() {
         digest: digest.clone(),
         info: info(manifest.len() as u64, None),
         tags: vec!["last-one".parse().unwrap()],
+        guard: airlock::state::TagGuard::default(),
     };
     let c = state.commit("one more", "t", &[op]).await.unwrap();
     assert_eq!(c.generation, 13);
@@ -268,6 +266,7 @@ async fn first_layout_store_reads_and_converts_on_the_next_commit() {
         digest: d1.parse().unwrap(),
         info: info(m1.len() as u64, None),
         tags: vec!["v2".parse().unwrap()],
+        guard: airlock::state::TagGuard::default(),
     };
     state.commit("tag v2", "t", &[op]).await.unwrap();
     let snap = state.snapshot().await.unwrap();
@@ -341,6 +340,7 @@ async fn walk_reaches_exactly_what_generations_need() {
                 tags: (0..30)
                     .map(|t| format!("t{i}-{t}").parse().unwrap())
                     .collect(),
+                guard: airlock::state::TagGuard::default(),
             },
         ];
         state.commit("push", "t", &ops).await.unwrap();

@@ -56,6 +56,58 @@ build_airlock() {
     airlock=$repo/target/release/airlock
 }
 
+# airlock_binary: $AIRLOCK_BIN when set (must be executable), else the
+# release build; path in $airlock.
+airlock_binary() {
+    if [ -n "${AIRLOCK_BIN:-}" ]; then
+        airlock=$AIRLOCK_BIN
+        [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
+    else
+        need cargo "cargo (or rustup)"
+        note "building airlock (cargo build --release)"
+        build_airlock
+        [ -x "$airlock" ] || die "$airlock missing after build"
+    fi
+}
+
+# start_registry ADDR ROOT: Debian's docker-registry (the reference) on
+# ADDR with its filesystem storage in ROOT (descriptor cache in memory, no
+# redirects, deletes and upload purging off, no health checks of the
+# driver), logging to $work/registry.log; waits until it answers and adds
+# its pid to `pids` (also in $registry_pid).
+start_registry() {
+    need docker-registry docker-registry
+    mkdir -p "$2"
+    cat >"$work/registry.yml" <<YML
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $2
+  cache:
+    blobdescriptor: inmemory
+  redirect:
+    disable: true
+  delete:
+    enabled: false
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: $1
+health:
+  storagedriver:
+    enabled: false
+YML
+    docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+    registry_pid=$!
+    pids+=("$registry_pid")
+    wait_up docker-registry "$registry_pid" "http://$1/v2/" "$work/registry.log"
+}
+
 # nginx_conf DIR WORKERS LISTEN < SERVER_BODY: writes DIR/nginx.conf for
 # `nginx -c DIR/nginx.conf -g 'daemon off;'`: WORKERS worker processes,
 # sendfile, tcp_nopush, tcp_nodelay, access log off, keep-alive without a

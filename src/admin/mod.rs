@@ -3,11 +3,14 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `POST /admin/v1/imports` (body: the bundle, a tar stream; volumes concatenated in order) | 200 JSON `{id, images, blobs_new, blobs_skipped, bytes_new, bytes_read, generation, changed, elapsed_secs, message}`, as `airlock import` prints |
+//! | `POST /admin/v1/imports[?dry_run=true][&allow_downgrade=true&reason=TEXT]` (body: the bundle, a tar stream; volumes concatenated in order) | 200 JSON `{id, created, images, blobs_new, blobs_skipped, bytes_new, bytes_read, generation, changed, dry_run, tags: [{repository, tag, old?, new, action, downgrade?}], elapsed_secs, message}`, as `airlock import` prints |
 //!
 //! Errors are `{"code","message"}`: 400 `BUNDLE_INVALID` (bad signature,
-//! digest, format; nothing stored is changed), 403 `DENIED` when the config
-//! has no `[import] keyring`, 500 `UNKNOWN` for store failures.
+//! digest, format; nothing stored is changed), 409 `REFUSED` (a downgrade
+//! without `allow_downgrade`, an immutable tag; nothing committed), 403
+//! `DENIED` when the config has no `[import] keyring` or the bundle writes
+//! a repository outside the caller's prefixes (checked on the signed
+//! document, before any blob is written), 500 `UNKNOWN` for store failures.
 //!
 //! Owns: streaming the request body into the same import pipeline and checks
 //! as the CLI ([`crate::bundle::import::import`]) with the keyring of the
@@ -36,7 +39,9 @@ pub trait Context: Send + Sync + 'static {
     fn state(&self) -> &StateStore;
     /// The armored keyring trusted to sign bundles imported over HTTP;
     /// `None`: imports over HTTP are off.
-    fn import_keyring(&self) -> Option<&PathBuf>;
+    fn import_keyring(&self) -> Option<PathBuf>;
+    /// Immutable tag rules (`[registry] immutable_tags`).
+    fn immutable_tags(&self) -> Vec<String>;
 }
 
 /// The `/admin/v1` router.
@@ -54,7 +59,35 @@ fn error(status: StatusCode, code: &str, message: String) -> Response {
         .into_response()
 }
 
-async fn import_bundle(State(ctx): State<Arc<dyn Context>>, body: Body) -> Response {
+/// `dry_run`, `allow_downgrade` and `reason` of the request's query.
+fn options(req: &axum::extract::Request, ctx: &dyn Context) -> import::ImportOptions {
+    let query: std::collections::HashMap<String, String> =
+        form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let yes = |k: &str| query.get(k).is_some_and(|v| v == "true" || v == "1");
+    let grant = req
+        .extensions()
+        .get::<crate::auth::Grant>()
+        .cloned()
+        .unwrap_or_default();
+    import::ImportOptions {
+        dry_run: yes("dry_run"),
+        allow_downgrade: yes("allow_downgrade")
+            .then(|| query.get("reason").cloned().unwrap_or_default()),
+        immutable_tags: ctx.immutable_tags(),
+        may_write: Some(Arc::new(move |r| {
+            grant.allows(crate::auth::Permission::Admin, &[r.as_str()])
+        })),
+    }
+}
+
+async fn import_bundle(
+    State(ctx): State<Arc<dyn Context>>,
+    req: axum::extract::Request,
+) -> Response {
+    let opts = options(&req, &*ctx);
+    let body: Body = req.into_body();
     let Some(path) = ctx.import_keyring() else {
         return error(
             StatusCode::FORBIDDEN,
@@ -62,7 +95,7 @@ async fn import_bundle(State(ctx): State<Arc<dyn Context>>, body: Body) -> Respo
             "imports over HTTP are off: the serve config has no [import] keyring".into(),
         );
     };
-    let keyring = match sign::Keyring::load(path) {
+    let keyring = match sign::Keyring::load(&path) {
         Ok(k) => k,
         Err(e) => {
             tracing::error!(keyring = %path.display(), error = %e, "cannot load the import keyring");
@@ -84,13 +117,17 @@ async fn import_bundle(State(ctx): State<Arc<dyn Context>>, body: Body) -> Respo
         reader,
         &who,
         indicatif::ProgressBar::hidden(),
+        &opts,
     )
     .await
     {
         Ok(r) => {
-            tracing::info!(bundle = %r.id, who = %who, generation = r.generation, "bundle imported over HTTP");
+            tracing::info!(bundle = %r.id, who = %who, generation = r.generation, dry_run = r.dry_run, "bundle imported over HTTP");
             axum::Json(json!({
                 "id": r.id,
+                "created": r.created,
+                "dry_run": r.dry_run,
+                "tags": r.tags,
                 "images": r.images,
                 "blobs_new": r.blobs_new,
                 "blobs_skipped": r.blobs_skipped,
@@ -106,6 +143,21 @@ async fn import_bundle(State(ctx): State<Arc<dyn Context>>, body: Body) -> Respo
         Err(e) => {
             let cause = format!("{e:#}");
             tracing::warn!(who = %who, error = %cause, "bundle import over HTTP failed");
+            if e.chain()
+                .any(|c| c.downcast_ref::<import::AccessDenied>().is_some())
+            {
+                return error(StatusCode::FORBIDDEN, "DENIED", cause);
+            }
+            let refused = e.chain().any(|c| {
+                c.downcast_ref::<import::Refused>().is_some()
+                    || matches!(
+                        c.downcast_ref::<crate::state::StateError>(),
+                        Some(crate::state::StateError::Rejected(_))
+                    )
+            });
+            if refused {
+                return error(StatusCode::CONFLICT, "REFUSED", cause);
+            }
             let store_failure = e.chain().any(|c| {
                 c.downcast_ref::<crate::store::StoreError>().is_some()
                     || c.downcast_ref::<crate::state::StateError>().is_some()

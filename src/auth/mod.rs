@@ -2,8 +2,8 @@
 //!
 //! Owns: the [`Role`]s and the [`Permission`]s they grant (table below),
 //! [`User`]s with optional repository prefix limits, the [`Policy`] built
-//! from the serve config (users, `anonymous_read`, failed-login throttling,
-//! per-user upload sessions), password hashing and checking ([`password`]),
+//! from the serve config (users, `anonymous_read`, failed-login throttling),
+//! password hashing and checking ([`password`]),
 //! the (method, path) → [`Requirement`] mapping of every surface
 //! ([`required`]). Never reads HTTP bodies or answers requests: the server's
 //! access layer (`server::access`) applies a [`Policy`] to each request and
@@ -13,14 +13,14 @@
 //! | --- | --- |
 //! | `reader` | [`Permission::Pull`]: registry reads (`/v2` GET/HEAD), torcx (`/torcx`) |
 //! | `cell` | `Pull` and [`Permission::Stack`]: stack resolution, rootfs downloads, cell reports (`/stacks/v1` GET/HEAD, `PUT .../cells/<id>`) |
-//! | `admin` | everything: [`Permission::Push`], [`Permission::Delete`], [`Permission::Admin`] (stack promote/rollout/..., `POST /admin/v1/imports`) |
+//! | `admin` | everything: [`Permission::Push`], [`Permission::Delete`], [`Permission::Admin`] (stack promote/rollout/..., `POST /admin/v1/imports`), [`Permission::Metrics`] |
+//! | `metrics` | [`Permission::Metrics`]: `GET /metrics` (a scraper's user) |
 //!
 //! Without any configured user the policy is *open*: every client has the
 //! admin role (what the `allow_*` switches serve), as before users existed.
 
 pub mod password;
 pub mod required;
-pub mod sessions;
 pub mod throttle;
 pub mod tokens;
 
@@ -43,6 +43,8 @@ pub enum Permission {
     /// Stack administration (promote, rollout, rollback, state, default)
     /// and imports over HTTP.
     Admin,
+    /// Read `/metrics` (a Prometheus scraper), unless `[auth] public_metrics`.
+    Metrics,
 }
 
 /// A role from the config's `roles = [...]`.
@@ -55,6 +57,8 @@ pub enum Role {
     Cell,
     /// Everything.
     Admin,
+    /// `/metrics` only (a Prometheus scraper's user).
+    Metrics,
 }
 
 impl Role {
@@ -64,6 +68,7 @@ impl Role {
             Role::Reader => p == Permission::Pull,
             Role::Cell => matches!(p, Permission::Pull | Permission::Stack),
             Role::Admin => true,
+            Role::Metrics => p == Permission::Metrics,
         }
     }
 }
@@ -108,6 +113,97 @@ impl User {
     }
 }
 
+/// What one request's caller may do: the one authorization function every
+/// surface asks ([`Grant::allows`]) with the action and the repositories it
+/// touches (issue 24 §2). The access layer builds it for each request
+/// (`server::access`) and hands it to the rooms as a request extension:
+/// the registry asks for the repository it reads or writes, an import for
+/// every repository the bundle writes, the stacks API for every repository
+/// of the images a stack names, torcx for `torcx/<remote>`.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    /// `None`: the open policy (no users: everyone may do everything).
+    principal: Option<Principal>,
+    anonymous_read: bool,
+}
+
+impl Default for Grant {
+    /// The open policy's grant.
+    fn default() -> Grant {
+        Grant::open()
+    }
+}
+
+impl Grant {
+    /// Everything (no users configured).
+    pub fn open() -> Grant {
+        Grant {
+            principal: None,
+            anonymous_read: true,
+        }
+    }
+
+    /// What `principal` may do under `policy`.
+    pub fn of(policy: &Policy, principal: Principal) -> Grant {
+        if policy.is_open() {
+            return Grant::open();
+        }
+        Grant {
+            principal: Some(principal),
+            anonymous_read: policy.anonymous_read,
+        }
+    }
+
+    /// Whether the caller may do `permission` on every one of `resources`
+    /// (repository names, or `torcx/<remote>`; none: a request about no
+    /// repository). Anonymous callers may only pull, and only where
+    /// `anonymous_read` is on; a user needs a role granting `permission`
+    /// and, when limited to repository prefixes, a prefix covering each
+    /// resource ([`covers`]).
+    pub fn allows<S: AsRef<str>>(&self, permission: Permission, resources: &[S]) -> bool {
+        decide(
+            self.principal.as_ref(),
+            self.anonymous_read,
+            permission,
+            resources,
+        )
+    }
+
+    /// The user's name (`None`: anonymous or the open policy).
+    pub fn user(&self) -> Option<&str> {
+        match &self.principal {
+            Some(Principal::User(u)) => Some(&u.name),
+            _ => None,
+        }
+    }
+
+    /// Whether no users are configured.
+    pub fn is_open(&self) -> bool {
+        self.principal.is_none()
+    }
+}
+
+/// The one decision behind [`Grant::allows`] and [`Policy::allows`]:
+/// whether `principal` (`None`: the open policy) may do `permission` on
+/// every one of `resources`.
+fn decide<S: AsRef<str>>(
+    principal: Option<&Principal>,
+    anonymous_read: bool,
+    permission: Permission,
+    resources: &[S],
+) -> bool {
+    match principal {
+        None => true,
+        Some(Principal::Anonymous) => anonymous_read && permission == Permission::Pull,
+        Some(Principal::User(u)) => {
+            u.may(permission, None)
+                && resources
+                    .iter()
+                    .all(|r| u.may(permission, Some(r.as_ref())))
+        }
+    }
+}
+
 /// Who a request comes from, once authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
@@ -144,41 +240,17 @@ impl Default for ThrottleLimits {
     }
 }
 
-/// Per-user caps on blob uploads (issue 12 §7), on top of the registry's
-/// server-wide ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UserLimits {
-    /// Upload sessions one user may hold open (0: no cap).
-    pub sessions: usize,
-    /// Bytes one user may hold in open upload sessions, counting the
-    /// chunks being received (0: no cap).
-    pub bytes: u64,
-    /// Sessions are forgotten this long after they were opened (the
-    /// registry's upload expiry).
-    pub expiry: Duration,
-}
-
-impl Default for UserLimits {
-    /// 64 sessions, 128 GiB, 24 h.
-    fn default() -> UserLimits {
-        UserLimits {
-            sessions: 64,
-            bytes: 128 << 30,
-            expiry: Duration::from_secs(86_400),
-        }
-    }
-}
-
 /// The access rules of one server: users, anonymous access and limits.
 #[derive(Debug, Default)]
 pub struct Policy {
     users: BTreeMap<String, User>,
     /// Whether requests without credentials may pull.
     pub anonymous_read: bool,
+    /// Whether `/metrics` answers without credentials (`[auth]
+    /// public_metrics`; otherwise it needs the `metrics` or `admin` role).
+    pub public_metrics: bool,
     /// Failed-login counters.
     pub throttle: throttle::Throttle,
-    /// Open upload sessions (and their bytes) per user.
-    pub sessions: sessions::UserSessions,
     /// Token users kept in the state (cached by document digest).
     pub tokens: tokens::TokenUsers,
     passwords: password::Verifier,
@@ -214,7 +286,6 @@ impl Policy {
         users: Vec<User>,
         anonymous_read: bool,
         throttle: ThrottleLimits,
-        limits: UserLimits,
     ) -> Result<Policy, PolicyError> {
         let mut map = BTreeMap::new();
         for u in users {
@@ -228,7 +299,7 @@ impl Policy {
                 ));
             }
             if u.roles.is_empty() {
-                return Err(bad("no roles (reader, cell or admin)"));
+                return Err(bad("no roles (reader, cell, admin or metrics)"));
             }
             if let Some(h) = &u.password_hash {
                 password::check_phc(h).map_err(|e| bad(&e))?;
@@ -241,8 +312,8 @@ impl Policy {
         Ok(Policy {
             users: map,
             anonymous_read,
+            public_metrics: false,
             throttle: throttle::Throttle::new(throttle),
-            sessions: sessions::UserSessions::new(limits),
             tokens: tokens::TokenUsers::default(),
             passwords: password::Verifier::default(),
         })
@@ -299,13 +370,13 @@ impl Policy {
 
     /// Whether `who` may do what `req` needs.
     pub fn allows(&self, who: &Principal, req: &Requirement) -> bool {
-        if self.is_open() {
-            return true;
-        }
-        match who {
-            Principal::Anonymous => self.anonymous_read && req.permission == Permission::Pull,
-            Principal::User(u) => u.may(req.permission, req.repository.as_deref()),
-        }
+        let who = (!self.is_open()).then_some(who);
+        decide(
+            who,
+            self.anonymous_read,
+            req.permission,
+            req.repository.as_slice(),
+        )
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! | surface | request | needs |
 //! | --- | --- | --- |
-//! | probes | `/healthz`, `/readyz`, `/metrics` | nothing |
+//! | probes | `/healthz`, `/readyz` | nothing |
+//! | metrics | `/metrics` | `Metrics` (the `metrics` or `admin` role), nothing with `[auth] public_metrics` |
 //! | registry | `/v2/` GET/HEAD | `Pull` (so clients learn the auth scheme from its 401) |
 //! | registry | `/v2/...` GET/HEAD | `Pull`; the repository actually read (after `?ns=` and the mirror namespace chose it) is checked by the registry against the user's scope (`registry::scope`) |
 //! | registry | blob uploads (POST/PATCH/PUT/DELETE of `.../blobs/uploads/...`), manifest PUT | `Push` on the repository written (`?ns=` applied as the registry applies it) |
@@ -42,8 +43,11 @@ impl Requirement {
 pub fn required(method: &Method, uri: &Uri) -> Option<Requirement> {
     let path = uri.path();
     let read = matches!(*method, Method::GET | Method::HEAD);
-    if matches!(path, "/healthz" | "/readyz" | "/metrics") {
+    if matches!(path, "/healthz" | "/readyz") {
         return None;
+    }
+    if path == "/metrics" {
+        return Requirement::any(Permission::Metrics);
     }
     if path == "/v2" || path.starts_with("/v2/") {
         return Some(registry(method, uri));

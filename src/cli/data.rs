@@ -19,6 +19,24 @@ pub struct ImportArgs {
     /// Bundle files, volumes in order (`NAME` finds `NAME.000`, `NAME.001`, ...), or `-` for stdin.
     #[arg(required = true)]
     bundles: Vec<PathBuf>,
+    /// Verify everything and print what the import would change (tags
+    /// created, moved, unchanged); commit nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Move tags that a bundle created later than this one set back to
+    /// this bundle's images (refused otherwise); needs --reason, recorded
+    /// in history.
+    #[arg(long, requires = "reason")]
+    allow_downgrade: bool,
+    /// Why the downgrade is allowed (recorded in history).
+    #[arg(long)]
+    reason: Option<String>,
+    /// The serve config whose `[registry] immutable_tags` the import obeys.
+    #[arg(long, env = "AIRLOCK_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -46,6 +64,18 @@ pub async fn import(args: ImportArgs) -> Result<()> {
     let opened = args.data.open(true)?;
     opened.sweep_scratch().await;
     let state = airlock::state::StateStore::new(opened.blobstore());
+    let immutable_tags = match &args.config {
+        Some(path) => airlock::config::load(path)?.registry.immutable_tags,
+        None => Vec::new(),
+    };
+    let opts = bundle_import::ImportOptions {
+        dry_run: args.dry_run,
+        allow_downgrade: args
+            .allow_downgrade
+            .then(|| args.reason.clone().unwrap_or_default()),
+        immutable_tags,
+        may_write: None,
+    };
     let pb = progress_bar();
     let report = bundle_import::import(
         &state,
@@ -53,10 +83,30 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         reader,
         &airlock::state::user_at_host(),
         pb.clone(),
+        &opts,
     )
     .await?;
     pb.finish_and_clear();
-    println!("{report}");
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "id": report.id,
+                "created": report.created,
+                "dry_run": report.dry_run,
+                "tags": report.tags,
+                "images": report.images,
+                "blobs_new": report.blobs_new,
+                "blobs_skipped": report.blobs_skipped,
+                "bytes_new": report.bytes_new,
+                "bytes_read": report.bytes_read,
+                "generation": report.generation,
+                "changed": report.changed,
+            }))?
+        );
+    } else {
+        println!("{report}");
+    }
     Ok(())
 }
 
@@ -86,13 +136,21 @@ pub async fn inventory(args: InventoryArgs) -> Result<()> {
     Ok(())
 }
 
+/// Tag changes printed per generation by `history` (all with `--json`).
+const HISTORY_TAGS: usize = 5;
+
 pub async fn history(args: HistoryArgs) -> Result<()> {
     let state = args.data.existing_state()?;
     let (history, broken) = state.history_partial().await?;
+    let mut changes = Vec::with_capacity(history.len());
+    for (_, doc) in &history {
+        changes.push(state.changes(doc).await);
+    }
     if args.json {
         let rows: Vec<_> = history
             .iter()
-            .map(|(digest, doc)| {
+            .zip(&changes)
+            .map(|((digest, doc), changes)| {
                 serde_json::json!({
                     "generation": doc.generation,
                     "digest": digest,
@@ -100,6 +158,7 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
                     "who": doc.who,
                     "address": doc.address,
                     "reason": doc.reason,
+                    "changes": changes,
                 })
             })
             .collect();
@@ -113,7 +172,7 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
         "{:>10}  {:<25}  {:<20}  {:<21}  reason",
         "generation", "time", "who", "address"
     );
-    for (_, doc) in &history {
+    for ((_, doc), changes) in history.iter().zip(&changes) {
         println!(
             "{:>10}  {:<25}  {:<20}  {:<21}  {}",
             doc.generation,
@@ -122,6 +181,20 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
             doc.address.as_deref().unwrap_or("-"),
             doc.reason
         );
+        if let Some(c) = changes {
+            // What it changed: the summary, and the first few tags.
+            println!("{:>10}  {}", "", c.summary());
+            for t in c.tags.iter().take(HISTORY_TAGS) {
+                println!("{:>10}    {t}", "");
+            }
+            if c.tags.len() > HISTORY_TAGS {
+                println!(
+                    "{:>10}    ... {} more (history --json lists all)",
+                    "",
+                    c.tags.len() - HISTORY_TAGS
+                );
+            }
+        }
     }
     if let Some(e) = broken {
         // Older generations removed by `gc` retention end the list quietly;

@@ -164,10 +164,48 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// Replaces the log filter of the running process (`serve`'s config
+/// `log`, on start and on SIGHUP). Errors: the filter does not parse.
+type LogReload = Box<dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync>;
+static LOG_RELOAD: std::sync::OnceLock<LogReload> = std::sync::OnceLock::new();
+/// Whether `--log` or `AIRLOCK_LOG` was given (then a config file's `log`
+/// does not override it).
+static LOG_GIVEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn set_reload<S: 'static>(
+    handle: tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, S>,
+) {
+    let _ = LOG_RELOAD.set(Box::new(move |filter: &str| {
+        let f = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
+        handle.reload(f).map_err(|e| e.to_string())
+    }));
+}
+
+/// Sets the log filter to `filter` unless `--log`/`AIRLOCK_LOG` was given.
+/// Errors: the filter does not parse (the old one stays).
+pub fn set_log_filter(filter: &str) -> std::result::Result<(), String> {
+    if LOG_GIVEN.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
+    match LOG_RELOAD.get() {
+        Some(reload) => reload(filter),
+        None => Ok(()),
+    }
+}
+
 /// Parses the command line, sets up logging and the runtime, runs the
 /// command and exits: 0 on success, 1 with a one-line cause on error.
 pub fn main() {
-    let cli = Cli::parse();
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    LOG_GIVEN.store(
+        matches.value_source("log") != Some(clap::parser::ValueSource::DefaultValue),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     // `bundle create` talks to registries: a server closing a TLS socket must be
     // an error to retry, not a SIGPIPE (rustls writes with writev, which has no
     // MSG_NOSIGNAL), so it keeps the default too.
@@ -191,8 +229,12 @@ pub fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if cli.log_format == "json" {
-        builder.json().init();
+        let builder = builder.json().with_filter_reloading();
+        set_reload(builder.reload_handle());
+        builder.init();
     } else {
+        let builder = builder.with_filter_reloading();
+        set_reload(builder.reload_handle());
         builder.init();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -20,6 +20,21 @@ pub struct GcPolicy {
     /// imports are removed at once.
     #[arg(long, env = "AIRLOCK_GC_GRACE", default_value = "1h", value_parser = ops::parse_duration)]
     pub grace: std::time::Duration,
+    /// Remove manifests untagged for longer than the grace period (with
+    /// their referrers, and children of removed indexes), as a commit
+    /// recorded in history; what a stack, torcx remote or builder names is
+    /// always kept (distribution's `--delete-untagged`).
+    #[arg(long, env = "AIRLOCK_GC_DELETE_UNTAGGED")]
+    pub delete_untagged: bool,
+    /// Tag retention for repositories matching a pattern (repeatable):
+    /// `REPOSITORIES:newest=N,pushed-within-days=D[,tags=PATTERN]`; `*`
+    /// matches within a path segment, `**` across (zot's `keepTags`).
+    #[arg(long = "keep-tags", value_name = "RULE")]
+    pub keep_tags: Vec<ops::retention::KeepTags>,
+    /// Tags never removed by --keep-tags (the serve config's
+    /// `[registry] immutable_tags`, repeatable): `REPOS:TAGS` patterns.
+    #[arg(long = "immutable-tag", value_name = "RULE")]
+    pub immutable_tags: Vec<String>,
 }
 
 impl GcPolicy {
@@ -29,6 +44,12 @@ impl GcPolicy {
             retention: Retention {
                 keep_generations: self.keep_generations as usize,
                 keep_days: self.keep_days,
+            },
+            rules: ops::retention::Rules {
+                delete_untagged: self.delete_untagged,
+                keep_tags: self.keep_tags.clone(),
+                grace: self.grace,
+                immutable_tags: self.immutable_tags.clone(),
             },
             grace: self.grace,
             dry_run,
@@ -57,6 +78,15 @@ pub struct FsckArgs {
     /// Re-hash every stored blob (corrupt ones are moved to quarantine/).
     #[arg(long)]
     deep: bool,
+    /// When the current generation is damaged: find the newest generation
+    /// whose whole tree verifies (scanning the store, without reading the
+    /// damaged one), show the generations that are lost, and make it
+    /// current as a new generation.
+    #[arg(long)]
+    repair: bool,
+    /// With --repair: show what would be restored and lost; change nothing.
+    #[arg(long, requires = "repair")]
+    dry_run: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -108,10 +138,25 @@ pub async fn fsck(args: FsckArgs) -> Result<()> {
             report.problems.len()
         );
     }
-    if !report.problems.is_empty() {
-        bail!("fsck found {} problems", report.problems.len());
+    if report.problems.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    if args.repair {
+        let who = airlock::state::user_at_host();
+        match ops::recover::recover(&state, args.dry_run, &who).await? {
+            Some(r) if args.json => println!("{}", serde_json::to_string_pretty(&r)?),
+            Some(r) => println!("{r}"),
+            None => bail!(
+                "fsck found {} problems, but the current generation verifies: nothing to restore (see above)",
+                report.problems.len()
+            ),
+        }
+        return Ok(());
+    }
+    bail!(
+        "fsck found {} problems (airlock fsck --repair restores the newest generation that verifies)",
+        report.problems.len()
+    );
 }
 
 pub async fn rollback(args: RollbackArgs) -> Result<()> {

@@ -30,7 +30,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         None => Settings::default(),
     };
     let settings = config::merge(file, &args.settings)?;
-    let resolved = settings.resolve()?;
+    let resolved = settings.clone().resolve()?;
     if args.check_config {
         println!(
             "config ok: listen {}, {}, {} users",
@@ -49,6 +49,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         );
         return Ok(());
     }
+    if let Some(filter) = &settings.log
+        && let Err(e) = super::set_log_filter(filter)
+    {
+        anyhow::bail!("config key log = {filter:?}: {e}");
+    }
     let opened = resolved
         .store
         .open(true)
@@ -57,22 +62,102 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     opened.sweep_scratch().await;
     let state = StateStore::with_cache_bytes(opened.blobstore(), resolved.cache_size)
         .with_root_refresh(resolved.root_refresh);
-    if !resolved.webhooks.is_empty() {
-        let deliverer = airlock::events::deliver::Deliverer::new(
-            state.blobstore().clone(),
-            resolved.webhooks.clone(),
-            airlock::events::deliver::DeliverySettings::default(),
-        )
-        .map_err(anyhow::Error::msg)?;
-        tokio::spawn(deliverer.run());
-    }
-    let gc = resolved.gc.map(|(opts, interval)| {
-        airlock::ops::gc::spawn_periodic(opened.clone(), state.clone(), opts, interval)
-    });
+    let mut tasks = Background {
+        opened: opened.clone(),
+        state: state.clone(),
+        webhooks: None,
+        gc: None,
+    };
+    tasks.start_webhooks(&resolved.webhooks);
+    tasks.start_gc(resolved.gc.clone());
     let (app, limits, listen, tls) = resolved.into_app(state);
-    let result = airlock::server::serve(&listen, Arc::new(app), limits, tls).await;
-    if let Some(task) = gc {
-        task.abort();
+    let mut reloader = config::reload::Reloader::new(args.config.clone(), args.settings, settings);
+    let hangup: airlock::server::HangupHook = Box::new(move |app, tls| {
+        match reloader.reload(app, tls) {
+            Ok(applied) => {
+                if applied.webhooks || applied.gc {
+                    match reloader.current().clone().resolve() {
+                        Ok(r) => {
+                            if applied.webhooks {
+                                tasks.start_webhooks(&r.webhooks);
+                            }
+                            if applied.gc {
+                                tasks.start_gc(r.gc);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "config reload: cannot restart webhooks or gc")
+                        }
+                    }
+                }
+                if let Some(filter) = &applied.log
+                    && let Err(e) = super::set_log_filter(filter)
+                {
+                    tracing::error!(error = %e, filter, "config reload: log filter not changed");
+                }
+                if applied.needs_restart.is_empty() {
+                    tracing::info!(changes = %applied, "config reloaded (SIGHUP)");
+                } else {
+                    tracing::warn!(changes = %applied, "config reloaded (SIGHUP)");
+                }
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "config reload (SIGHUP) failed; keeping the running config"
+            ),
+        }
+    });
+    airlock::server::serve(&listen, Arc::new(app), limits, tls, Some(hangup)).await
+}
+
+/// The server's background tasks that a config reload may restart.
+struct Background {
+    opened: airlock::store::OpenedStore,
+    state: StateStore,
+    webhooks: Option<tokio::task::JoinHandle<()>>,
+    gc: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    /// (Re)starts event delivery to `webhooks` (none: stopped). Queued
+    /// events stay in the store, so a restart loses none.
+    fn start_webhooks(&mut self, webhooks: &[airlock::events::webhook::WebhookConfig]) {
+        if let Some(t) = self.webhooks.take() {
+            t.abort();
+        }
+        if webhooks.is_empty() {
+            return;
+        }
+        match airlock::events::deliver::Deliverer::new(
+            self.state.blobstore().clone(),
+            webhooks.to_vec(),
+            airlock::events::deliver::DeliverySettings::default(),
+        ) {
+            Ok(d) => self.webhooks = Some(tokio::spawn(d.run())),
+            Err(e) => tracing::error!(error = %e, "webhooks not started"),
+        }
     }
-    result
+
+    /// (Re)starts the periodic GC (`None`: stopped).
+    fn start_gc(&mut self, gc: Option<(airlock::ops::gc::GcOptions, std::time::Duration)>) {
+        if let Some(t) = self.gc.take() {
+            t.abort();
+        }
+        self.gc = gc.map(|(opts, interval)| {
+            airlock::ops::gc::spawn_periodic(
+                self.opened.clone(),
+                self.state.clone(),
+                opts,
+                interval,
+            )
+        });
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for t in [self.webhooks.take(), self.gc.take()].into_iter().flatten() {
+            t.abort();
+        }
+    }
 }

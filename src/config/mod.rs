@@ -11,6 +11,7 @@
 //! is generic (the command line's set fields, as TOML, over the file's).
 //! Defaults are applied where the value is used, in [`Settings::resolve`].
 
+pub mod reload;
 mod resolve;
 mod sections;
 

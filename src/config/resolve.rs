@@ -222,8 +222,14 @@ impl Settings {
                 max_sessions_per_repository: get(l.max_upload_sessions_per_repository, 256)
                     as usize,
                 max_sessions_per_client: get(l.max_upload_sessions_per_client, 128) as usize,
+                max_sessions_per_user: get(l.max_upload_sessions_per_user, 64) as usize,
+                max_bytes_per_user: l
+                    .max_upload_bytes_per_user
+                    .map_or(UploadLimits::default().max_bytes_per_user, |s| s.0),
+                idle_timeout: Duration::from_secs(get(l.upload_idle_secs, 3600)),
             },
             blob_redirect: self.registry.blob_redirect.unwrap_or(false),
+            immutable_tags: self.registry.immutable_tags.clone(),
         };
         if self.workers.is_some_and(|n| n > MAX_WORKERS) {
             return Err(ConfigError::value(
@@ -276,12 +282,29 @@ impl Settings {
                 .map_err(|e| ConfigError::value(key, e))
         };
         let interval = duration("gc.interval", &self.gc.interval, "0")?;
+        let grace = duration("gc.grace", &self.gc.grace, "1h")?;
+        for (i, rule) in self.gc.keep_tags.iter().enumerate() {
+            if rule.repositories.is_empty()
+                || (rule.newest.is_none() && rule.pushed_within_days.is_none())
+            {
+                return Err(ConfigError::value(
+                    &format!("gc.keep_tags[{i}]"),
+                    "needs repositories and newest or pushed_within_days",
+                ));
+            }
+        }
         let gc_options = crate::ops::gc::GcOptions {
             retention: crate::ops::Retention {
                 keep_generations: get(self.gc.keep_generations, 50) as usize,
                 keep_days: self.gc.keep_days.unwrap_or(30),
             },
-            grace: duration("gc.grace", &self.gc.grace, "1h")?,
+            rules: crate::ops::retention::Rules {
+                delete_untagged: self.gc.delete_untagged.unwrap_or(false),
+                keep_tags: self.gc.keep_tags.clone(),
+                grace,
+                immutable_tags: self.registry.immutable_tags.clone(),
+            },
+            grace,
             dry_run: false,
         };
         let gc = (!interval.is_zero()).then_some((gc_options, interval));
@@ -303,19 +326,9 @@ impl Settings {
             max_failures: get(self.auth.max_failures, 10).min(u32::MAX as u64) as u32,
             window: Duration::from_secs(get(self.auth.failure_window_secs, 60)),
         };
-        let policy = Policy::new(
-            users,
-            self.auth.anonymous_read.unwrap_or(false),
-            throttle,
-            crate::auth::UserLimits {
-                sessions: get(l.max_upload_sessions_per_user, 64) as usize,
-                bytes: l
-                    .max_upload_bytes_per_user
-                    .map_or(crate::auth::UserLimits::default().bytes, |s| s.0),
-                expiry: upload_expiry,
-            },
-        )
-        .map_err(|e| ConfigError::value("user", e))?;
+        let mut policy = Policy::new(users, self.auth.anonymous_read.unwrap_or(false), throttle)
+            .map_err(|e| ConfigError::value("user", e))?;
+        policy.public_metrics = self.auth.public_metrics.unwrap_or(false);
         Ok(Resolved {
             listen,
             store,
@@ -345,8 +358,8 @@ impl Resolved {
     ) -> (App, Limits, Vec<SocketAddr>, Option<Arc<tls::Tls>>) {
         let mut app = App::with_config(state, self.registry).with_stacks(self.stacks);
         app.torcx = self.torcx;
-        app.auth = Arc::new(self.policy);
-        app.import_keyring = self.import_keyring;
+        app.auth = arc_swap::ArcSwap::from_pointee(self.policy);
+        app.import_keyring = arc_swap::ArcSwap::from_pointee(self.import_keyring);
         (app, self.limits, self.listen, self.tls)
     }
 }

@@ -71,6 +71,12 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default)]
     pub gc: GcSection,
+    /// The server's log filter (file only; tracing EnvFilter syntax, e.g.
+    /// `info` or `airlock=debug`), applied at start unless `--log` or
+    /// `AIRLOCK_LOG` is given, and again on SIGHUP [default: warn].
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
     /// `[[webhook]]` entries (file only): where events are POSTed.
     #[arg(skip)]
     #[serde(default, rename = "webhook", skip_serializing_if = "Vec::is_empty")]
@@ -144,6 +150,15 @@ pub struct GcSection {
     /// than this (`90s`, `15m`, `1h`, `7d`) [default: 1h].
     #[arg(long, env = "AIRLOCK_GC_GRACE")]
     pub grace: Option<String>,
+    /// Remove manifests untagged for longer than `grace` (with their
+    /// referrers) before each collection [default: false].
+    #[arg(long = "gc-delete-untagged", env = "AIRLOCK_GC_DELETE_UNTAGGED", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub delete_untagged: Option<bool>,
+    /// `[[gc.keep_tags]]` rules (file only): `repositories` (pattern),
+    /// `tags` (pattern), `newest`, `pushed_within_days`.
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_tags: Vec<crate::ops::retention::KeepTags>,
 }
 
 /// `[tls]`: serve HTTPS.
@@ -178,6 +193,11 @@ pub struct AuthSection {
     /// The failed-login window in seconds [default: 60].
     #[arg(long, env = "AIRLOCK_AUTH_FAILURE_WINDOW")]
     pub failure_window_secs: Option<NonZeroU64>,
+    /// Answer `/metrics` without credentials when users are configured
+    /// (its labels name repositories and stacks); otherwise it needs a
+    /// user with the `metrics` or `admin` role [default: false].
+    #[arg(long, env = "AIRLOCK_PUBLIC_METRICS", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub public_metrics: Option<bool>,
 }
 
 /// One `[[user]]`.
@@ -212,6 +232,13 @@ pub struct RegistrySection {
     /// (docker `registry-mirrors`), e.g. `docker.io`.
     #[arg(long, env = "AIRLOCK_MIRROR_NAMESPACE")]
     pub mirror_namespace: Option<String>,
+    /// Immutable tag rules (repeatable): `REPOSITORY-PATTERN:TAG-PATTERN`
+    /// (`*` within a path segment, `**` across, e.g. `stacks/**:20*`); a
+    /// matching tag may be created, never moved or deleted, by a push, an
+    /// import or a delete (403 DENIED) [default: none].
+    #[arg(long = "immutable-tag", value_name = "RULE")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub immutable_tags: Vec<String>,
     /// Answer blob GETs with 307 to a presigned URL of the object store
     /// (S3 only; clients must reach the store) [default: false].
     #[arg(long, env = "AIRLOCK_BLOB_REDIRECT", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
@@ -226,20 +253,26 @@ pub struct LimitsSection {
     /// [default: 86400].
     #[arg(long, env = "AIRLOCK_UPLOAD_EXPIRY")]
     pub upload_expiry_secs: Option<NonZeroU64>,
+    /// Upload sessions without any request for this many seconds are
+    /// removed by the next sweep [default: 3600].
+    #[arg(long, env = "AIRLOCK_UPLOAD_IDLE")]
+    pub upload_idle_secs: Option<NonZeroU64>,
     /// Largest blob accepted by push, in bytes (K, M, G, T suffixes are
     /// powers of 1024); larger: 413 SIZE_INVALID [default: 64G].
     #[arg(long, env = "AIRLOCK_MAX_BLOB_SIZE")]
     pub max_blob_size: Option<Size>,
-    /// Upload sessions open at once; more: 429 TOOMANYREQUESTS
+    /// Upload sessions open at once; at the cap the least recently active
+    /// idle session is removed for a new one, and only when every one has
+    /// a request in progress is the new one 429 TOOMANYREQUESTS
     /// [default: 4096].
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS")]
     pub max_upload_sessions: Option<NonZeroU64>,
-    /// Upload sessions open at once in one repository; more: 429
-    /// TOOMANYREQUESTS [default: 256].
+    /// Upload sessions open at once in one repository (at the cap as
+    /// max_upload_sessions) [default: 256].
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_REPOSITORY")]
     pub max_upload_sessions_per_repository: Option<NonZeroU64>,
     /// Upload sessions one user has open at once (when users are
-    /// configured); more: 429 TOOMANYREQUESTS [default: 64].
+    /// configured; at the cap as max_upload_sessions) [default: 64].
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_USER")]
     pub max_upload_sessions_per_user: Option<NonZeroU64>,
     /// Bytes one user may hold in open upload sessions, counting chunks
@@ -247,8 +280,8 @@ pub struct LimitsSection {
     /// configured); more: 413 DENIED [default: 128G].
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_BYTES_PER_USER")]
     pub max_upload_bytes_per_user: Option<Size>,
-    /// Upload sessions open at once opened by one client IP address; more:
-    /// 429 TOOMANYREQUESTS [default: 128].
+    /// Upload sessions open at once opened by one client IP address (at
+    /// the cap as max_upload_sessions) [default: 128].
     #[arg(long, env = "AIRLOCK_MAX_UPLOAD_SESSIONS_PER_CLIENT")]
     pub max_upload_sessions_per_client: Option<NonZeroU64>,
     /// Most entries per page of `tags/list` and `_catalog` (a larger or

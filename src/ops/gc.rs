@@ -78,10 +78,13 @@ use crate::state::{Reached, StateDoc, StateStore};
 use crate::store::{self, Blobstore, ObjectMeta, OpenedStore};
 
 /// What `gc` does.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct GcOptions {
     /// Which generations are kept.
     pub retention: Retention,
+    /// What is removed from repositories first (untagged manifests, old
+    /// tags: [`super::retention`]).
+    pub rules: super::retention::Rules,
     /// Unreferenced blobs, links and scratch files younger than this are kept.
     pub grace: Duration,
     /// Report what would be removed, remove nothing.
@@ -92,6 +95,7 @@ impl Default for GcOptions {
     fn default() -> Self {
         GcOptions {
             retention: Retention::default(),
+            rules: super::retention::Rules::default(),
             grace: Duration::from_secs(3600),
             dry_run: false,
         }
@@ -104,6 +108,10 @@ impl Default for GcOptions {
 pub struct GcReport {
     /// Nothing was removed.
     pub dry_run: bool,
+    /// What the retention rules removed (or would remove), each with why.
+    pub retention: Vec<super::retention::Removal>,
+    /// The generation the retention commit made, if it made one.
+    pub retention_generation: Option<u64>,
     /// The current generation when the mark started.
     pub generation: u64,
     /// Generations kept by the retention policy.
@@ -139,6 +147,17 @@ pub struct GcReport {
 
 impl std::fmt::Display for GcReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for r in &self.retention {
+            writeln!(
+                f,
+                "{}{r}",
+                if self.dry_run {
+                    "would remove "
+                } else {
+                    "removed "
+                }
+            )?;
+        }
         write!(
             f,
             "{}{} blobs removed ({} from failed imports), {} links, {} journals, {} temporary files; {:.1} MB freed; {} kept in grace, {} put back; {} reachable in {} generations (mark {} ms, sweep {} ms)",
@@ -264,7 +283,7 @@ impl Marks {
     ) -> Result<()> {
         let links = store.list_meta("links/").await.context("listing links/")?;
         for m in links {
-            let Some(digest) = link_digest(&m.key) else {
+            let Some(digest) = store::link_digest(&m.key) else {
                 continue;
             };
             if !self.changed(&m, first) {
@@ -307,14 +326,6 @@ impl Marks {
     }
 }
 
-/// The blob a link names: `links/<repo>/_blobs/<alg>-<hex>`.
-fn link_digest(key: &str) -> Option<Digest> {
-    if !key.contains("/_blobs/") {
-        return None;
-    }
-    store::trash_digest(key)
-}
-
 /// Runs one GC over the store `opened` (whose state is `state`) and counts
 /// it in the metrics. Errors: the history or a kept generation cannot be
 /// read, or the store cannot be listed; nothing was swept when the mark
@@ -346,6 +357,15 @@ async fn run_inner(opened: &OpenedStore, state: &StateStore, opts: &GcOptions) -
     let mut marks = Marks::default();
     if !opts.dry_run {
         trash::restore(store).await?;
+    }
+    if opts.rules.active() {
+        report.retention = super::retention::plan(state, &opts.rules, mark_start).await?;
+        if !opts.dry_run {
+            let who =
+                crate::state::audit::current().map_or_else(crate::state::user_at_host, |a| a.who);
+            report.retention_generation =
+                super::retention::apply(state, &report.retention, &who).await?;
+        }
     }
     let kept = kept_generations(state, opts.retention).await?;
     report.generation = kept.first().map_or(0, |(_, d)| d.generation);

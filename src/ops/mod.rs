@@ -11,6 +11,8 @@
 
 pub mod fsck;
 pub mod gc;
+pub mod recover;
+pub mod retention;
 pub mod rollback;
 pub mod rooms;
 

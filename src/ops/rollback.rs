@@ -28,6 +28,9 @@ pub struct RolledBack {
 /// Makes generation `to` current again as a new generation, recording
 /// `reason` and `who`.
 ///
+/// Works when the current generation is damaged too: the generations are
+/// then found by scanning the store ([`super::recover::scan`]).
+///
 /// Errors: `to` is the current generation or not in history (never existed,
 /// or removed by GC); its documents cannot all be read (nothing changes);
 /// the store failed; the root kept changing for 50 attempts.
@@ -38,21 +41,32 @@ pub async fn rollback(state: &StateStore, to: u64, reason: &str, who: &str) -> R
             bail!("the store is empty: nothing to roll back");
         };
         let (history, _) = state.history_partial().await?;
-        let Some((current_digest, current)) = history.first() else {
-            bail!("the current generation cannot be read; run `airlock fsck`");
+        let readable = history
+            .first()
+            .is_some_and(|(d, _)| d.to_string() == root.value);
+        // A damaged current generation cannot be followed back: the
+        // generations are found by scanning the store instead (issue 24 §4).
+        let history = if readable {
+            history
+        } else {
+            super::recover::scan(state).await?
         };
-        if current_digest.to_string() != root.value {
-            continue;
-        }
-        if to == current.generation {
+        let newest = history.iter().map(|(_, d)| d.generation).max().unwrap_or(0);
+        if readable && to == newest {
             bail!("generation {to} is already the current one");
         }
         let Some((target_digest, target)) = history.iter().find(|(_, d)| d.generation == to) else {
             bail!(
                 "generation {to} is not in history (generations {}..={} are; older ones were removed by gc)",
                 history.last().map_or(0, |(_, d)| d.generation),
-                current.generation
+                newest
             );
+        };
+        // The new generation's parent: the current one, or (damaged) the
+        // one restored, so that history reads on from there.
+        let parent = match history.first() {
+            Some((d, _)) if readable => d.clone(),
+            _ => target_digest.clone(),
         };
         let problems = state.walk(target_digest, &mut |_| true).await?;
         if let Some(p) = problems.first() {
@@ -70,14 +84,15 @@ pub async fn rollback(state: &StateStore, to: u64, reason: &str, who: &str) -> R
         let doc = StateDoc {
             // The target's kind: it says how `repositories` is laid out.
             kind: target.kind.clone(),
-            generation: current.generation + 1,
-            parent: Some(current_digest.clone()),
+            generation: newest + 1,
+            parent: Some(parent),
             time: now_rfc3339(),
             reason: text,
             who: actor.as_ref().map_or_else(|| who.into(), |a| a.who.clone()),
             address: actor.and_then(|a| a.address),
             repositories: target.repositories.clone(),
             documents: target.documents.clone(),
+            changes: None,
         };
         let bytes = serde_json::to_vec(&doc).context("serializing the state document")?;
         let digest = store::put_bytes(&**store, &bytes).await?;

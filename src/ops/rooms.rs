@@ -33,17 +33,18 @@ pub fn room_blobs(name: &str, bytes: &[u8]) -> Result<Vec<Digest>, String> {
     }
 }
 
-fn digests_in(v: &serde_json::Value, out: &mut Vec<Digest>) {
+/// Every string (or object key) in `v` that is a digest, added to `out`.
+pub fn digests_in(v: &serde_json::Value, out: &mut impl Extend<Digest>) {
     match v {
         serde_json::Value::String(s) => {
             if let Ok(d) = s.parse() {
-                out.push(d);
+                out.extend([d]);
             }
         }
         serde_json::Value::Array(a) => a.iter().for_each(|x| digests_in(x, out)),
         serde_json::Value::Object(o) => o.iter().for_each(|(k, x)| {
             if let Ok(d) = k.parse() {
-                out.push(d);
+                out.extend([d]);
             }
             digests_in(x, out)
         }),

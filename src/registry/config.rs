@@ -33,6 +33,11 @@ pub struct RegistryConfig {
     pub max_page: usize,
     /// Caps on one page of the referrers list (descriptors, bytes).
     pub referrers: super::referrers::ReferrersLimits,
+    /// Immutable tag rules (Harbor's tag immutability):
+    /// `REPOSITORY-PATTERN:TAG-PATTERN`, `*` within a path segment, `**`
+    /// across. A matching tag may be created but never moved or deleted,
+    /// by a push, an import or a delete (403 `DENIED`).
+    pub immutable_tags: Vec<String>,
     /// Redirect mode: a blob GET answers 307 to a URL of the object store
     /// ([`crate::store::Blobstore::presigned_get`], S3 only) instead of
     /// streaming the blob through airlock. Off by default: inside an air gap
@@ -56,6 +61,18 @@ impl Default for RegistryConfig {
             referrers: super::referrers::ReferrersLimits::default(),
             uploads: super::uploads::UploadLimits::default(),
             blob_redirect: false,
+            immutable_tags: Vec::new(),
         }
+    }
+}
+
+impl RegistryConfig {
+    /// Whether `repository:tag` matches an immutable tag rule.
+    pub fn is_immutable(&self, repository: &crate::names::RepositoryName, tag: &str) -> bool {
+        self.immutable_tags.iter().any(|rule| {
+            let (repos, tags) = rule.rsplit_once(':').unwrap_or((rule.as_str(), "*"));
+            crate::names::glob_match(repos, repository.as_str())
+                && crate::names::glob_match(tags, tag)
+        })
     }
 }

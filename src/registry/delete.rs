@@ -21,12 +21,22 @@ use crate::state::{Op, StateError, StateStore};
 ///
 /// By digest the manifest and all its tags go; by tag only the tag.
 /// Errors: 404 `NAME_UNKNOWN`, 404 `MANIFEST_UNKNOWN`.
+///
+/// A tag matching an immutable tag rule (`is_immutable`) is never deleted,
+/// nor is a manifest one names: 403 `DENIED`.
 pub async fn manifest(
     state: &StateStore,
     name: &RepositoryName,
     reference: &Reference,
+    is_immutable: &(dyn Fn(&str) -> bool + Sync),
 ) -> Result<Accepted> {
     let repo = repository(state, name).await?;
+    let immutable = |tag: &str| {
+        RegistryError::new(
+            ErrorCode::Denied,
+            json!({ "name": name, "tag": tag, "reason": "the tag is immutable (registry.immutable_tags)" }),
+        )
+    };
     let unknown = || {
         RegistryError::new(
             ErrorCode::ManifestUnknown,
@@ -38,6 +48,9 @@ pub async fn manifest(
             if repo.tag(tag).await?.is_none() {
                 return Err(unknown());
             }
+            if is_immutable(tag.as_str()) {
+                return Err(immutable(tag.as_str()));
+            }
             let op = Op::DeleteTag {
                 repo: name.clone(),
                 tag: tag.clone(),
@@ -47,6 +60,14 @@ pub async fn manifest(
         Reference::Digest(digest) => {
             if repo.manifest(digest).await?.is_none() {
                 return Err(unknown());
+            }
+            if let Some(tag) = repo
+                .tags_of(digest)
+                .await?
+                .into_iter()
+                .find(|t| is_immutable(t))
+            {
+                return Err(immutable(&tag));
             }
             let op = Op::DeleteManifest {
                 repo: name.clone(),

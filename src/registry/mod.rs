@@ -54,11 +54,15 @@ pub trait Context: Send + Sync + 'static {
     /// The state to serve; read once per request via `snapshot()`, so
     /// changes committed by other processes show up on the next request.
     fn state(&self) -> &StateStore;
-    /// The operator's switches.
-    fn config(&self) -> &RegistryConfig;
+    /// The operator's switches as they are now (a config reload may
+    /// replace them between requests).
+    fn config(&self) -> ConfigGuard;
     /// Upload sessions.
     fn uploads(&self) -> &Uploads;
 }
+
+/// A read of the current [`RegistryConfig`] (cheap: no reference count).
+pub type ConfigGuard = arc_swap::Guard<Arc<RegistryConfig>>;
 
 /// The `/v2` router: `/v2`, `/v2/` and `/v2/{*path}` all go to one handler.
 /// Every response carries `Docker-Distribution-API-Version: registry/2.0`.
@@ -92,11 +96,16 @@ pub async fn serve(ctx: &dyn Context, req: HttpRequest) -> Response {
         .get::<RepositoryScope>()
         .cloned()
         .unwrap_or_default();
+    let user = parts
+        .extensions
+        .get::<uploads::Uploader>()
+        .map(|u| u.0.as_str());
     let req = Request {
         method: &parts.method,
         uri: &parts.uri,
         headers: &parts.headers,
         client,
+        user,
         scope: &scope,
     };
     let mut res = dispatch(ctx, &req, &mut body)
@@ -133,6 +142,8 @@ struct Request<'a> {
     headers: &'a HeaderMap,
     /// The client's IP address when the listener knows it.
     client: Option<IpAddr>,
+    /// The user, when users are configured (the access layer's extension).
+    user: Option<&'a str>,
     /// The repositories the caller's rights cover (the access layer's
     /// extension; all when absent).
     scope: &'a RepositoryScope,
@@ -150,6 +161,7 @@ async fn dispatch(
         uri,
         headers,
         client,
+        user,
         scope,
     } = *req;
     let mut route = Route::parse(uri.path()).map_err(|e| e.for_method(method))?;
@@ -161,7 +173,7 @@ async fn dispatch(
     }
     let cfg = ctx.config();
     let not_allowed = RegistryError::MethodNotAllowed {
-        allow: allow(&route, cfg),
+        allow: allow(&route, &cfg),
     };
     let state = ctx.state();
     let head = *method == Method::HEAD;
@@ -182,7 +194,8 @@ async fn dispatch(
                 .into_response()
         }
         (Route::Manifest { name, reference }, Method::DELETE) if del => {
-            Box::pin(delete::manifest(state, &name, &reference))
+            let frozen = |tag: &str| cfg.is_immutable(&name, tag);
+            Box::pin(delete::manifest(state, &name, &reference, &frozen))
                 .await?
                 .into_response()
         }
@@ -227,10 +240,12 @@ async fn dispatch(
             },
             Method::POST,
         ) if push => {
-            Box::pin(upload::start(
-                ctx, &name, &query, client, scope, headers, body,
-            ))
-            .await?
+            let owner = uploads::Owner {
+                repository: name,
+                client,
+                user: user.map(str::to_string),
+            };
+            Box::pin(upload::start(ctx, owner, &query, scope, headers, body)).await?
         }
         (
             Route::Upload {

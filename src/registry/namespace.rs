@@ -6,8 +6,10 @@
 //! means repository `docker.io/library/busybox`. And the configured default
 //! namespace for clients that send no `ns` (docker's `registry-mirrors`).
 //! On reads the namespaced repository wins when it exists and the caller's
-//! [`RepositoryScope`] covers it, and `ns` never makes a read fail (see
-//! [`apply`]). Never changes state. Writes never fall back: they go to the
+//! [`RepositoryScope`] covers it, and `ns` never makes a read fail; a
+//! request with `ns=` never falls back to the default namespace (see
+//! [`resolve_read`], which a mount's `from=` also goes through). Never
+//! changes state. Writes never fall back: they go to the
 //! name asked for with `ns=` applied ([`write_target`], which the access
 //! layer also uses to authorize them).
 
@@ -78,18 +80,58 @@ pub fn write_target(ns: Option<&str>, name: &RepositoryName) -> Result<Repositor
     }
 }
 
+/// The `ns` query parameter, normalised ([`normalize_host`]); `None` when
+/// absent or empty.
+pub fn ns_param(query: &QueryParams) -> Option<String> {
+    query
+        .get("ns")
+        .map(normalize_host)
+        .filter(|ns| !ns.is_empty())
+}
+
+/// The repository a read of `name` means, and the namespace to echo in
+/// `OCI-Namespace` when an `ns=` namespace was used.
+///
+/// With `ns` (normalised, [`ns_param`]) the only candidates are
+/// `<ns>/<name>` (not prefixed again when `name` already starts with it)
+/// and `name` itself: the namespaced repository when it exists and `scope`
+/// covers it, else `name`. Without `ns`, the configured default namespace
+/// (`mirror_namespace`, docker's `registry-mirrors`) is tried the same way.
+/// So one reference means one image whichever client asks, another
+/// registry's namespace is never served for an `ns=` that names a
+/// different one, and a user limited to some repositories never reads
+/// another through a namespace (the caller checks the repository finally
+/// chosen against `scope`). Never fails because of `ns`.
+///
+/// Errors: the state cannot be read.
+pub async fn resolve_read(
+    ctx: &dyn Context,
+    name: &RepositoryName,
+    ns: Option<String>,
+    scope: &RepositoryScope,
+) -> Result<(RepositoryName, Option<String>)> {
+    let (namespace, echo) = match ns {
+        Some(ns) => (ns.clone(), Some(ns)),
+        None => match ctx.config().mirror_namespace.as_deref().map(normalize_host) {
+            Some(default) => (default, None),
+            None => return Ok((name.clone(), None)),
+        },
+    };
+    let Some(full) = within(&namespace, name).filter(|n| scope.covers(n.as_str())) else {
+        return Ok((name.clone(), None));
+    };
+    let state = ctx.state();
+    let snap = state.snapshot().await?;
+    if state.repository(&snap, &full).await?.is_some() {
+        Ok((full, echo))
+    } else {
+        Ok((name.clone(), None))
+    }
+}
+
 /// Rewrites the route's repository for a mirror request and returns the
 /// namespace to echo in `OCI-Namespace` (when an `ns=` namespace was used).
-///
-/// Reads (`read = true`) never fail because of `ns`: the namespaced
-/// repository `<ns>/<name>` (host normalised by [`normalize_host`]; not
-/// prefixed again when the path already starts with it) is used when it
-/// exists and `scope` covers it; otherwise the request is answered exactly
-/// as without `ns`, where the configured default namespace (docker's
-/// `registry-mirrors`) is tried the same way. So one reference means one
-/// image whichever client asks, and a user limited to some repositories
-/// never reads another through a namespace (the caller then checks the
-/// repository finally chosen against `scope`). Writes go to
+/// Reads (`read = true`) go to [`resolve_read`]; writes go to
 /// [`write_target`] and never fall back.
 pub async fn apply(
     ctx: &dyn Context,
@@ -105,36 +147,13 @@ pub async fn apply(
         *name = write_target(query.get("ns"), name)?;
         return Ok(None);
     }
-    let ns = query
-        .get("ns")
-        .map(normalize_host)
-        .filter(|ns| !ns.is_empty());
-    let default = ctx.config().mirror_namespace.as_deref();
-    if ns.is_none() && default.is_none() {
+    let ns = ns_param(query);
+    if ns.is_none() && ctx.config().mirror_namespace.is_none() {
         return Ok(None);
     }
-    let state = ctx.state();
-    let snap = state.snapshot().await?;
-    let existing = async |n: Option<RepositoryName>| -> Result<Option<RepositoryName>> {
-        match n {
-            Some(n) if scope.covers(n.as_str()) && state.repository(&snap, &n).await?.is_some() => {
-                Ok(Some(n))
-            }
-            _ => Ok(None),
-        }
-    };
-    if let Some(ns) = ns
-        && let Some(full) = existing(within(&ns, name)).await?
-    {
-        *name = full;
-        return Ok(Some(ns));
-    }
-    if let Some(default) = default
-        && let Some(full) = existing(within(&normalize_host(default), name)).await?
-    {
-        *name = full;
-    }
-    Ok(None)
+    let (full, echo) = resolve_read(ctx, name, ns, scope).await?;
+    *name = full;
+    Ok(echo)
 }
 
 #[cfg(test)]

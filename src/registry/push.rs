@@ -254,6 +254,12 @@ pub async fn manifest(
                 subject: checked.subject.clone(),
                 artifact_type: checked.artifact_type,
             },
+            guard: crate::state::TagGuard {
+                frozen: tags
+                    .iter()
+                    .any(|t| ctx.config().is_immutable(name, t.as_str())),
+                ..crate::state::TagGuard::default()
+            },
             tags,
         },
     ];
@@ -267,6 +273,12 @@ pub async fn manifest(
             return Err(RegistryError::new(
                 ErrorCode::ManifestBlobUnknown,
                 json!({ "name": name, "reason": what }),
+            ));
+        }
+        Err(StateError::Rejected(why)) => {
+            return Err(RegistryError::new(
+                ErrorCode::Denied,
+                json!({ "name": name, "reason": why }),
             ));
         }
         Err(e) => return Err(e.into()),

@@ -140,8 +140,9 @@ pub fn etag(digest: &Digest) -> String {
 }
 
 /// 416 for a blob range beyond its end: `Content-Range: bytes */<size>`,
-/// `Accept-Ranges: bytes`, empty body (distribution-spec v1.1 has no error
-/// code for ranges, so no JSON error is sent).
+/// `Accept-Ranges: bytes`, and an OCI error body like every answer under
+/// `/v2/` (distribution-spec v1.1 has no code for ranges: `SIZE_INVALID`,
+/// with the blob's size in `detail`).
 #[derive(Debug, Clone, Copy)]
 pub struct RangeNotSatisfiable {
     /// Whole blob size in bytes.
@@ -150,13 +151,21 @@ pub struct RangeNotSatisfiable {
 
 impl IntoResponse for RangeNotSatisfiable {
     fn into_response(self) -> Response {
-        let mut res = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
-        let h = res.headers_mut();
+        let mut headers = HeaderMap::new();
         if let Ok(v) = HeaderValue::from_str(&format!("bytes */{}", self.size)) {
-            h.insert(header::CONTENT_RANGE, v);
+            headers.insert(header::CONTENT_RANGE, v);
         }
-        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        res
+        headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        super::errors::RegistryError::Status {
+            status: StatusCode::RANGE_NOT_SATISFIABLE,
+            code: super::errors::ErrorCode::SizeInvalid,
+            detail: serde_json::json!({
+                "reason": "requested range not satisfiable",
+                "size": self.size,
+            }),
+            headers: Box::new(headers),
+        }
+        .into_response()
     }
 }
 

@@ -26,7 +26,7 @@ use super::errors::{ErrorCode, RegistryError, Result};
 use super::links;
 use super::query::QueryParams;
 use super::responses::{Created, NoContent, UploadStatus};
-use super::uploads::{BodyStream, UploadError, UploadId, parse_content_range};
+use super::uploads::{BodyStream, Owner, UploadError, UploadId, parse_content_range};
 use crate::digest::Digest;
 use crate::names::RepositoryName;
 use crate::store::blob_key;
@@ -88,7 +88,11 @@ fn upload_error(e: UploadError, name: &RepositoryName, id: Option<&UploadId>) ->
         },
         UploadError::TooMany { scope, cap } => RegistryError::new(
             ErrorCode::TooManyRequests,
-            json!({ "reason": format!("too many open upload sessions in the {scope}"), "max": cap }),
+            json!({
+                "reason": format!("too many open upload sessions in the {scope}, every one with a request in progress"),
+                "scope": scope,
+                "max": cap,
+            }),
         ),
         UploadError::Body(reason) => {
             RegistryError::new(ErrorCode::BlobUploadInvalid, json!({ "reason": reason }))
@@ -213,27 +217,39 @@ async fn link_pushed(
 /// POST `/v2/<name>/blobs/uploads/` (end-4a, end-4b, end-11).
 ///
 /// - `?mount=<digest>&from=<repo>`: 201 with the blob's `Location` when the
-///   blob is linked in `from` and `scope` covers `from` (the caller may
-///   read it), else a new session (202).
+///   blob is linked in `from` (resolved as a read of it would be, with the
+///   request's `ns=` or the default mirror namespace:
+///   [`super::namespace::resolve_read`]) and `scope` covers it (the caller
+///   may read it), else a new session (202).
 /// - `?digest=<digest>` with the blob as body: 201, or 400
 ///   `DIGEST_INVALID` (nothing stored) when the body does not match.
 /// - otherwise: 202, `Location` of a new session, `Range: 0-0`,
 ///   `Docker-Upload-UUID`.
 ///
-/// `client` is the client's IP address, for the per-client session cap.
+/// `owner` names the repository, and the client address and user counted
+/// against the session caps ([`super::uploads::Uploads::create`]).
 pub async fn start(
     ctx: &dyn Context,
-    name: &RepositoryName,
+    owner: Owner,
     query: &QueryParams,
-    client: Option<std::net::IpAddr>,
     scope: &super::scope::RepositoryScope,
     headers: &HeaderMap,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Response> {
+    let name = &owner.repository;
     refuse_declared_oversize(ctx, name, headers)?;
     if let Some(mount) = query.get("mount") {
-        let from = query.get("from").filter(|f| scope.covers(f));
-        if let Some(created) = mount_blob(ctx, name, mount, from).await? {
+        let from = match query.get("from").map(str::parse::<RepositoryName>) {
+            // `from=` names a repository as a read would (mirror namespaces
+            // included), and is used only when the caller may read it.
+            Some(Ok(from)) => {
+                let ns = super::namespace::ns_param(query);
+                let (from, _) = super::namespace::resolve_read(ctx, &from, ns, scope).await?;
+                scope.covers(from.as_str()).then_some(from)
+            }
+            _ => None,
+        };
+        if let Some(created) = mount_blob(ctx, name, mount, from.as_ref()).await? {
             return Ok(created.into_response());
         }
     } else if query.get("digest").is_some() {
@@ -253,7 +269,7 @@ pub async fn start(
     }
     let id = ctx
         .uploads()
-        .create(name, client)
+        .create(owner.clone())
         .await
         .map_err(|e| upload_error(e, name, None))?;
     Ok(status(StatusCode::ACCEPTED, name, &id, 0).into_response())
@@ -265,29 +281,26 @@ async fn mount_blob(
     ctx: &dyn Context,
     name: &RepositoryName,
     mount: &str,
-    from: Option<&str>,
+    from: Option<&RepositoryName>,
 ) -> Result<Option<Created>> {
-    let (Ok(digest), Some(Ok(from))) = (
-        mount.parse::<Digest>(),
-        from.map(str::parse::<RepositoryName>),
-    ) else {
+    let (Ok(digest), Some(from)) = (mount.parse::<Digest>(), from) else {
         return Ok(None);
     };
     let state = ctx.state();
     let snap = state.snapshot().await?;
-    let in_tree = match state.repository(&snap, &from).await? {
+    let in_tree = match state.repository(&snap, from).await? {
         Some(r) => r.is_linked(&digest).await?,
         None => false,
     };
     if !in_tree
-        && links::get(&**state.blobstore(), &from, &digest)
+        && links::get(&**state.blobstore(), from, &digest)
             .await
             .is_none()
     {
         return Ok(None);
     }
     let Some(size) = state.blobstore().stat(&blob_key(&digest)).await? else {
-        links::log_missing(&**state.blobstore(), &digest, &from).await;
+        links::log_missing(&**state.blobstore(), &digest, from).await;
         return Ok(None);
     };
     let reason = format!("mount blob {name}@{digest} from {from}");

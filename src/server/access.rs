@@ -1,5 +1,5 @@
 //! The access layer: one middleware in front of every route that applies
-//! the server's [`Policy`] (who may do what, [`crate::auth`]).
+//! the server's [`Policy`](crate::auth::Policy) (who may do what, [`crate::auth`]).
 //!
 //! Owns: finding the principal of a request (a verified client
 //! certificate's CN/SAN that names a user, else HTTP Basic credentials,
@@ -16,7 +16,7 @@
 //! with the user and the client address, so every state change it makes
 //! records them (registry reads, `GET`/`HEAD` under `/v2/`, never change
 //! state and skip it when no users are configured).
-//! Never decides a permission itself ([`Policy::allows`], [`auth::required`]).
+//! Never decides a permission itself ([`crate::auth::Policy::allows`], [`auth::required`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,11 +32,12 @@ use serde_json::json;
 use super::App;
 use super::tls::ClientCertNames;
 use super::trace::ClientAddr;
-use crate::auth::{self, Policy, Principal};
+use crate::auth::{self, Principal};
 use crate::registry::errors::{ErrorCode, RegistryError};
 use crate::registry::responses::{API_VERSION, DOCKER_DISTRIBUTION_API_VERSION};
 use crate::registry::routes::Route;
 use crate::registry::scope::RepositoryScope;
+use crate::registry::uploads::Uploader;
 use crate::state::{Actor, audit};
 
 /// Middleware (see `super::front`): authenticates and authorizes the
@@ -48,7 +49,7 @@ where
     F: Future<Output = Response>,
 {
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
-    let policy = &*app.auth;
+    let policy = app.auth.load();
     if policy.is_open() && registry_read(&req) {
         // A registry read never commits: no actor to record (and no client
         // address to format on the hot path of pulls).
@@ -66,6 +67,9 @@ where
     let Some(need) = auth::required(req.method(), req.uri()) else {
         return next(req).await;
     };
+    if need.permission == auth::Permission::Metrics && policy.public_metrics {
+        return next(req).await;
+    }
     let ip = client.map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     let names = req.extensions().get::<ClientCertNames>().cloned();
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
@@ -98,25 +102,18 @@ where
     };
     let mut req = req;
     req.extensions_mut().insert(scope);
-    let session = upload_session(req.method(), req.uri());
-    if let Some(UploadCall::Open) = session
-        && !policy.sessions.admits(&who)
-    {
-        let res = RegistryError::new(
-            ErrorCode::TooManyRequests,
-            json!({ "user": who, "reason": format!("at most {} open upload sessions per user", policy.sessions.limits().sessions) }),
-        )
-        .into_response();
-        return finish(res, req.uri().path());
-    }
-    let quota = match &session {
-        Some(_) if policy.sessions.limits().bytes > 0 => {
+    req.extensions_mut().insert(Uploader(who.clone()));
+    req.extensions_mut()
+        .insert(auth::Grant::of(&policy, principal.clone()));
+    let quota = match upload_body(req.method(), req.uri()) {
+        true if app.uploads.user_byte_cap() > 0 => {
+            let cap = app.uploads.user_byte_cap();
             if let Some(len) = crate::registry::upload::declared_length(req.headers())
-                && policy.sessions.held(&who).saturating_add(len) > policy.sessions.limits().bytes
+                && app.uploads.held_by(&who).saturating_add(len) > cap
             {
-                return finish(over_quota(policy, &who), req.uri().path());
+                return finish(over_quota(&app, &who), req.uri().path());
             }
-            let (metered, quota) = Quota::meter(app.auth.clone(), &who, req);
+            let (metered, quota) = Quota::meter(app.clone(), &who, req);
             req = metered;
             Some(quota)
         }
@@ -136,29 +133,8 @@ where
     };
     let path = req.uri().path().to_string();
     let res = audit::scope(actor, next(req)).await;
-    let status = res.status().as_u16();
-    match &session {
-        Some(UploadCall::Open) if status == 202 => {
-            if let Some(id) = header_str(&res, "docker-upload-uuid") {
-                policy.sessions.opened(&who, id);
-            }
-        }
-        Some(UploadCall::Append(id)) if status == 202 => {
-            // `Range: 0-<last>`: the session now holds last + 1 bytes.
-            if let Some(size) = header_str(&res, "range")
-                .and_then(|r| r.strip_prefix("0-"))
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                policy.sessions.stored(&who, id, size + 1);
-            }
-        }
-        Some(UploadCall::Close(id)) if matches!(status, 201 | 204 | 404) => {
-            policy.sessions.closed(&who, id);
-        }
-        _ => {}
-    }
     if quota.is_some_and(Quota::finish) {
-        return finish(over_quota(policy, &who), &path);
+        return finish(over_quota(&app, &who), &path);
     }
     res
 }
@@ -176,13 +152,9 @@ fn principal_name(p: &Principal) -> String {
     }
 }
 
-fn header_str<'a>(res: &'a Response, name: &str) -> Option<&'a str> {
-    res.headers().get(name).and_then(|v| v.to_str().ok())
-}
-
 /// 413 `DENIED`: the user's upload bytes would pass `max_upload_bytes_per_user`.
-fn over_quota(policy: &Policy, who: &str) -> Response {
-    let cap = policy.sessions.limits().bytes;
+fn over_quota(app: &App, who: &str) -> Response {
+    let cap = app.uploads.user_byte_cap();
     tracing::warn!(user = %who, cap, "upload refused: per-user upload bytes");
     RegistryError::Status {
         status: axum::http::StatusCode::PAYLOAD_TOO_LARGE,
@@ -193,7 +165,7 @@ fn over_quota(policy: &Policy, who: &str) -> Response {
                 "upload quota: user {who} would hold more than {cap} bytes in open upload sessions \
                  (limits.max_upload_bytes_per_user); finish or cancel uploads first"
             ),
-            "held": policy.sessions.held(who),
+            "held": app.uploads.held_by(who),
             "max": cap,
         }),
         headers: Box::default(),
@@ -204,7 +176,7 @@ fn over_quota(policy: &Policy, who: &str) -> Response {
 /// The bytes of one upload request body, counted against its user's
 /// byte cap chunk by chunk as the registry reads them.
 struct Quota {
-    policy: Arc<Policy>,
+    app: Arc<App>,
     who: String,
     reserved: Arc<AtomicU64>,
     refused: Arc<AtomicBool>,
@@ -214,20 +186,20 @@ impl Quota {
     /// `req` with its body metered: a chunk that would pass the cap fails
     /// the body (the registry stores nothing of it) and marks the quota
     /// refused.
-    fn meter(policy: Arc<Policy>, who: &str, req: Request) -> (Request, Quota) {
+    fn meter(app: Arc<App>, who: &str, req: Request) -> (Request, Quota) {
         let quota = Quota {
-            policy,
+            app,
             who: who.to_string(),
             reserved: Arc::default(),
             refused: Arc::default(),
         };
         let (parts, body) = req.into_parts();
-        let (policy, who) = (quota.policy.clone(), quota.who.clone());
+        let (app, who) = (quota.app.clone(), quota.who.clone());
         let (reserved, refused) = (quota.reserved.clone(), quota.refused.clone());
         let stream = body.into_data_stream().map(move |chunk| {
             let chunk = chunk.map_err(BoxError::from)?;
             let n = chunk.len() as u64;
-            if !policy.sessions.reserve(&who, n) {
+            if !app.uploads.reserve(&who, n) {
                 refused.store(true, Ordering::Relaxed);
                 return Err(BoxError::from("per-user upload bytes exceeded"));
             }
@@ -243,9 +215,9 @@ impl Quota {
     /// Gives the reserved bytes back (the session's size is known from the
     /// answer); true when the body was refused for the cap.
     fn finish(self) -> bool {
-        self.policy
-            .sessions
-            .release(&self.who, self.reserved.load(Ordering::Relaxed));
+        self.app
+            .uploads
+            .unreserve(&self.who, self.reserved.load(Ordering::Relaxed));
         self.refused.load(Ordering::Relaxed)
     }
 }
@@ -261,7 +233,7 @@ async fn identify(
     authorization: Option<HeaderValue>,
     ip: &str,
 ) -> Result<Principal, Response> {
-    let policy = &*app.auth;
+    let policy = app.auth.load();
     if let Some(names) = names
         && let Some(u) = policy.user_for_certificate(&names.0)
     {
@@ -341,27 +313,12 @@ fn finish(mut res: Response, path: &str) -> Response {
     res
 }
 
-/// A request that opens, feeds or ends a blob-upload session.
-enum UploadCall {
-    /// `POST .../blobs/uploads/` that may open a session (or, with
-    /// `digest=`, upload a whole blob).
-    Open,
-    /// `PATCH` of session `id` (a chunk).
-    Append(String),
-    /// `PUT` (the optional last chunk) or `DELETE` of session `id`.
-    Close(String),
-}
-
-fn upload_session(method: &Method, uri: &axum::http::Uri) -> Option<UploadCall> {
-    let Ok(Route::Upload { session, .. }) = Route::parse(uri.path()) else {
-        return None;
-    };
-    match (method, session) {
-        (&Method::POST, None) => Some(UploadCall::Open),
-        (&Method::PATCH, Some(id)) => Some(UploadCall::Append(id)),
-        (&Method::PUT | &Method::DELETE, Some(id)) => Some(UploadCall::Close(id)),
-        _ => None,
-    }
+/// A request whose body may go into an upload session or a blob: `POST`
+/// of `.../blobs/uploads/`, or `PATCH`/`PUT` of a session (metered
+/// against the per-user byte cap).
+fn upload_body(method: &Method, uri: &axum::http::Uri) -> bool {
+    matches!(*method, Method::POST | Method::PATCH | Method::PUT)
+        && matches!(Route::parse(uri.path()), Ok(Route::Upload { .. }))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -212,6 +213,12 @@ pub(super) struct ResponseBody {
     pending: Option<Bytes>,
 }
 
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        self.activity.bodies.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A chunk and the budget room it holds; the room is freed when hyper drops it.
 struct Held {
     bytes: Bytes,
@@ -230,6 +237,7 @@ impl ResponseBody {
         activity: Arc<Activity>,
         budget: Arc<ResponseBudget>,
     ) -> ResponseBody {
+        activity.bodies.fetch_add(1, Ordering::AcqRel);
         ResponseBody {
             inner,
             activity,

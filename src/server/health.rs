@@ -18,16 +18,24 @@ pub async fn healthz() -> &'static str {
 /// `GET /readyz`: 200 `ok` when the current state can be read from the
 /// blobstore (the root, the state document and the repository table's
 /// first page), else 503 `not ready` (the cause is logged at warn).
-pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, &'static str) {
+pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, String) {
     let ready = async {
         let snap = app.state.snapshot().await?;
         app.state.repositories(&snap, None, 1).await
     };
     match ready.await {
-        Ok(_) => (StatusCode::OK, "ok"),
+        Ok(_) => match app.state.damage() {
+            None => (StatusCode::OK, "ok".into()),
+            Some((root, cause)) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "degraded: the current generation ({root}) is damaged ({cause}); serving the last good one; run airlock fsck --repair\n"
+                ),
+            ),
+        },
         Err(e) => {
             tracing::warn!(error = %e, "not ready: state cannot be read");
-            (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready".into())
         }
     }
 }

@@ -26,6 +26,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -42,18 +43,20 @@ pub struct App {
     /// Metadata and blobs; re-reads `refs/root` on every request, so imports
     /// by other processes are served without a restart.
     pub state: StateStore,
-    /// Registry switches (push, delete, mirror namespace, upload expiry).
-    pub registry: RegistryConfig,
+    /// Registry switches (push, delete, mirror namespace, upload expiry);
+    /// replaced whole by a config reload ([`App::reload`]).
+    pub registry: ArcSwap<RegistryConfig>,
     /// Blob upload sessions (scratch objects under `uploads/`).
     pub uploads: Uploads,
     /// torcx remote signing keys and signed-document cache (`/torcx`).
     pub torcx: crate::torcx::api::TorcxConfig,
     /// The stacks API's switches and rootfs downloads in flight.
     pub stacks: StacksServer,
-    /// Who may do what ([`access`]); open (everyone is admin) by default.
-    pub auth: Arc<crate::auth::Policy>,
+    /// Who may do what ([`access`]); open (everyone is admin) by default;
+    /// replaced whole by a config reload.
+    pub auth: ArcSwap<crate::auth::Policy>,
     /// Keyring trusted for `POST /admin/v1/imports`; `None`: off.
-    pub import_keyring: Option<std::path::PathBuf>,
+    pub import_keyring: ArcSwap<Option<std::path::PathBuf>>,
 }
 
 impl App {
@@ -71,13 +74,22 @@ impl App {
         );
         App {
             state,
-            registry,
+            registry: ArcSwap::from_pointee(registry),
             uploads,
             torcx: Default::default(),
             stacks: StacksServer::default(),
-            auth: Arc::new(crate::auth::Policy::open()),
-            import_keyring: None,
+            auth: ArcSwap::from_pointee(crate::auth::Policy::open()),
+            import_keyring: ArcSwap::from_pointee(None),
         }
+    }
+
+    /// Replaces the registry switches and upload caps (a config reload):
+    /// requests that start from now on see them; sessions keep their
+    /// objects, counted under the new caps.
+    pub fn set_registry(&self, registry: RegistryConfig) {
+        self.uploads
+            .set_limits(registry.upload_expiry, registry.uploads);
+        self.registry.store(Arc::new(registry));
     }
 
     /// The same app with the stacks API's switches set to `config`.
@@ -102,8 +114,8 @@ impl registry::Context for App {
         &self.state
     }
 
-    fn config(&self) -> &RegistryConfig {
-        &self.registry
+    fn config(&self) -> registry::ConfigGuard {
+        self.registry.load()
     }
 
     fn uploads(&self) -> &Uploads {
@@ -116,8 +128,12 @@ impl crate::admin::Context for App {
         &self.state
     }
 
-    fn import_keyring(&self) -> Option<&std::path::PathBuf> {
-        self.import_keyring.as_ref()
+    fn import_keyring(&self) -> Option<std::path::PathBuf> {
+        self.import_keyring.load().as_ref().clone()
+    }
+
+    fn immutable_tags(&self) -> Vec<String> {
+        self.registry.load().immutable_tags.clone()
     }
 }
 
@@ -131,20 +147,17 @@ impl crate::torcx::api::Context for App {
     }
 }
 
-/// Sweeps expired upload sessions every `min(expiry / 4, 1 h)` (at least
-/// every second) until the process ends; failures are logged and retried
-/// at the next tick.
+/// Sweeps expired and idle upload sessions every
+/// [`Uploads::sweep_period`] until the process ends; failures are logged
+/// and retried at the next tick.
 pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
-    let period = (app.registry.upload_expiry / 4)
-        .min(std::time::Duration::from_secs(3600))
-        .max(std::time::Duration::from_secs(1));
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(period);
         loop {
-            tick.tick().await;
+            // Read each time: a config reload may change the timeouts.
+            tokio::time::sleep(app.uploads.sweep_period()).await;
             match app.uploads.sweep().await {
                 Ok(0) => {}
-                Ok(n) => tracing::info!(sessions = n, "expired upload sessions removed"),
+                Ok(n) => tracing::info!(sessions = n, "expired or idle upload sessions removed"),
                 Err(e) => tracing::warn!(error = %e, "upload sweep failed"),
             }
         }
@@ -230,11 +243,16 @@ async fn serve_registry(app: Arc<App>, req: axum::extract::Request) -> axum::res
     res
 }
 
+/// What `serve` does on SIGHUP: called with the app and the running TLS
+/// (a config reload, see `config::reload`). Without one, SIGHUP is logged
+/// and ignored; it never stops the server.
+pub type HangupHook = Box<dyn FnMut(&App, Option<&tls::Tls>) + Send>;
+
 /// Binds every address of `listen` and serves [`router`] on each (over TLS
-/// when `tls` is given; its certificate is reloaded on SIGHUP) under
-/// `limits` until SIGINT or SIGTERM, then stops accepting and waits (at
-/// most `limits.shutdown_timeout`) for in-flight requests to finish.
-/// Expired upload sessions are swept meanwhile ([`spawn_upload_sweeper`]).
+/// when `tls` is given) under `limits` until SIGINT or SIGTERM, then stops
+/// accepting and waits (at most `limits.shutdown_timeout`) for in-flight
+/// requests to finish. Expired upload sessions are swept meanwhile
+/// ([`spawn_upload_sweeper`]); each SIGHUP runs `hangup`.
 ///
 /// Layout: `limits.workers` worker threads, each with its own runtime and
 /// `SO_REUSEPORT` socket per address ([`workers`]); with `Some(0)` workers,
@@ -242,13 +260,15 @@ async fn serve_registry(app: Arc<App>, req: axum::extract::Request) -> axum::res
 /// on the caller's runtime. Connection caps and the response budget are
 /// global either way.
 ///
-/// Errors: an address cannot be bound, SIGHUP cannot be watched, a worker
-/// thread cannot be started.
+/// Errors: an address cannot be bound (another process listens on it, not
+/// local, no permission), SIGHUP cannot be watched, a worker thread cannot
+/// be started.
 pub async fn serve(
     listen: &[SocketAddr],
     app: Arc<App>,
     limits: Limits,
     tls: Option<Arc<tls::Tls>>,
+    hangup: Option<HangupHook>,
 ) -> anyhow::Result<()> {
     let workers = limits.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -267,10 +287,7 @@ pub async fn serve(
             );
         }
     }
-    let reloader = match &tls {
-        Some(t) => Some(t.reload_on_sighup()?),
-        None => None,
-    };
+    let reloader = spawn_hangup(app.clone(), tls.clone(), hangup)?;
     let sweeper = spawn_upload_sweeper(app.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
@@ -304,10 +321,27 @@ pub async fn serve(
     }
     tracing::info!("server stopped");
     sweeper.abort();
-    if let Some(r) = reloader {
-        r.abort();
-    }
+    reloader.abort();
     result
+}
+
+/// Runs `hangup` on every SIGHUP until the process ends (without one, logs
+/// that nothing is reloaded). Errors: SIGHUP cannot be watched.
+fn spawn_hangup(
+    app: Arc<App>,
+    tls: Option<Arc<tls::Tls>>,
+    mut hangup: Option<HangupHook>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
+    Ok(tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match hangup.as_mut() {
+                Some(f) => f(&app, tls.as_deref()),
+                None => tracing::info!("SIGHUP received: no config file to reload"),
+            }
+        }
+    }))
 }
 
 /// Serves [`router`] on an already bound `listener` until `shutdown`

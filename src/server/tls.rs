@@ -47,8 +47,7 @@ pub struct ClientCertNames(pub Vec<String>);
 
 /// The current TLS configuration, reloadable.
 pub struct Tls {
-    files: TlsFiles,
-    current: RwLock<TlsAcceptor>,
+    current: RwLock<(TlsFiles, TlsAcceptor)>,
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
@@ -130,8 +129,7 @@ impl Tls {
     pub fn load(files: TlsFiles) -> Result<Tls> {
         let config = server_config(&files)?;
         Ok(Tls {
-            files,
-            current: RwLock::new(TlsAcceptor::from(Arc::new(config))),
+            current: RwLock::new((files, TlsAcceptor::from(Arc::new(config)))),
         })
     }
 
@@ -139,39 +137,41 @@ impl Tls {
     ///
     /// Errors: as [`server_config`].
     pub fn reload(&self) -> Result<()> {
-        let config = server_config(&self.files)?;
+        let files = self.files();
+        let config = server_config(&files)?;
         if let Ok(mut cur) = self.current.write() {
-            *cur = TlsAcceptor::from(Arc::new(config));
+            *cur = (files, TlsAcceptor::from(Arc::new(config)));
         }
         Ok(())
+    }
+
+    /// Takes `other`'s files and loaded configuration (a config reload
+    /// that loaded them already): new handshakes use them.
+    pub fn replace_with(&self, other: &Tls) {
+        let next = match other.current.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        tracing::info!(cert = %next.0.cert.display(), "TLS certificate loaded");
+        if let Ok(mut cur) = self.current.write() {
+            *cur = next;
+        }
+    }
+
+    /// The files the current configuration was read from.
+    pub fn files(&self) -> TlsFiles {
+        match self.current.read() {
+            Ok(c) => c.0.clone(),
+            Err(poisoned) => poisoned.into_inner().0.clone(),
+        }
     }
 
     /// The acceptor for the next handshake.
     pub fn acceptor(&self) -> TlsAcceptor {
         match self.current.read() {
-            Ok(a) => a.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+            Ok(a) => a.1.clone(),
+            Err(poisoned) => poisoned.into_inner().1.clone(),
         }
-    }
-
-    /// Reloads on every SIGHUP until the process ends (logged; a failed
-    /// reload keeps the old certificate).
-    pub fn reload_on_sighup(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>> {
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .context("cannot listen for SIGHUP")?;
-        let tls = self.clone();
-        Ok(tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                match tls.reload() {
-                    Ok(()) => {
-                        tracing::info!(cert = %tls.files.cert.display(), "TLS certificate reloaded")
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %format!("{e:#}"), "TLS reload failed; keeping the current certificate")
-                    }
-                }
-            }
-        }))
     }
 }
 

@@ -59,6 +59,11 @@ pub fn redacted_query(query: Option<&str>) -> String {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A fresh request id (16 hex digits), as `X-Request-Id` carries it.
+pub fn next_request_id() -> String {
+    format!("{:016x}", NEXT_ID.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Middleware (see `super::front`): runs `next` on the request, sets
 /// `X-Request-Id`, and logs it. When the log level would drop the line,
 /// the request runs untouched (no work on the hot path).
@@ -82,7 +87,7 @@ where
         .extensions()
         .get::<ClientAddr>()
         .map_or_else(|| "-".to_string(), |c| c.0.to_string());
-    let id = format!("{:016x}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+    let id = next_request_id();
     let started = Instant::now();
     let mut res = next(req).await;
     let status = res.status().as_u16();

@@ -28,6 +28,10 @@ const BACKLOG: u32 = 1024;
 /// port from its first socket. `Ok(None)` when the OS refuses
 /// `SO_REUSEPORT` (the caller falls back to one shared runtime).
 ///
+/// An address another socket already listens on is refused first
+/// ([`probe`]): `SO_REUSEPORT` would otherwise let a second server bind it
+/// too and the kernel would split the connections between the two.
+///
 /// Errors: an address cannot be bound (in use, not local, no permission).
 pub(super) fn bind(
     listen: &[SocketAddr],
@@ -36,6 +40,7 @@ pub(super) fn bind(
     let mut per_worker: Vec<Vec<std::net::TcpListener>> =
         (0..workers).map(|_| Vec::new()).collect();
     for &wanted in listen {
+        probe(wanted)?;
         let mut addr = wanted;
         for sockets in &mut per_worker {
             let socket = if addr.is_ipv4() {
@@ -68,6 +73,34 @@ pub(super) fn bind(
         }
     }
     Ok(Some(per_worker))
+}
+
+/// Refuses `addr` when any socket already listens on it: a bind with
+/// `SO_REUSEADDR` but without `SO_REUSEPORT` fails with `EADDRINUSE` then,
+/// whatever options the other socket has. The probe is closed before the
+/// workers bind. Port 0 (a fresh ephemeral port) needs no probe.
+///
+/// Errors: one line naming the address (in use, not local, no permission).
+pub(super) fn probe(addr: SocketAddr) -> anyhow::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .with_context(|| format!("cannot listen on {addr}"))?;
+    socket
+        .set_reuseaddr(true)
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    match socket.bind(addr) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
+            "cannot listen on {addr}: another process already listens on it"
+        )),
+        Err(e) => Err(e).with_context(|| format!("cannot listen on {addr}")),
+    }
 }
 
 /// Runs one worker thread per element of `sockets` (see [`bind`]), each

@@ -89,12 +89,31 @@ where
 
 /// The stack-candidate op an import adds to its own commit (so candidates
 /// appear with the images, in the same root swap).
-pub fn candidates_op(entries: Vec<(StackName, String, Candidate)>, who: String) -> Op {
+///
+/// A candidate from a bundle created earlier than the stack's newest
+/// candidate's bundle is a downgrade: the whole change is refused
+/// ([`StateError::Rejected`]) unless `allow_downgrade` (issue 24 §1).
+pub fn candidates_op(
+    entries: Vec<(StackName, String, Candidate)>,
+    who: String,
+    allow_downgrade: bool,
+) -> Op {
     Op::Document {
         name: super::table::DOC_NAME.into(),
         change: DocumentChange::json(move |current: Option<StackTable>| {
             let mut table = current.unwrap_or_default();
             for (name, description, candidate) in &entries {
+                if let (Some(new), Some((newest, bundle))) = (
+                    candidate.bundle_created.as_deref(),
+                    table.newest_candidate(name),
+                ) && newest > new
+                    && !allow_downgrade
+                {
+                    return Err(StateError::Rejected(format!(
+                        "downgrade refused: stack {name} has a candidate from bundle {bundle} created {newest}; bundle {} was created {new}, earlier (import --allow-downgrade --reason TEXT)",
+                        candidate.bundle
+                    )));
+                }
                 table.add_candidate(name, description, candidate.clone(), &who);
             }
             Ok(Some(table))

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::changes::{Changes, TagChange};
 use super::ops::Edit;
 use super::page::{self, Delta};
 use super::{
@@ -235,12 +236,18 @@ impl StateStore {
         let landed: Vec<&Pending> = batch
             .iter()
             .zip(&outcomes)
-            .filter(|(_, o)| matches!(o, Ok(true)))
+            .filter(|(_, o)| matches!(o, Ok((true, _))))
             .map(|(p, _)| p)
             .collect();
+        let mut changes = Changes::default();
+        for (_, c) in outcomes.iter().flatten() {
+            changes.extend(c.clone());
+        }
         let (reason, who, address) = describe(&landed);
         let t1 = Instant::now();
-        let written = self.write(&snap, &work, &reason, &who, address).await?;
+        let written = self
+            .write(&snap, &work, &reason, &who, address, &changes)
+            .await?;
         let t2 = Instant::now();
         // A change whose edits and documents came out equal to what was
         // there (a re-import) changed nothing when the batch wrote nothing.
@@ -282,9 +289,14 @@ impl StateStore {
             outcomes
                 .into_iter()
                 .map(|o| {
-                    o.map(|changed| Commit {
+                    o.map(|(changed, changes)| Commit {
                         generation,
                         changed: changed && wrote,
+                        changes: if changed && wrote {
+                            changes
+                        } else {
+                            Changes::default()
+                        },
                     })
                 })
                 .collect(),
@@ -293,8 +305,13 @@ impl StateStore {
 
     /// Applies `ops` to `work` (the changes so far on top of `snap`), all or
     /// nothing: on an error `work` is left as it was. Returns whether the
-    /// ops changed anything.
-    async fn apply(&self, snap: &Snapshot, work: &mut Working, ops: &[Op]) -> Result<bool> {
+    /// ops changed anything, and what (tags as edited, documents).
+    async fn apply(
+        &self,
+        snap: &Snapshot,
+        work: &mut Working,
+        ops: &[Op],
+    ) -> Result<(bool, Changes)> {
         let mut trial: BTreeMap<RepositoryName, Delta> = BTreeMap::new();
         let mut trial_docs = BTreeMap::new();
         let mut before_docs = BTreeMap::new();
@@ -336,11 +353,62 @@ impl StateStore {
             }
         }
         let changed = trial.values().any(|d| !d.is_empty()) || trial_docs != before_docs;
+        let mut changes = Changes::default();
+        for (name, delta) in &trial {
+            changes.extend(self.tag_changes(work, name, delta).await?);
+        }
+        changes.documents = trial_docs
+            .iter()
+            .filter(|(n, v)| before_docs.get(*n) != Some(*v))
+            .map(|(n, _)| n.clone())
+            .collect();
         for (name, delta) in trial {
             work.repos.entry(name).or_default().extend(delta);
         }
         work.documents.extend(trial_docs);
-        Ok(changed)
+        Ok((changed, changes))
+    }
+
+    /// The tags `delta` (one change's edits to `name`) sets or removes,
+    /// against what `work` (the batch so far, then the snapshot) had.
+    async fn tag_changes(
+        &self,
+        work: &Working,
+        name: &RepositoryName,
+        delta: &Delta,
+    ) -> Result<Changes> {
+        let mut changes = Changes::default();
+        let base = work.bases.get(name).and_then(Option::as_ref);
+        let batch = work.repos.get(name);
+        let bounds = (
+            std::ops::Bound::Included("t/"),
+            std::ops::Bound::Excluded("t/\u{7f}"),
+        );
+        for (key, value) in delta.range::<str, _>(bounds) {
+            let old = match batch.and_then(|b| b.get(key)) {
+                Some(v) => v.clone(),
+                None => match base {
+                    Some(root) => self.pages.get(root, key).await?,
+                    None => None,
+                },
+            };
+            let digest = |v: &Option<page::Value>| -> Result<Option<Digest>> {
+                v.as_ref().map(|v| page::digest_value(v)).transpose()
+            };
+            let (old, new) = (digest(&old)?, digest(value)?);
+            if old != new {
+                changes.extend(Changes {
+                    tags: vec![TagChange {
+                        repository: name.clone(),
+                        tag: key[2..].to_string(),
+                        old,
+                        new,
+                    }],
+                    ..Changes::default()
+                });
+            }
+        }
+        Ok(changes)
     }
 
     /// The paged repository table of `snap`: the empty tree for an empty
@@ -427,6 +495,7 @@ impl StateStore {
         reason: &str,
         who: &str,
         address: Option<String>,
+        changes: &Changes,
     ) -> Result<Option<Written>> {
         let mut table_delta = Delta::new();
         let mut roots = Vec::new();
@@ -467,6 +536,17 @@ impl StateStore {
         if table == work.table && documents == old_documents {
             return Ok(None);
         }
+        let changes = if changes.is_empty() {
+            None
+        } else {
+            let bytes = serde_json::to_vec(changes).map_err(|e| StateError::Corrupt {
+                digest: "(changes)".into(),
+                cause: e.to_string(),
+            })?;
+            let digest = Digest::sha256_of(&bytes);
+            blobs.push((digest.clone(), bytes::Bytes::from(bytes)));
+            Some(digest)
+        };
         let state = StateDoc {
             kind: STATE_KIND.into(),
             generation: snap.generation() + 1,
@@ -477,6 +557,7 @@ impl StateStore {
             address,
             repositories: table,
             documents,
+            changes,
         };
         // Pages, documents and the state document are stored as one batch;
         // none is reachable before the root swap, which waits for all of them.

@@ -50,6 +50,11 @@ pub struct StateDoc {
     /// schema; `state` only stores and swaps them ([`crate::state::Op::Document`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub documents: BTreeMap<String, Digest>,
+    /// What this generation changed ([`super::Changes`], a document of its
+    /// own); absent when nothing listable changed, and in generations
+    /// written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Digest>,
 }
 
 /// The `kind` of a [`StateDoc`] of the paged layout (written now).

@@ -21,6 +21,7 @@
 
 pub mod audit;
 mod cache;
+pub mod changes;
 mod commit;
 pub mod docs;
 mod memo;
@@ -36,11 +37,12 @@ use std::time::Duration;
 
 pub use audit::Actor;
 pub use cache::DEFAULT_CACHE_BYTES;
+pub use changes::{Changes, TagChange};
 pub use docs::{ManifestInfo, RepoTable, RepositoryDoc, STATE_KIND, STATE_KIND_V1, StateDoc};
-pub use ops::{DocumentChange, Op};
+pub use ops::{BundleMark, DocumentChange, Op, TagGuard, TagMark};
 pub use page::{MAX_PAGE_BYTES, PAGE_KIND};
 pub use reach::TreeItem;
-pub use repo::Repository;
+pub use repo::{Repository, TagEntry};
 pub use root::DEFAULT_REMOTE_ROOT_REFRESH;
 pub use walk::{Reached, WalkProblem};
 
@@ -134,6 +136,8 @@ pub struct Commit {
     pub generation: u64,
     /// False when the ops changed nothing (no new generation was written).
     pub changed: bool,
+    /// What this change changed (tags, room documents), as applied.
+    pub changes: changes::Changes,
 }
 
 /// Reads and changes state in a blobstore. Caches the current snapshot
@@ -262,7 +266,27 @@ impl StateStore {
         {
             return Ok(snap);
         }
-        self.snapshot_now().await
+        match self.snapshot_now().await {
+            // A damaged current generation: readers keep the last good
+            // one, and `/readyz` says so ([`StateStore::damage`]).
+            Err(
+                e @ (StateError::Corrupt { .. }
+                | StateError::Store(StoreError::NotFound(_) | StoreError::Corrupt(_))),
+            ) => {
+                let root = self.store.read_root().await.ok().flatten();
+                let held = root
+                    .as_ref()
+                    .and_then(|r| self.roots.last_good(&r.value, &e.to_string()));
+                held.ok_or(e)
+            }
+            other => other,
+        }
+    }
+
+    /// When the current generation is damaged and reads are answered from
+    /// the last good one: the damaged root and the cause.
+    pub fn damage(&self) -> Option<(String, String)> {
+        self.roots.damage()
     }
 
     /// The snapshot `refs/root` names now (always one read of the root:
@@ -295,6 +319,14 @@ impl StateStore {
             digest: Some(digest),
             state: Some(state),
         })
+    }
+
+    /// What the generation `doc` changed, when it was kept with it
+    /// (`None`: nothing listable, a generation written before changes were
+    /// kept, or the document is gone).
+    pub async fn changes(&self, doc: &StateDoc) -> Option<Changes> {
+        let d = doc.changes.as_ref()?;
+        load_doc(&*self.store, d).await.ok()
     }
 
     /// The repository `name` in `snap`, `None` if it does not exist.

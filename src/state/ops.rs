@@ -68,6 +68,74 @@ impl DocumentChange {
     }
 }
 
+/// The signed bundle that sets a tag: its id and creation time (the
+/// signed `created`, seconds since the Unix epoch), recorded with the tag.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BundleMark {
+    /// The bundle's id.
+    pub id: String,
+    /// Its signed creation time, seconds since the Unix epoch.
+    pub created: u64,
+}
+
+/// What may move the tags an [`Op::PutManifest`] sets (issue 24 §1).
+/// The default (a push) records nothing and refuses nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TagGuard {
+    /// The signed bundle setting the tags (an import): a tag last set by a
+    /// bundle created later is not moved back to this bundle's manifest
+    /// ([`StateError::Rejected`]) unless `allow_downgrade`.
+    pub bundle: Option<BundleMark>,
+    /// The admin's explicit override of the rule above.
+    pub allow_downgrade: bool,
+    /// The tags may be created but never moved (immutable tag rules).
+    pub frozen: bool,
+}
+
+/// What is recorded with a tag (`x/<manifest>/<tag>`): when it was set,
+/// and by which bundle (absent for a push).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TagMark {
+    /// When the tag was set to its manifest, seconds since the Unix epoch.
+    pub pushed: u64,
+    /// The bundle that set it, for an import.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<BundleMark>,
+}
+
+impl TagMark {
+    /// The mark stored in `v`: `null` (set before marks were kept) and a
+    /// bare number (a push time) read as what they say.
+    pub fn read(v: &Value) -> Option<TagMark> {
+        match serde_json::from_str::<serde_json::Value>(v.get()).ok()? {
+            serde_json::Value::Number(n) => Some(TagMark {
+                pushed: n.as_u64()?,
+                bundle: None,
+            }),
+            serde_json::Value::Object(_) => page::parse_value(v).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// An RFC 3339 rendering of `secs` for messages.
+fn when(secs: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(secs as i64)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| secs.to_string())
+}
+
+/// Seconds since the Unix epoch, now.
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// One change to one repository, or to one named document.
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -103,6 +171,8 @@ pub enum Op {
         info: ManifestInfo,
         /// Tags to point at it (moved from any other manifest).
         tags: Vec<Tag>,
+        /// Who sets the tags and what may not move them ([`TagGuard`]).
+        guard: TagGuard,
     },
     /// Removes a tag. Error if it does not exist.
     DeleteTag {
@@ -140,6 +210,37 @@ pub enum Op {
     },
 }
 
+impl TagGuard {
+    /// Whether `repo:tag`, now at `old` and set as `was` says, may move;
+    /// [`StateError::Rejected`] naming both bundles and times when not.
+    fn check(
+        &self,
+        repo: &RepositoryName,
+        tag: &str,
+        old: &Digest,
+        was: Option<&TagMark>,
+    ) -> Result<(), StateError> {
+        if self.frozen {
+            return Err(StateError::Rejected(format!(
+                "tag {repo}:{tag} is immutable (registry.immutable_tags) and points at {old}"
+            )));
+        }
+        if let (Some(new), Some(prev)) = (&self.bundle, was.and_then(|m| m.bundle.as_ref()))
+            && prev.created > new.created
+            && !self.allow_downgrade
+        {
+            return Err(StateError::Rejected(format!(
+                "downgrade refused: {repo}:{tag} was set by bundle {} created {}; bundle {} was created {}, earlier (import --allow-downgrade --reason TEXT to move it back)",
+                prev.id,
+                when(prev.created),
+                new.id,
+                when(new.created)
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Op {
     /// The repository this op changes; `None` for [`Op::Document`].
     pub fn repository(&self) -> Option<&RepositoryName> {
@@ -174,23 +275,48 @@ impl Op {
                 }
             }
             Op::PutManifest {
-                digest, info, tags, ..
+                digest,
+                info,
+                tags,
+                guard,
+                ..
             } => {
-                if ed.get(&repo::manifest_key(digest)).await?.is_none() {
+                let recorded = ed.get(&repo::manifest_key(digest)).await?.is_some();
+                if !recorded {
                     for (k, v) in repo::manifest_entries(digest, info)? {
                         ed.set(k, Some(v)).await?;
                     }
                 }
                 let target = page::string_value(&digest.to_string());
+                let mark = page::json_value(&TagMark {
+                    pushed: now_unix(),
+                    bundle: guard.bundle.clone(),
+                })?;
                 for t in tags {
-                    if let Some(old) = ed.get(&repo::tag_key(t.as_str())).await? {
-                        let old = page::digest_value(&old)?;
-                        ed.set(repo::tagged_key(&old, t.as_str()), None).await?;
+                    let old = match ed.get(&repo::tag_key(t.as_str())).await? {
+                        Some(v) => Some(page::digest_value(&v)?),
+                        None => None,
+                    };
+                    if old.as_ref() == Some(digest) {
+                        continue;
+                    }
+                    if let Some(old) = old {
+                        let at = repo::tagged_key(&old, t.as_str());
+                        let was = ed.get(&at).await?.as_ref().and_then(TagMark::read);
+                        guard.check(name, t.as_str(), &old, was.as_ref())?;
+                        ed.set(at, None).await?;
+                        ed.mark_if_untagged(&old).await?;
                     }
                     ed.set(repo::tag_key(t.as_str()), Some(target.clone()))
                         .await?;
-                    ed.set(repo::tagged_key(digest, t.as_str()), Some(page::null()))
+                    ed.set(repo::tagged_key(digest, t.as_str()), Some(mark.clone()))
                         .await?;
+                }
+                if !tags.is_empty() {
+                    ed.set(repo::untagged_key(digest), None).await?;
+                } else if !recorded {
+                    let now = page::json_value(&now_unix())?;
+                    ed.set(repo::untagged_key(digest), Some(now)).await?;
                 }
             }
             Op::DeleteTag { tag, .. } => {
@@ -202,6 +328,7 @@ impl Op {
                 ed.set(key, None).await?;
                 let old = page::digest_value(&old)?;
                 ed.set(repo::tagged_key(&old, tag.as_str()), None).await?;
+                ed.mark_if_untagged(&old).await?;
             }
             Op::DeleteManifest { digest, .. } => {
                 let key = repo::manifest_key(digest);
@@ -210,6 +337,7 @@ impl Op {
                     None => return Err(missing(format!("manifest {digest}"))),
                 };
                 ed.set(key, None).await?;
+                ed.set(repo::untagged_key(digest), None).await?;
                 if let Some(s) = &info.subject {
                     ed.set(repo::referrer_key(s, digest), None).await?;
                 }
@@ -286,6 +414,21 @@ impl Edit<'_> {
         Ok(())
     }
 
+    /// Records that `manifest` lost its last tag now, when it has none left
+    /// and is recorded here.
+    async fn mark_if_untagged(&mut self, manifest: &Digest) -> Result<(), StateError> {
+        if self.keys(&repo::tagged_key(manifest, "")).await?.is_empty()
+            && self.get(&repo::manifest_key(manifest)).await?.is_some()
+        {
+            self.set(
+                repo::untagged_key(manifest),
+                Some(page::json_value(&now_unix())?),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Every present key under `prefix`, without the prefix, sorted.
     async fn keys(&self, prefix: &str) -> Result<Vec<String>, StateError> {
         let to = format!("{prefix}{}", repo::END);
@@ -333,6 +476,7 @@ mod tests {
             digest: digest.clone(),
             info: info(media_type),
             tags: vec![tag.parse().unwrap()],
+            guard: TagGuard::default(),
         };
         state
             .commit("a", "t", &[put(crate::oci::OCI_MANIFEST, "a")])

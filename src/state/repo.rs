@@ -12,8 +12,13 @@
 //! - `b/<digest>` → the linked blob's size in bytes,
 //! - `r/<subject digest>/<referrer digest>` → `null`: the referrers index,
 //!   one entry per manifest whose `subject` is that digest,
-//! - `x/<manifest digest>/<tag>` → `null`: the tags of a manifest, so that
-//!   deleting a manifest finds its tags without reading every tag.
+//! - `x/<manifest digest>/<tag>` → a [`super::TagMark`]: when the tag was
+//!   set to this manifest and by which signed bundle (`null` when set
+//!   before marks were kept): the tags of a manifest, so that deleting a manifest finds its
+//!   tags without reading every tag, and retention knows each tag's age;
+//! - `u/<manifest digest>` → since when the manifest has no tag, seconds
+//!   since the Unix epoch (absent: tagged, or untagged before this was
+//!   kept): what `gc --delete-untagged` measures against its grace period.
 //!
 //! Tags, digests and repository names never contain `/` after these
 //! prefixes' own, and sort byte-wise, so `tags/list` order is key order.
@@ -53,6 +58,26 @@ pub(super) fn referrer_key(subject: &Digest, referrer: &Digest) -> String {
 /// Key of one tag of a manifest (the reverse of [`tag_key`]).
 pub(super) fn tagged_key(manifest: &Digest, tag: &str) -> String {
     format!("x/{manifest}/{tag}")
+}
+
+/// Key of the time a manifest lost its last tag.
+pub(super) fn untagged_key(manifest: &Digest) -> String {
+    format!("u/{manifest}")
+}
+
+/// One tag as retention sees it: its name, its manifest and when it was
+/// set there (seconds since the Unix epoch; `None`: before push times
+/// were kept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagEntry {
+    /// The tag.
+    pub tag: Tag,
+    /// The manifest it points at.
+    pub manifest: Digest,
+    /// When it was set to that manifest.
+    pub pushed: Option<u64>,
+    /// The bundle that set it (an import), if one did.
+    pub bundle: Option<super::ops::BundleMark>,
 }
 
 /// The entries that describe a manifest recorded under `digest`.
@@ -288,6 +313,95 @@ impl Repository {
             out.push((digest, info));
         }
         Ok(out)
+    }
+
+    /// Up to `limit` tags with their push times (see [`TagEntry`]), after
+    /// (manifest, tag) `last` (exclusive), in manifest order.
+    pub async fn tag_entries(
+        &self,
+        last: Option<(&Digest, &str)>,
+        limit: usize,
+    ) -> Result<Vec<TagEntry>> {
+        if let Body::Legacy(doc) = &self.body {
+            let mut out: Vec<TagEntry> = doc
+                .tags
+                .iter()
+                .map(|(t, d)| TagEntry {
+                    tag: t.clone(),
+                    manifest: d.clone(),
+                    pushed: None,
+                    bundle: None,
+                })
+                .collect();
+            out.sort_by(|a, b| (&a.manifest, a.tag.as_str()).cmp(&(&b.manifest, b.tag.as_str())));
+            return Ok(out
+                .into_iter()
+                .filter(|e| last.is_none_or(|(d, t)| (&e.manifest, e.tag.as_str()) > (d, t)))
+                .take(limit)
+                .collect());
+        }
+        let last = last.map(|(d, t)| format!("{d}/{t}"));
+        self.scan("x/", last.as_deref(), limit)
+            .await?
+            .into_iter()
+            .map(|(k, v)| {
+                let (d, t) = k.split_once('/').ok_or_else(|| StateError::Corrupt {
+                    digest: "(repository page)".into(),
+                    cause: format!("bad key x/{k:?}"),
+                })?;
+                let mark = super::ops::TagMark::read(&v);
+                Ok(TagEntry {
+                    manifest: suffix(d, "")?,
+                    tag: suffix(t, "")?,
+                    pushed: mark.as_ref().map(|m| m.pushed),
+                    bundle: mark.and_then(|m| m.bundle),
+                })
+            })
+            .collect()
+    }
+
+    /// Every tag that points at `manifest`, sorted.
+    pub async fn tags_of(&self, manifest: &Digest) -> Result<Vec<String>> {
+        if let Body::Legacy(doc) = &self.body {
+            return Ok(doc
+                .tags
+                .iter()
+                .filter(|(_, d)| *d == manifest)
+                .map(|(t, _)| t.to_string())
+                .collect());
+        }
+        Ok(self
+            .scan(&tagged_key(manifest, ""), None, usize::MAX)
+            .await?
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect())
+    }
+
+    /// What is recorded with `tag` at `manifest` (when and by which
+    /// bundle it was set), if the tag points there and a mark was kept.
+    pub async fn tag_mark(&self, manifest: &Digest, tag: &str) -> Result<Option<super::TagMark>> {
+        let Body::Paged(root) = &self.body else {
+            return Ok(None);
+        };
+        Ok(self
+            .pages
+            .get(root, &tagged_key(manifest, tag))
+            .await?
+            .as_ref()
+            .and_then(super::TagMark::read))
+    }
+
+    /// Since when `digest` has had no tag (seconds since the Unix epoch),
+    /// when known.
+    pub async fn untagged_since(&self, digest: &Digest) -> Result<Option<u64>> {
+        let Body::Paged(root) = &self.body else {
+            return Ok(None);
+        };
+        match self.pages.get(root, &untagged_key(digest)).await? {
+            Some(v) => Ok(page::parse_value::<u64>(&v).ok()),
+            None => Ok(None),
+        }
     }
 
     /// Up to `limit` manifests after `last` (exclusive), sorted by digest.

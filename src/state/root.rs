@@ -43,6 +43,9 @@ struct Held {
 /// The cached snapshot; shared by every clone of a [`super::StateStore`].
 pub(super) struct RootCache {
     held: Mutex<Held>,
+    /// The root found damaged, and why, while readers are answered from
+    /// the last good snapshot (issue 24 §4).
+    damage: Mutex<Option<(String, String)>>,
     refresh: Duration,
     /// Taken by the one reader revalidating (interval above 0).
     revalidating: tokio::sync::Mutex<()>,
@@ -59,7 +62,33 @@ impl RootCache {
             }),
             refresh,
             revalidating: tokio::sync::Mutex::new(()),
+            damage: Mutex::new(None),
         }
+    }
+
+    /// The last good snapshot, when one was loaded, for readers while the
+    /// root names a damaged generation; records the damage (logged once
+    /// per damaged root).
+    pub(super) fn last_good(&self, root: &str, cause: &str) -> Option<Arc<Snapshot>> {
+        let held = self.held.lock().ok()?;
+        held.checked?;
+        if let Ok(mut d) = self.damage.lock()
+            && d.as_ref().is_none_or(|(r, _)| r != root)
+        {
+            tracing::error!(
+                root,
+                cause,
+                serving = held.snap.generation(),
+                "the current state generation is damaged: serving the last good one; run `airlock fsck --repair`"
+            );
+            *d = Some((root.to_string(), cause.to_string()));
+        }
+        Some(held.snap.clone())
+    }
+
+    /// The damage readers are shielded from now: (damaged root, cause).
+    pub(super) fn damage(&self) -> Option<(String, String)> {
+        self.damage.lock().ok()?.clone()
     }
 
     /// The refresh interval.
@@ -120,6 +149,9 @@ impl RootCache {
     /// Holds `snap`, read from the store just now (unless a concurrent
     /// reader holds a newer generation already).
     pub(super) fn loaded(&self, snap: Arc<Snapshot>) {
+        if let Ok(mut d) = self.damage.lock() {
+            *d = None;
+        }
         if let Ok(mut held) = self.held.lock() {
             if held.checked.is_some() && held.snap.generation() > snap.generation() {
                 return;

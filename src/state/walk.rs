@@ -109,9 +109,18 @@ impl StateStore {
         if !visit(Reached::Document(state.clone())) {
             return Ok(problems);
         }
-        if let Err(e) = super::load_doc::<StateDoc>(&**self.blobstore(), state).await {
-            problems.push(problem(state, "state document", e)?);
-            return Ok(problems);
+        match super::load_doc::<StateDoc>(&**self.blobstore(), state).await {
+            Err(e) => {
+                problems.push(problem(state, "state document", e)?);
+                return Ok(problems);
+            }
+            // What the generation changed: kept with it (history reads it;
+            // its absence is no damage to the generation).
+            Ok(doc) => {
+                if let Some(c) = doc.changes {
+                    visit(Reached::Document(c));
+                }
+            }
         }
         // The paged tree (or a first-layout table): pages as documents,
         // linked blobs; recorded manifests are collected to descend below.

@@ -412,6 +412,15 @@ pub fn trash_digest(key: &str) -> Option<Digest> {
     format!("{alg}:{hex}").parse().ok()
 }
 
+/// The blob a pushed-blob link names: `links/<repo>/_blobs/<alg>-<hex>`;
+/// `None` for another key.
+pub fn link_digest(key: &str) -> Option<Digest> {
+    if !key.starts_with("links/") || !key.contains("/_blobs/") {
+        return None;
+    }
+    trash_digest(key)
+}
+
 /// Whether a garbage collection holds the blob `digest` aside right now
 /// (it is absent from `blobs/` until the collector puts it back or
 /// deletes it). One listing of `gc-trash/`, for the rare read that finds

@@ -45,7 +45,8 @@ const CACHE_MAX: usize = 1024;
 /// remote (`serve --torcx-key REMOTE=KEY.sec.asc`) and the signed-document cache.
 #[derive(Default)]
 pub struct TorcxConfig {
-    keys: BTreeMap<String, Arc<SigningKey>>,
+    /// Signing key per remote; replaced whole on a config reload.
+    keys: arc_swap::ArcSwap<BTreeMap<String, Arc<SigningKey>>>,
     cache: Mutex<HashMap<String, Arc<Cached>>>,
     /// The last `torcx` document read, by its digest (documents are immutable).
     doc: Mutex<Option<(String, Arc<TorcxDoc>)>>,
@@ -61,10 +62,31 @@ impl TorcxConfig {
     /// A configuration signing each remote's contents with its key.
     pub fn new(keys: BTreeMap<String, SigningKey>) -> TorcxConfig {
         TorcxConfig {
-            keys: keys.into_iter().map(|(r, k)| (r, Arc::new(k))).collect(),
+            keys: arc_swap::ArcSwap::from_pointee(
+                keys.into_iter().map(|(r, k)| (r, Arc::new(k))).collect(),
+            ),
             cache: Mutex::default(),
             doc: Mutex::default(),
         }
+    }
+
+    /// Replaces the signing keys (a config reload); documents signed with
+    /// the old keys are dropped from the cache.
+    pub fn replace_keys(&self, other: TorcxConfig) {
+        self.keys.store(other.keys.load_full());
+        if let Ok(mut m) = self.cache.lock() {
+            m.clear();
+        }
+    }
+
+    /// The remotes that have a signing key, sorted.
+    pub fn remotes(&self) -> Vec<String> {
+        self.keys.load().keys().cloned().collect()
+    }
+
+    /// The signing key of `remote`, if it has one.
+    fn key(&self, remote: &str) -> Option<Arc<SigningKey>> {
+        self.keys.load().get(remote).cloned()
     }
 
     /// Parses `REMOTE=PATH` and loads the key, which must be RSA (the torcx
@@ -189,12 +211,24 @@ async fn file<C: Context>(
     State(app): State<Arc<C>>,
     method: Method,
     headers: HeaderMap,
+    grant: Option<axum::Extension<crate::auth::Grant>>,
     Path(path): Path<String>,
 ) -> Result<Response, TorcxError> {
     let parts: Vec<&str> = path.split('/').collect();
     let [remote, board, os, file] = parts[..] else {
         return Err(not_found().await);
     };
+    // A user limited to repository prefixes reads a remote only when a
+    // prefix covers `torcx/<remote>` (issue 24 §2).
+    let grant = grant.map(|axum::Extension(g)| g).unwrap_or_default();
+    if !grant.allows(crate::auth::Permission::Pull, &[format!("torcx/{remote}")]) {
+        return Err(TorcxError {
+            status: StatusCode::FORBIDDEN,
+            message: format!(
+                "remote {remote:?} is outside the repositories this user may read (torcx/{remote})"
+            ),
+        });
+    }
     let (remote, board, os, file) = (
         remote.to_string(),
         board.to_string(),
@@ -252,7 +286,7 @@ async fn file<C: Context>(
         ))
     };
     let key = || {
-        app.torcx().keys.get(&remote).cloned().ok_or_else(|| {
+        app.torcx().key(&remote).ok_or_else(|| {
             TorcxError::not_found(format!(
                 "remote {remote:?} has no signing key (serve --torcx-key {remote}=KEY.sec.asc)"
             ))

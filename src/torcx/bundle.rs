@@ -284,6 +284,7 @@ async fn check_stored(
 pub async fn import_op(
     store: &std::sync::Arc<dyn Blobstore>,
     doc: &crate::bundle::format::BundleDoc,
+    allow_downgrade: bool,
 ) -> Result<Option<Op>> {
     let (addons, vendor) = (&doc.addons, &doc.torcx_contents);
     if addons.is_empty() && vendor.is_empty() {
@@ -362,6 +363,7 @@ pub async fn import_op(
                 },
                 digest: v.digest.clone(),
                 size: v.size,
+                bundle_created: Some(doc.created.clone()),
             },
         ));
     }
@@ -373,7 +375,8 @@ pub async fn import_op(
                 table::record_build(&mut doc, remote, b.clone());
             }
             for (remote, v) in &vendors {
-                table::record_vendor(&mut doc, remote, v.clone());
+                table::record_vendor(&mut doc, remote, v.clone(), allow_downgrade)
+                    .map_err(crate::state::StateError::Rejected)?;
             }
             Ok(Some(doc))
         }),

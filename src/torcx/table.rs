@@ -114,6 +114,10 @@ pub struct VendorContents {
     pub digest: Digest,
     /// Its size in bytes.
     pub size: u64,
+    /// The signed creation time (RFC 3339) of the bundle that carried it:
+    /// contents from a bundle created earlier do not replace it (issue 24 §1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle_created: Option<String>,
 }
 
 impl RemoteTable {
@@ -182,11 +186,30 @@ pub fn record_build(doc: &mut TorcxDoc, remote: &str, build: Build) {
 }
 
 /// Records vendor-signed contents for `target` of `remote` (replacing any before).
-pub fn record_vendor(doc: &mut TorcxDoc, remote: &str, contents: VendorContents) {
+///
+/// Errors: the target's contents came from a bundle created later than
+/// `contents`' (a downgrade), unless `allow_downgrade`.
+pub fn record_vendor(
+    doc: &mut TorcxDoc,
+    remote: &str,
+    contents: VendorContents,
+    allow_downgrade: bool,
+) -> Result<(), String> {
     let table = doc.remotes.entry(remote.to_string()).or_default();
+    if let Some(old) = table.vendor.iter().find(|v| v.target == contents.target)
+        && let (Some(was), Some(new)) = (&old.bundle_created, &contents.bundle_created)
+        && was > new
+        && !allow_downgrade
+    {
+        return Err(format!(
+            "downgrade refused: torcx contents of {remote} for {}/{} came from a bundle created {was}; this bundle was created {new}, earlier (import --allow-downgrade --reason TEXT)",
+            contents.target.board, contents.target.os_version
+        ));
+    }
     table.vendor.retain(|v| v.target != contents.target);
     table.vendor.push(contents);
     table.vendor.sort();
+    Ok(())
 }
 
 /// Withdraws `name:version` of `remote` from `from_os_version` on (replacing

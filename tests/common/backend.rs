@@ -323,14 +323,20 @@ impl Backend {
     /// [`Backend::data_dir`], or an S3 store on the same bucket and prefix
     /// as [`Backend::store_args`].
     pub async fn open_store(&self) -> Arc<dyn airlock::store::Blobstore> {
+        self.open_opened().await.blobstore()
+    }
+
+    /// [`Backend::open_store`] as the backend it is (what `gc` takes).
+    pub async fn open_opened(&self) -> airlock::store::OpenedStore {
+        use airlock::store::OpenedStore;
         use airlock::store::s3::{S3Settings, S3Store};
         match &self.s3 {
-            None => Arc::new(airlock::store::fs::FsStore::open(&self.data_dir()).unwrap()),
+            None => OpenedStore::Fs(airlock::store::fs::FsStore::open(&self.data_dir()).unwrap()),
             Some(server) => {
                 set_aws_env();
                 let mut settings = S3Settings::new(BUCKET, "site");
                 settings.endpoint = Some(server.endpoint.clone());
-                Arc::new(S3Store::open(&settings).await.unwrap())
+                OpenedStore::S3(S3Store::open(&settings).await.unwrap())
             }
         }
     }

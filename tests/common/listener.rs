@@ -40,6 +40,26 @@ pub async fn start_with(limits: Limits, config: RegistryConfig) -> Running {
 
 /// A server under `limits` with registry `config` on the fresh store `backend`.
 pub async fn start_on(backend: Backend, limits: Limits, config: RegistryConfig) -> Running {
+    let replica = serve_store(&backend, limits, config).await;
+    Running {
+        backend,
+        addr: replica.addr,
+        app: replica.app,
+        stop: replica.stop,
+        task: replica.task,
+    }
+}
+
+/// A server that shares another's store (a replica behind a load balancer).
+pub struct Replica {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    pub stop: Option<oneshot::Sender<()>>,
+    pub task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// Serves `backend`'s store (a client of its own) on a new port of 127.0.0.1.
+pub async fn serve_store(backend: &Backend, limits: Limits, config: RegistryConfig) -> Replica {
     let store = backend.open_store().await;
     let app = Arc::new(App::with_config(StateStore::new(store), config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -48,8 +68,7 @@ pub async fn start_on(backend: Backend, limits: Limits, config: RegistryConfig) 
     let task = tokio::spawn(server::serve_on(listener, app.clone(), limits, async {
         let _ = stopped.await;
     }));
-    Running {
-        backend,
+    Replica {
         addr,
         app,
         stop: Some(stop),

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod ca;
+pub mod images;
 pub mod listener;
 pub mod objects;
 pub mod router;
@@ -187,7 +188,9 @@ pub fn layout_ref_digest(layout: &Path, ref_name: &str) -> String {
 
 /// The content of `refs/root` (the state digest), or "" for an empty store.
 pub fn root_of(data: &Path) -> String {
-    std::fs::read_to_string(data.join("refs/root")).unwrap_or_default()
+    std::fs::read_to_string(data.join("refs/root"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The arguments of `airlock bundle create` of `config` into `out`, signed

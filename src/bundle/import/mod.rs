@@ -40,9 +40,12 @@ use crate::state::{ManifestInfo, Op, StateStore};
 use crate::store::{self, Blobstore, ObjectWriter, blob_key};
 
 mod ops;
+mod plan;
 mod read;
+mod reclaim;
 mod write;
 use ops::*;
+pub use plan::{AccessDenied, ImportOptions, Refused, TagPlan};
 use read::*;
 use write::*;
 
@@ -73,11 +76,35 @@ pub struct ImportReport {
     pub changed: bool,
     /// Wall time.
     pub elapsed: Duration,
+    /// The bundle's signed creation time (RFC 3339).
+    pub created: String,
+    /// Every tag the bundle sets: created, moved or unchanged.
+    pub tags: Vec<TagPlan>,
+    /// A dry run: verified and planned, nothing committed.
+    pub dry_run: bool,
 }
 
 impl std::fmt::Display for ImportReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let secs = self.elapsed.as_secs_f64().max(1e-6);
+        for t in &self.tags {
+            writeln!(f, "{t}")?;
+        }
+        if self.dry_run {
+            let n = |a: &str| self.tags.iter().filter(|t| t.action == a).count();
+            return write!(
+                f,
+                "dry run: bundle {} (created {}) verified: {} images, {} blobs ({:.1} MB) read; would create {} tags, move {}, leave {} unchanged; nothing committed",
+                self.id,
+                self.created,
+                self.images,
+                self.blobs_new + self.blobs_skipped,
+                self.bytes_read as f64 / 1e6,
+                n("created"),
+                n("moved"),
+                n("unchanged")
+            );
+        }
         write!(
             f,
             "imported bundle {}: {} images, {} blobs new, {} skipped, {:.1} MB written, {:.1} MB read in {:.2} s ({:.1} MB/s), generation {}{}",
@@ -109,54 +136,88 @@ enum Msg {
     Skipped(u64),
 }
 
-/// Imports one bundle stream into `state`, committing with one root swap.
-/// Errors: one-line causes; the root is unchanged on any error.
+/// Imports one bundle stream into `state`, committing with one root swap,
+/// under `opts` (dry run, downgrade override, immutable tags, the
+/// importer's repositories).
+/// Errors: one-line causes; the root is unchanged on any error, and the
+/// blobs the import wrote are removed again (also after a dry run).
 pub async fn import(
     state: &StateStore,
     keyring: Keyring,
     reader: Box<dyn Read + Send>,
     who: &str,
     progress: indicatif::ProgressBar,
+    opts: &ImportOptions,
 ) -> Result<ImportReport> {
     let start = Instant::now();
     let store = state.blobstore().clone();
     let journal = store::journal_key(&uuid::Uuid::new_v4().to_string());
-    let result = import_journaled(state, &journal, keyring, reader, who, progress).await;
-    match &result {
-        Ok(_) => {
-            if let Err(e) = store.delete(&journal).await {
-                tracing::warn!(error = %e, %journal, "import journal not removed (gc removes it)");
-            }
+    let root_before = state.root_digest().await?;
+    let mut written = Written::default();
+    let result = import_journaled(
+        state,
+        &journal,
+        keyring,
+        reader,
+        who,
+        progress,
+        opts,
+        &mut written,
+    )
+    .await;
+    let committed = matches!(&result, Ok((_, _, Some(_))));
+    if committed {
+        if let Err(e) = store.delete(&journal).await {
+            tracing::warn!(error = %e, %journal, "import journal not removed (gc removes it)");
         }
-        Err(_) => {
-            // `gc` frees what it wrote at once. A rename needs no free space;
-            // a journal left as it was is recognised by its dead process.
-            let failed = super::journal::failed_key(&journal);
-            match store.rename(&journal, &failed).await {
-                Ok(()) | Err(store::StoreError::NotFound(_)) => {}
-                Err(e) => tracing::warn!(error = %e, %journal, "import journal not marked failed"),
-            }
+    } else {
+        // Refused, failed or a dry run: `gc` frees what it wrote at once.
+        // A rename needs no free space; a journal left as it was is
+        // recognised by its dead process.
+        let failed = super::journal::failed_key(&journal);
+        match store.rename(&journal, &failed).await {
+            Ok(()) | Err(store::StoreError::NotFound(_)) => {}
+            Err(e) => tracing::warn!(error = %e, %journal, "import journal not marked failed"),
+        }
+        // And what it wrote goes now, when nothing else relies on it.
+        let removed =
+            reclaim::reclaim(state, &written.committed, root_before.as_ref(), &journal).await;
+        if removed == written.committed.len()
+            && let Err(e) = store.delete(&failed).await
+        {
+            tracing::debug!(error = %e, "failed import journal left to gc");
         }
     }
-    crate::metrics::global().import_done(
-        result.is_ok(),
-        result.as_ref().map_or(0, |(_, w, _)| w.bytes_new),
-    );
-    let (doc, w, commit) = result?;
+    if !opts.dry_run {
+        crate::metrics::global().import_done(
+            result.is_ok(),
+            result.as_ref().map_or(0, |_| written.bytes_new),
+        );
+    }
+    let (doc, tags, commit) = result?;
+    let (generation, changed) = match &commit {
+        Some(c) => (c.generation, c.changed),
+        None => (state.snapshot().await?.generation(), false),
+    };
     Ok(ImportReport {
         id: doc.id,
+        created: doc.created,
         images: doc.images.len(),
-        blobs_new: w.new,
-        blobs_skipped: w.skipped,
-        bytes_new: w.bytes_new,
-        bytes_read: w.bytes_read,
-        generation: commit.generation,
-        changed: commit.changed,
+        blobs_new: written.new,
+        blobs_skipped: written.skipped,
+        bytes_new: written.bytes_new,
+        bytes_read: written.bytes_read,
+        generation,
+        changed,
         elapsed: start.elapsed(),
+        tags,
+        dry_run: opts.dry_run,
     })
 }
 
-/// The import proper, under the journal `journal`.
+/// The import proper, under the journal `journal`; what it writes is
+/// counted in `written`. The commit is `None` for a dry run.
+#[allow(clippy::too_many_arguments)]
 async fn import_journaled(
     state: &StateStore,
     journal: &str,
@@ -164,27 +225,55 @@ async fn import_journaled(
     reader: Box<dyn Read + Send>,
     who: &str,
     progress: indicatif::ProgressBar,
-) -> Result<(BundleDoc, Written, crate::state::Commit)> {
+    opts: &ImportOptions,
+    written: &mut Written,
+) -> Result<(BundleDoc, Vec<TagPlan>, Option<crate::state::Commit>)> {
     let store = state.blobstore().clone();
-    let (doc, w) = run_pipeline(
+    let check = |doc: &BundleDoc| plan::check_access(doc, opts);
+    let doc = run_pipeline(
         Some(store.clone()),
         Some(journal),
         keyring,
         reader,
         progress,
+        &check,
+        written,
     )
     .await?;
+    let tags = plan::plan_tags(state, &doc, opts).await?;
+    let mark = plan::bundle_mark(&doc)?;
+    let guard = plan::guard(opts, &mark);
     let mut ops = Vec::new();
     for img in &doc.images {
-        ops.extend(image_ops(&*store, img).await?);
+        ops.extend(image_ops(&*store, img, &guard).await?);
     }
-    ops.extend(crate::torcx::bundle::import_op(&store, &doc).await?);
+    ops.extend(
+        crate::torcx::bundle::import_op(&store, &doc, opts.allow_downgrade.is_some()).await?,
+    );
     if !doc.stacks.is_empty() {
-        ops.push(stack_candidates(&doc, who)?);
+        ops.push(stack_candidates(&doc, who, opts.allow_downgrade.is_some())?);
     }
+    if opts.dry_run {
+        return Ok((doc, tags, None));
+    }
+    let reason = match &opts.allow_downgrade {
+        Some(why) if tags.iter().any(|t| t.downgrade.is_some()) => {
+            format!("import bundle {} (downgrade allowed: {why})", doc.id)
+        }
+        _ => format!("import bundle {}", doc.id),
+    };
     let commit = state
-        .commit(&format!("import bundle {}", doc.id), who, &ops)
-        .await?;
+        .commit(&reason, who, &ops)
+        .await
+        .map_err(|e| match e {
+            crate::state::StateError::Rejected(why) => anyhow!(plan::Refused(why)),
+            e => e.into(),
+        })?;
+    if !commit.changed {
+        // Nothing changed: nothing to tell a webhook, nothing written.
+        return Ok((doc, tags, Some(commit)));
+    }
+    let w = &*written;
     crate::events::emit_logged(
         &*store,
         "import.completed",
@@ -192,15 +281,17 @@ async fn import_journaled(
         who,
         serde_json::json!({
             "bundle": doc.id,
+            "created": doc.created,
             "images": doc.images.iter().map(|i| &i.repository).collect::<Vec<_>>(),
             "stacks": doc.stacks.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            "tags": commit.changes.tags,
             "blobs_new": w.new,
             "bytes_new": w.bytes_new,
             "changed": commit.changed,
         }),
     )
     .await;
-    Ok((doc, w, commit))
+    Ok((doc, tags, Some(commit)))
 }
 
 /// Verifies a bundle without a store: signature, every entry, every digest.
@@ -210,8 +301,16 @@ pub async fn verify(
     reader: Box<dyn Read + Send>,
     progress: indicatif::ProgressBar,
 ) -> Result<BundleDoc> {
-    let (doc, _) = run_pipeline(None, None, keyring, reader, progress).await?;
-    Ok(doc)
+    run_pipeline(
+        None,
+        None,
+        keyring,
+        reader,
+        progress,
+        &|_| Ok(()),
+        &mut Written::default(),
+    )
+    .await
 }
 
 /// Reads the signed document of a bundle WITHOUT verifying its signature (`bundle inspect`).

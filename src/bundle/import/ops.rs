@@ -5,7 +5,12 @@
 use super::*;
 
 /// Walks an image's manifests in the store and returns the ops that link it.
-pub(super) async fn image_ops(store: &dyn Blobstore, img: &ImageEntry) -> Result<Vec<Op>> {
+/// `guard` goes with the tags of the image's root manifest.
+pub(super) async fn image_ops(
+    store: &dyn Blobstore,
+    img: &ImageEntry,
+    guard: &crate::state::TagGuard,
+) -> Result<Vec<Op>> {
     let mut ops = Vec::new();
     let mut blobs = Vec::new();
     let mut stack = vec![(img.digest.clone(), img.media_type.clone(), img.size, true)];
@@ -65,6 +70,7 @@ pub(super) async fn image_ops(store: &dyn Blobstore, img: &ImageEntry) -> Result
             } else {
                 Vec::new()
             },
+            guard: guard.clone(),
         });
     }
     for (d, size) in &blobs {
@@ -88,7 +94,7 @@ pub(super) async fn image_ops(store: &dyn Blobstore, img: &ImageEntry) -> Result
 
 /// The op recording the bundle's stack candidates (in the import's own
 /// commit). Errors: a candidate names an image the bundle does not carry.
-pub(super) fn stack_candidates(doc: &BundleDoc, who: &str) -> Result<Op> {
+pub(super) fn stack_candidates(doc: &BundleDoc, who: &str, allow_downgrade: bool) -> Result<Op> {
     let carried = |r: &crate::stacks::ImageRef| {
         doc.images
             .iter()
@@ -114,8 +120,13 @@ pub(super) fn stack_candidates(doc: &BundleDoc, who: &str) -> Result<Op> {
             run_image: s.run_image.clone(),
             bundle: doc.id.clone(),
             time: now.clone(),
+            bundle_created: Some(doc.created.clone()),
         };
         entries.push((s.name.clone(), s.description.clone(), candidate));
     }
-    Ok(crate::stacks::ops::candidates_op(entries, who.to_string()))
+    Ok(crate::stacks::ops::candidates_op(
+        entries,
+        who.to_string(),
+        allow_downgrade,
+    ))
 }

@@ -8,6 +8,9 @@ use super::*;
 #[derive(Default)]
 pub(super) struct Written {
     pub(super) new: u64,
+    /// The blobs this import committed (absent before it): what a refused
+    /// import removes again ([`super::reclaim`]).
+    pub(super) committed: Vec<Digest>,
     pub(super) skipped: u64,
     pub(super) bytes_new: u64,
     pub(super) bytes_read: u64,
@@ -59,9 +62,15 @@ pub(super) struct Current {
 /// next blobs stream in; all finish before the root swap.
 pub(super) const MAX_COMMITS: usize = 32;
 
-pub(super) async fn join_commit(commits: &mut JoinSet<store::Result<()>>) -> Result<()> {
+/// Waits for one commit in flight; a landed blob joins `committed`.
+pub(super) async fn join_commit(
+    commits: &mut JoinSet<(Digest, store::Result<()>)>,
+    committed: &mut Vec<Digest>,
+) -> Result<()> {
     if let Some(r) = commits.join_next().await {
-        r.map_err(|e| anyhow!("blob commit failed: {e}"))??;
+        let (digest, landed) = r.map_err(|e| anyhow!("blob commit failed: {e}"))?;
+        landed?;
+        committed.push(digest);
     }
     Ok(())
 }
@@ -71,6 +80,7 @@ pub(super) async fn join_commit(commits: &mut JoinSet<store::Result<()>>) -> Res
 pub(super) async fn write_blobs(
     store: Option<&dyn Blobstore>,
     journal: Option<&str>,
+    check_doc: &(dyn Fn(&BundleDoc) -> Result<()> + Send + Sync),
     rx: &mut mpsc::Receiver<Msg>,
     w: &mut Written,
 ) -> Result<()> {
@@ -81,6 +91,8 @@ pub(super) async fn write_blobs(
         while let Some(msg) = rx.recv().await {
             match msg {
                 Msg::Doc(doc, reply) => {
+                    // Refused on the signed document alone: nothing written.
+                    check_doc(&doc)?;
                     // The journal before the presence check: a blob found
                     // present is then either kept by a concurrent gc (it
                     // sees the journal) or already gone from the check.
@@ -140,9 +152,10 @@ pub(super) async fn write_blobs(
                     }
                     if let Some(out) = c.writer {
                         while commits.len() >= MAX_COMMITS {
-                            join_commit(&mut commits).await?;
+                            join_commit(&mut commits, &mut w.committed).await?;
                         }
-                        commits.spawn(out.commit());
+                        let digest = c.digest;
+                        commits.spawn(async move { (digest, out.commit().await) });
                     }
                     w.new += 1;
                 }
@@ -153,13 +166,18 @@ pub(super) async fn write_blobs(
             }
         }
         while !commits.is_empty() {
-            join_commit(&mut commits).await?;
+            join_commit(&mut commits, &mut w.committed).await?;
         }
         Ok::<(), anyhow::Error>(())
     }
     .await;
     if let Some(out) = current.take().and_then(|c| c.writer) {
         let _ = out.cancel().await;
+    }
+    // On failure, commits still in flight finish first (none is left half
+    // done in `tmp/` when the process exits), and what landed is recorded.
+    while !commits.is_empty() {
+        let _ = join_commit(&mut commits, &mut w.committed).await;
     }
     result
 }
@@ -185,17 +203,20 @@ pub(super) fn crash_here() {
 
 /// Runs the reader thread and the writer together. `store = None` verifies
 /// only; `journal` is the key of the import's journal.
+/// What was written is counted in `written` (also when it fails);
+/// `check_doc` may refuse the verified document before any blob is written.
 pub(super) async fn run_pipeline(
     store: Option<Arc<dyn Blobstore>>,
     journal: Option<&str>,
     keyring: Keyring,
     reader: Box<dyn Read + Send>,
     progress: indicatif::ProgressBar,
-) -> Result<(BundleDoc, Written)> {
+    check_doc: &(dyn Fn(&BundleDoc) -> Result<()> + Send + Sync),
+    written: &mut Written,
+) -> Result<BundleDoc> {
     let (tx, mut rx) = mpsc::channel(IN_FLIGHT);
     let handle = tokio::task::spawn_blocking(move || read_bundle(reader, &keyring, tx, &progress));
-    let mut written = Written::default();
-    let wrote = write_blobs(store.as_deref(), journal, &mut rx, &mut written).await;
+    let wrote = write_blobs(store.as_deref(), journal, check_doc, &mut rx, written).await;
     drop(rx);
     let read = handle
         .await
@@ -203,6 +224,5 @@ pub(super) async fn run_pipeline(
     // The writer fails only for its own causes (store error, missing required blob); the
     // reader then only sees a closed channel, so the writer's error is reported first.
     wrote?;
-    let doc = read?;
-    Ok((doc, written))
+    read
 }

@@ -47,6 +47,7 @@ use super::custom::{Actor, CustomPolicy};
 use super::lifecycle;
 use super::ops::{self, PromoteRequest};
 use super::table::{Promotion, Rootfs, Stack, StackName, StackState, StackTable};
+use crate::auth::{Grant, Permission};
 use crate::digest::Digest;
 use crate::registry::pull::blob_response;
 use crate::registry::query::QueryParams;
@@ -194,12 +195,54 @@ async fn handle(
     uri: Uri,
     headers: HeaderMap,
     scope: Option<axum::Extension<RepositoryScope>>,
+    grant: Option<axum::Extension<Grant>>,
     body: Body,
 ) -> Response {
     let scope = scope.map(|axum::Extension(s)| s).unwrap_or_default();
-    dispatch(&*ctx, &method, &uri, &headers, &scope, body)
+    let grant = grant.map(|axum::Extension(g)| g).unwrap_or_default();
+    let caller = Caller {
+        scope: &scope,
+        grant: &grant,
+    };
+    dispatch(&*ctx, &method, &uri, &headers, &caller, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Who calls, as the access layer found them.
+struct Caller<'a> {
+    /// The repositories the caller may read (custom stack registration).
+    scope: &'a RepositoryScope,
+    /// What the caller may do ([`Grant::allows`]).
+    grant: &'a Grant,
+}
+
+impl Caller<'_> {
+    /// `Ok` when the caller may do `permission` on every repository the
+    /// stack `name` names (in `table`) and on `more`; else 403 `DENIED`
+    /// naming the repositories (issue 24 §2: a repository prefix bounds
+    /// stack reads and writes as it bounds `/v2`).
+    fn may(
+        &self,
+        table: &StackTable,
+        name: &StackName,
+        permission: Permission,
+        more: &[String],
+    ) -> Result<()> {
+        let mut repos = table.repositories(name);
+        repos.extend(more.iter().cloned());
+        if self.grant.allows(permission, &repos) {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "DENIED",
+            format!(
+                "stack {name} names images in repositories outside this user's: {}",
+                repos.join(", ")
+            ),
+        ))
+    }
 }
 
 fn method_not_allowed(allow: &'static str) -> ApiError {
@@ -217,14 +260,21 @@ async fn dispatch(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
-    scope: &RepositoryScope,
+    caller: &Caller<'_>,
     body: Body,
 ) -> Result<Response> {
     let route = Route::parse(uri.path())?;
     let query = QueryParams::from_uri(uri);
     let read = matches!(*method, Method::GET | Method::HEAD);
+    // Reads and cell reports need read rights on the stack's images.
+    if let Route::Stack(name) | Route::Rootfs(name) | Route::Status(name) | Route::Cell(name, _) =
+        &route
+    {
+        let table = ctx.stacks().table(ctx.state()).await?;
+        caller.may(&table, name, Permission::Pull, &[])?;
+    }
     match route {
-        Route::List if read => list(ctx).await,
+        Route::List if read => list(ctx, caller).await,
         Route::Stack(name) if read => match query.get("cell") {
             Some(cell) => resolve(ctx, &name, cell, query.get("platform")).await,
             None => show(ctx, &name).await,
@@ -235,12 +285,18 @@ async fn dispatch(
         Route::Status(name) if read => status(ctx, &name).await,
         Route::Lifecycle(digest) if read => {
             let table = ctx.stacks().table(ctx.state()).await?;
-            Ok(axum::Json(lifecycle::lifecycle(&table, &digest)).into_response())
+            let answer = lifecycle::lifecycle(&table, &digest);
+            if let Some(stack) = &answer.stack {
+                caller.may(&table, stack, Permission::Pull, &[])?;
+            }
+            Ok(axum::Json(answer).into_response())
         }
-        Route::Register(name) if *method == Method::POST => register(ctx, &name, scope, body).await,
+        Route::Register(name) if *method == Method::POST => {
+            register(ctx, &name, caller.scope, body).await
+        }
         Route::Cell(name, id) if *method == Method::PUT => report(ctx, &name, id, body).await,
         Route::Admin(name, action) if *method == Method::POST => {
-            admin(ctx, &name, action, body).await
+            admin(ctx, &name, action, caller, body).await
         }
         Route::Cell(..) => Err(method_not_allowed("PUT")),
         Route::Admin(..) | Route::Register(..) => Err(method_not_allowed("POST")),

@@ -23,11 +23,14 @@ pub(super) fn warn(res: &mut Response, name: &StackName, stack: &Stack) {
     }
 }
 
-pub(super) async fn list(ctx: &dyn Context) -> Result<Response> {
+/// The stacks the caller may read (every image of the stack in its
+/// repositories), and the default.
+pub(super) async fn list(ctx: &dyn Context, caller: &Caller<'_>) -> Result<Response> {
     let table = ctx.stacks().table(ctx.state()).await?;
     let stacks: Vec<_> = table
         .stacks
         .iter()
+        .filter(|(n, _)| caller.may(&table, n, Permission::Pull, &[]).is_ok())
         .map(|(n, s)| s.view(n, table.default.as_ref() == Some(n)))
         .collect();
     Ok(axum::Json(json!({ "default": table.default, "stacks": stacks })).into_response())

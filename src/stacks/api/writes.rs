@@ -68,10 +68,14 @@ pub(super) struct StateBody {
 /// layer sets the authenticated user, see `state::audit`).
 pub(super) const HTTP_ADMIN: &str = "admin (http)";
 
+/// An admin action on `name`: the caller needs the admin permission on
+/// every repository the stack names and, for a promotion, on those of the
+/// images it promotes.
 pub(super) async fn admin(
     ctx: &dyn Context,
     name: &StackName,
     action: Action,
+    caller: &Caller<'_>,
     body: Body,
 ) -> Result<Response> {
     if !ctx.stacks().config.allow_admin {
@@ -84,12 +88,51 @@ pub(super) async fn admin(
     let state = ctx.state();
     let who = crate::state::audit::current().map_or_else(|| HTTP_ADMIN.to_string(), |a| a.who);
     let who = who.as_str();
+    let table = ctx.stacks().table(state).await?;
     let extra = match action {
         Action::Promote => {
             let req: PromoteRequest = json_body(body).await?;
+            let named: Vec<String> = [
+                Some(&req.image),
+                req.build_image.as_ref(),
+                req.run_image.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|r| image_repository(r))
+            .collect();
+            caller.may(&table, name, Permission::Admin, &named)?;
             let p = ops::promote(state, name, &req, who).await?;
             json!({ "promotion": p.promotion, "percent": p.percent, "generation": p.generation })
         }
+        _ => {
+            caller.may(&table, name, Permission::Admin, &[])?;
+            return admin_action(ctx, name, action, who, body).await;
+        }
+    };
+    answer(ctx, name, extra).await
+}
+
+/// `REPO` of an image reference `REPO:TAG`, `REPO@DIGEST` or `REPO`.
+fn image_repository(r: &str) -> String {
+    let no_digest = r.split('@').next().unwrap_or(r);
+    match no_digest.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo.to_string(),
+        _ => no_digest.to_string(),
+    }
+}
+
+/// The rollout, rollback, state and default actions (authorized).
+async fn admin_action(
+    ctx: &dyn Context,
+    name: &StackName,
+    action: Action,
+    who: &str,
+    body: Body,
+) -> Result<Response> {
+    let state = ctx.state();
+    let extra = match action {
+        Action::Promote => json!({}),
         Action::Rollout => {
             let b: RolloutBody = json_body(body).await?;
             ops::rollout(state, name, b.percent, who).await?;
@@ -113,7 +156,12 @@ pub(super) async fn admin(
             json!({})
         }
     };
-    let table = ctx.stacks().table(state).await?;
+    answer(ctx, name, extra).await
+}
+
+/// The stack after an admin action, with the action's `result`.
+async fn answer(ctx: &dyn Context, name: &StackName, extra: serde_json::Value) -> Result<Response> {
+    let table = ctx.stacks().table(ctx.state()).await?;
     let stack = table.get(name)?;
     let mut v = stack.view(name, table.default.as_ref() == Some(name));
     if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {

@@ -93,6 +93,38 @@ pub struct PromotionInput {
 }
 
 impl StackTable {
+    /// The repositories of every image the stack `name` names (each
+    /// promotion's image and builder images, its candidates; a custom
+    /// stack's image), sorted: what a caller needs rights on to act on or
+    /// read the stack (issue 24 §2). Empty for an unknown name.
+    pub fn repositories(&self, name: &StackName) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        if let Some(s) = self.stacks.get(name) {
+            for p in &s.promotions {
+                out.extend(
+                    [Some(&p.image), p.build_image.as_ref(), p.run_image.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .map(|i| i.repository.to_string()),
+                );
+            }
+            for c in &s.candidates {
+                out.extend(
+                    [Some(&c.image), c.build_image.as_ref(), c.run_image.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .map(|i| i.repository.to_string()),
+                );
+            }
+        }
+        if let Some(c) = self.custom.get(name) {
+            out.push(c.image.repository.to_string());
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Every blob the table keeps: the flattened rootfs of every promotion
     /// (rolled back or not: a rollback may bring it back). For garbage
     /// collection, which marks them ([`crate::ops::gc`]).
@@ -339,6 +371,25 @@ impl StackTable {
             description: description.into(),
             ..Stack::default()
         });
+        stack.add_candidate(candidate, who);
+    }
+
+    /// The newest bundle creation time among `name`'s candidates, with the
+    /// bundle's id, when one is recorded.
+    pub fn newest_candidate(&self, name: &StackName) -> Option<(&str, &str)> {
+        self.stacks
+            .get(name)?
+            .candidates
+            .iter()
+            .filter_map(|c| Some((c.bundle_created.as_deref()?, c.bundle.as_str())))
+            .max()
+    }
+}
+
+impl Stack {
+    /// Records `candidate` (unless the same images are one already).
+    fn add_candidate(&mut self, candidate: Candidate, who: &str) {
+        let stack = self;
         let same = |c: &Candidate| {
             c.image == candidate.image
                 && c.build_image == candidate.build_image

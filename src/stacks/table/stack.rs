@@ -89,6 +89,11 @@ pub struct Candidate {
     pub bundle: String,
     /// When it was imported.
     pub time: String,
+    /// The bundle's signed creation time (RFC 3339): a candidate from a
+    /// bundle created earlier than the stack's newest candidate's is a
+    /// downgrade (issue 24 §1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle_created: Option<String>,
 }
 
 /// One change to a stack, for `stack show`.

@@ -25,84 +25,31 @@
 //! (`registry::links`) and becomes reachable when a manifest naming it is
 //! committed.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+mod book;
+mod session;
+mod sink;
+
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use bytes::{Bytes, BytesMut};
-use futures_util::{Stream, StreamExt};
-use tokio::io::AsyncReadExt;
+use bytes::Bytes;
 
+pub use self::book::{Full, Owner};
+
+/// The user a request runs as, when users are configured: a request
+/// extension set by the access layer (`server::access`), for the per-user
+/// session caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uploader(pub String);
+use self::book::Book;
+use self::session::check_range;
+pub use self::session::{SessionInfo, UPLOADS_PREFIX, UploadId, parse_content_range};
+pub use self::sink::BodyStream;
+use self::sink::Sink;
 use crate::digest::{Digest, Hasher};
 use crate::names::RepositoryName;
-use crate::store::{self, Blobstore, ObjectWriter, StoreError, blob_key};
-
-/// Bytes buffered before each write to the store.
-const WRITE_BUFFER: usize = 1 << 20;
-/// Sessions counted this long ago and absent from the store are counted
-/// down by the sweep.
-const SWEEP_MIN_AGE: Duration = Duration::from_secs(60);
-/// Prefix of every upload object.
-pub const UPLOADS_PREFIX: &str = "uploads/";
-
-/// A session id: a v4 UUID in lower-case hyphenated form (the form the
-/// `Location` header carries). Parsing through [`UploadId::parse`] is the
-/// only way to get one, so a session id can never escape `uploads/<id>/`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct UploadId(String);
-
-impl UploadId {
-    /// A fresh random id.
-    pub fn new() -> UploadId {
-        UploadId(uuid::Uuid::new_v4().hyphenated().to_string())
-    }
-
-    /// `Some` for a canonical lower-case hyphenated UUID, else `None`.
-    pub fn parse(s: &str) -> Option<UploadId> {
-        let u = uuid::Uuid::try_parse(s).ok()?;
-        let canonical = u.hyphenated().to_string();
-        (canonical == s).then_some(UploadId(canonical))
-    }
-
-    /// The id as sent in `Location` and `Docker-Upload-UUID`.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    fn info_key(&self) -> String {
-        format!("{UPLOADS_PREFIX}{}/info.json", self.0)
-    }
-
-    fn dir(&self) -> String {
-        format!("{UPLOADS_PREFIX}{}/", self.0)
-    }
-
-    fn part_key(&self, offset: u64) -> String {
-        format!("{UPLOADS_PREFIX}{}/{offset:020}", self.0)
-    }
-}
-
-impl Default for UploadId {
-    fn default() -> UploadId {
-        UploadId::new()
-    }
-}
-
-/// `uploads/<uuid>/info.json`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SessionInfo {
-    /// The repository the session was opened in; other repositories do not see it.
-    pub repository: RepositoryName,
-    /// When the session was opened, RFC 3339 UTC (for people).
-    pub started: String,
-    /// When the session was opened, seconds since the Unix epoch (for expiry).
-    pub started_unix: u64,
-    /// The IP address of the client that opened it, when known (for the
-    /// per-client session cap).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client: Option<IpAddr>,
-}
+use crate::store::{self, Blobstore, StoreError, blob_key};
 
 /// Why an upload operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -147,9 +94,10 @@ pub enum UploadError {
     /// stored.
     #[error("blob larger than the maximum of {0} bytes")]
     TooLarge(u64),
-    /// Too many open sessions (`scope`: `repository`, `client` or
-    /// `registry`, with the cap).
-    #[error("too many open upload sessions in the {scope} (at most {cap})")]
+    /// Too many open sessions, every one of them with a request in
+    /// progress (`scope`: `registry`, `repository`, `client` or `user`,
+    /// with the cap).
+    #[error("too many open upload sessions in the {scope} (at most {cap}), all of them active")]
     TooMany {
         /// Which cap was hit.
         scope: &'static str,
@@ -168,68 +116,59 @@ pub enum UploadError {
 pub type Result<T> = std::result::Result<T, UploadError>;
 
 /// Caps on uploads, against clients that would fill the disk or the inode
-/// table (`airlock serve` flags).
+/// table (`airlock serve` flags, `[limits]`). A session cap never refuses a
+/// client because of sessions nobody uses: at a cap, the least recently
+/// active session of that scope with no request in progress is removed to
+/// make room ([`Uploads::create`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UploadLimits {
     /// Largest blob accepted, in bytes (413 `SIZE_INVALID` beyond).
     pub max_blob_size: u64,
-    /// Sessions open at once in this process (429 `TOOMANYREQUESTS` beyond).
+    /// Sessions open at once in this process (429 `TOOMANYREQUESTS` when
+    /// every one is active).
     pub max_sessions: usize,
     /// Sessions open at once in one repository.
     pub max_sessions_per_repository: usize,
     /// Sessions open at once opened by one client IP address.
     pub max_sessions_per_client: usize,
+    /// Sessions open at once opened by one user (when users are
+    /// configured; 0: no cap).
+    pub max_sessions_per_user: usize,
+    /// Bytes one user may hold in open sessions, counting bodies being
+    /// received (0: no cap; 413 `DENIED` beyond, `server::access`).
+    pub max_bytes_per_user: u64,
+    /// A session with no request for this long is removed by the next
+    /// sweep (separate from the maximum age, `RegistryConfig::upload_expiry`).
+    pub idle_timeout: Duration,
 }
 
 impl Default for UploadLimits {
-    /// 64 GiB blobs, 4,096 sessions, 256 per repository, 128 per client.
+    /// 64 GiB blobs, 4,096 sessions, 256 per repository, 128 per client,
+    /// 64 and 128 GiB per user, 1 h idle timeout.
     fn default() -> UploadLimits {
         UploadLimits {
             max_blob_size: 64 << 30,
             max_sessions: 4096,
             max_sessions_per_repository: 256,
             max_sessions_per_client: 128,
+            max_sessions_per_user: 64,
+            max_bytes_per_user: 128 << 30,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
+
+/// Default [`UploadLimits::idle_timeout`]: 1 hour.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Upload sessions over a blobstore. Cheap to share behind an `Arc`.
 pub struct Uploads {
     store: Arc<dyn Blobstore>,
-    expiry: Duration,
-    limits: UploadLimits,
+    /// The maximum age and the caps; replaced whole by a config reload.
+    times: arc_swap::ArcSwap<(Duration, UploadLimits)>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Sessions this process opened and has not finished, cancelled or
-    /// swept (sessions from before a restart are not counted).
-    open_sessions: Mutex<OpenSessions>,
-}
-
-/// Counts of open sessions, in total, per repository and per client.
-#[derive(Default)]
-struct OpenSessions {
-    total: usize,
-    per_repository: HashMap<RepositoryName, usize>,
-    per_client: HashMap<IpAddr, usize>,
-    /// The sessions counted, with their repository and client: a session
-    /// opened through another replica and finished through this one is not
-    /// counted down here, and one opened here and finished elsewhere is
-    /// counted down by the next sweep.
-    ids: HashMap<String, (RepositoryName, Option<IpAddr>, std::time::Instant)>,
-}
-
-/// Adds one to `map[key]`.
-fn count_up<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: K) {
-    *map.entry(key).or_default() += 1;
-}
-
-/// Takes one from `map[key]`, forgetting keys that reach 0.
-fn count_down<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: &K) {
-    if let Some(n) = map.get_mut(key) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            map.remove(key);
-        }
-    }
+    /// The sessions this process counts against the caps.
+    book: Book,
 }
 
 /// Holds one session's in-process lock; forgets the lock when the last holder goes.
@@ -253,106 +192,23 @@ impl Drop for SessionGuard<'_> {
 }
 
 fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    unix_secs(SystemTime::now())
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
 
-/// A request body as a stream of chunks.
-pub trait BodyStream:
-    Stream<Item = std::result::Result<Bytes, axum::Error>> + Send + Unpin
-{
-}
-impl<T: Stream<Item = std::result::Result<Bytes, axum::Error>> + Send + Unpin> BodyStream for T {}
-
-/// Writes into one object, optionally hashing, buffering small chunks.
-struct Sink {
-    writer: Box<dyn ObjectWriter>,
-    hasher: Option<Hasher>,
-    buf: BytesMut,
-    count: u64,
-    /// Most bytes this object may hold; `max` is reported when it is passed.
-    room: u64,
-    max: u64,
-}
-
-impl Sink {
-    fn new(writer: Box<dyn ObjectWriter>, hasher: Option<Hasher>, room: u64, max: u64) -> Sink {
-        Sink {
-            writer,
-            hasher,
-            buf: BytesMut::new(),
-            count: 0,
-            room,
-            max,
-        }
-    }
-
-    async fn write(&mut self, chunk: &[u8]) -> Result<()> {
-        if self.count + chunk.len() as u64 > self.room {
-            return Err(UploadError::TooLarge(self.max));
-        }
-        if let Some(h) = &mut self.hasher {
-            h.update(chunk);
-        }
-        self.count += chunk.len() as u64;
-        self.buf.extend_from_slice(chunk);
-        if self.buf.len() >= WRITE_BUFFER {
-            self.flush().await?;
-        }
-        Ok(())
-    }
-
-    async fn flush(&mut self) -> Result<()> {
-        if !self.buf.is_empty() {
-            let chunk = self.buf.split().freeze();
-            self.writer.write(chunk).await?;
-        }
-        Ok(())
-    }
-
-    /// Copies `body` in; past `expires` (the session's expiry, checked
-    /// while the body streams) the copy stops with `Unknown`.
-    async fn copy_body(
-        &mut self,
-        body: &mut (impl BodyStream + ?Sized),
-        expires: Option<tokio::time::Instant>,
-    ) -> Result<()> {
-        loop {
-            let next = match expires {
-                Some(at) => tokio::time::timeout_at(at, body.next())
-                    .await
-                    .map_err(|_| UploadError::Unknown)?,
-                None => body.next().await,
-            };
-            let Some(chunk) = next else {
-                return Ok(());
-            };
-            let chunk = chunk.map_err(|e| UploadError::Body(e.to_string()))?;
-            self.write(&chunk).await?;
-        }
-    }
-
-    async fn copy_object(&mut self, store: &dyn Blobstore, key: &str) -> Result<u64> {
-        let mut r = store.read(key, None).await?;
-        let mut buf = vec![0u8; 256 * 1024];
-        let mut n_total = 0;
-        loop {
-            let n = r.read(&mut buf).await.map_err(StoreError::from)?;
-            if n == 0 {
-                return Ok(n_total);
-            }
-            n_total += n as u64;
-            self.write(&buf[..n]).await?;
-        }
-    }
-
-    async fn cancel(self) {
-        if let Err(e) = self.writer.cancel().await {
-            tracing::warn!(error = %e, "cannot discard an unfinished object");
-        }
-    }
+/// What a listing of `uploads/` says of one session.
+#[derive(Debug, Default, Clone, Copy)]
+struct Listed {
+    /// Its `info.json` exists (it is open).
+    info: bool,
+    /// The newest modification time of its objects (its last chunk, or
+    /// its opening): activity through any replica.
+    newest: Option<SystemTime>,
 }
 
 impl Uploads {
@@ -369,62 +225,66 @@ impl Uploads {
     ) -> Uploads {
         Uploads {
             store,
-            expiry,
-            limits,
+            times: arc_swap::ArcSwap::from_pointee((expiry, limits)),
             locks: Mutex::new(HashMap::new()),
-            open_sessions: Mutex::new(OpenSessions::default()),
+            book: Book::new(limits),
         }
+    }
+
+    /// Replaces the maximum age and the caps (a config reload): sessions
+    /// already open are counted under the new caps from now on.
+    pub fn set_limits(&self, expiry: Duration, limits: UploadLimits) {
+        self.times.store(Arc::new((expiry, limits)));
+        self.book.set_limits(limits);
+    }
+
+    fn expiry(&self) -> Duration {
+        self.times.load().0
     }
 
     /// The largest blob a session or monolithic upload may complete, in
     /// bytes (`[limits] max_blob_size`).
     pub fn max_blob_size(&self) -> u64 {
-        self.limits.max_blob_size
+        self.limits().max_blob_size
     }
 
-    /// Counts a new session in `repo` opened by `client`; `TooMany` at a cap.
-    fn admit(&self, id: &UploadId, repo: &RepositoryName, client: Option<IpAddr>) -> Result<()> {
-        let Ok(mut open) = self.open_sessions.lock() else {
-            return Ok(());
-        };
-        let too_many = |scope, cap| Err(UploadError::TooMany { scope, cap });
-        if open.total >= self.limits.max_sessions {
-            return too_many("registry", self.limits.max_sessions);
-        }
-        let cap = self.limits.max_sessions_per_repository;
-        if open.per_repository.get(repo).is_some_and(|n| *n >= cap) {
-            return too_many("repository", cap);
-        }
-        let cap = self.limits.max_sessions_per_client;
-        if let Some(ip) = client
-            && open.per_client.get(&ip).is_some_and(|n| *n >= cap)
-        {
-            return too_many("client", cap);
-        }
-        open.total += 1;
-        let now = std::time::Instant::now();
-        open.ids.insert(id.0.clone(), (repo.clone(), client, now));
-        count_up(&mut open.per_repository, repo.clone());
-        if let Some(ip) = client {
-            count_up(&mut open.per_client, ip);
-        }
-        Ok(())
+    /// The caps these sessions are under.
+    pub fn limits(&self) -> UploadLimits {
+        self.times.load().1
     }
 
-    /// Forgets a session that ended, if this process counted it.
-    fn release(&self, id: &UploadId) {
-        if let Ok(mut open) = self.open_sessions.lock()
-            && let Some((repo, client, _)) = open.ids.remove(&id.0)
-        {
-            open.total = open.total.saturating_sub(1);
-            count_down(&mut open.per_repository, &repo);
-            if let Some(ip) = client {
-                count_down(&mut open.per_client, &ip);
-            }
-        }
+    /// How often [`Uploads::sweep`] should run: a quarter of the shorter
+    /// of the expiry and the idle timeout, between 1 s and 1 h.
+    pub fn sweep_period(&self) -> Duration {
+        (self.expiry().min(self.limits().idle_timeout) / 4)
+            .min(Duration::from_secs(3600))
+            .max(Duration::from_secs(1))
     }
 
-    /// The session's lock if no one holds it (the sweeper never waits).
+    /// Bytes `user` holds in open sessions counted here plus bodies being
+    /// received (for the per-user byte cap, `server::access`).
+    pub fn held_by(&self, user: &str) -> u64 {
+        self.book.held(user)
+    }
+
+    /// Reserves `n` more bytes of a body `user` is sending; false (nothing
+    /// reserved) when that passes [`UploadLimits::max_bytes_per_user`].
+    pub fn reserve(&self, user: &str, n: u64) -> bool {
+        self.book.reserve(user, n)
+    }
+
+    /// Gives back `n` bytes reserved by [`Uploads::reserve`] (the body ended;
+    /// what was stored is now held by its session).
+    pub fn unreserve(&self, user: &str, n: u64) {
+        self.book.unreserve(user, n);
+    }
+
+    /// The per-user byte cap (0: none).
+    pub fn user_byte_cap(&self) -> u64 {
+        self.book.user_byte_cap()
+    }
+
+    /// The session's lock if no one holds it (sweeps and evictions never wait).
     fn try_lock(&self, id: &UploadId) -> Option<SessionGuard<'_>> {
         let lock = self
             .locks
@@ -447,10 +307,15 @@ impl Uploads {
     /// When the session opened at `info.started_unix` expires, as a timer instant.
     fn expires_at(&self, info: &SessionInfo) -> tokio::time::Instant {
         let age = now_unix().saturating_sub(info.started_unix);
-        let left = self.expiry.as_secs().saturating_add(1).saturating_sub(age);
+        let left = self
+            .expiry()
+            .as_secs()
+            .saturating_add(1)
+            .saturating_sub(age);
         tokio::time::Instant::now() + Duration::from_secs(left)
     }
 
+    /// The session's lock, waited for; the session counts as active from now.
     async fn lock(&self, id: &UploadId) -> SessionGuard<'_> {
         let lock = match self.locks.lock() {
             Ok(mut locks) => Some(locks.entry(id.0.clone()).or_default().clone()),
@@ -460,6 +325,7 @@ impl Uploads {
             Some(l) => Some(l.lock_owned().await),
             None => None,
         };
+        self.book.touch(id, SystemTime::now());
         SessionGuard {
             guard,
             id: id.0.clone(),
@@ -468,7 +334,7 @@ impl Uploads {
     }
 
     fn expired(&self, info: &SessionInfo, now: u64) -> bool {
-        now.saturating_sub(info.started_unix) > self.expiry.as_secs()
+        now.saturating_sub(info.started_unix) > self.expiry().as_secs()
     }
 
     async fn info(&self, id: &UploadId) -> Result<Option<SessionInfo>> {
@@ -492,12 +358,7 @@ impl Uploads {
         let keys = self.store.list(&id.dir()).await?;
         Ok(keys
             .into_iter()
-            .filter_map(|k| {
-                let name = k.rsplit('/').next()?;
-                let ok = name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit());
-                let offset = if ok { name.parse().ok()? } else { return None };
-                Some((offset, k))
-            })
+            .filter_map(|k| Some((UploadId::part_offset(&k)?, k)))
             .collect())
     }
 
@@ -511,36 +372,124 @@ impl Uploads {
         }
     }
 
-    /// Opens a session in `repo` (POST, end-4a).
-    /// `client`: the IP address of the client, counted against the
-    /// per-client cap when known.
-    pub async fn create(&self, repo: &RepositoryName, client: Option<IpAddr>) -> Result<UploadId> {
-        let id = UploadId::new();
-        self.admit(&id, repo, client)?;
-        let created = self.create_admitted(id.clone(), repo, client).await;
-        if created.is_err() {
-            self.release(&id);
+    /// Every session the store holds objects of, with what the listing
+    /// says of it (one listing of `uploads/`; modification times where the
+    /// backend lists them).
+    async fn listing(&self) -> Result<BTreeMap<UploadId, Listed>> {
+        let objects: Vec<(String, Option<SystemTime>)> =
+            match self.store.list_meta(UPLOADS_PREFIX).await {
+                Ok(metas) => metas
+                    .into_iter()
+                    .map(|m| (m.key, Some(m.modified)))
+                    .collect(),
+                Err(StoreError::Io(e)) if e.kind() == std::io::ErrorKind::Unsupported => self
+                    .store
+                    .list(UPLOADS_PREFIX)
+                    .await?
+                    .into_iter()
+                    .map(|k| (k, None))
+                    .collect(),
+                Err(e) => return Err(e.into()),
+            };
+        let mut sessions: BTreeMap<UploadId, Listed> = BTreeMap::new();
+        for (key, modified) in objects {
+            let Some(id) = UploadId::of_key(&key) else {
+                continue;
+            };
+            let l = sessions.entry(id).or_default();
+            l.info |= key.ends_with("/info.json");
+            l.newest = l.newest.max(modified);
         }
-        created
+        Ok(sessions)
     }
 
-    async fn create_admitted(
-        &self,
-        id: UploadId,
-        repo: &RepositoryName,
-        client: Option<IpAddr>,
-    ) -> Result<UploadId> {
+    /// Brings the book in line with the store: sessions ended through
+    /// another replica are no longer counted, and chunks written through
+    /// another replica count as activity.
+    async fn reconcile(&self) -> Result<BTreeMap<UploadId, Listed>> {
+        let listed = self.listing().await?;
+        for id in self.book.stored_ids() {
+            match listed.get(&id) {
+                Some(l) if l.info => {
+                    if let Some(t) = l.newest {
+                        self.book.touch(&id, t);
+                    }
+                }
+                _ => self.book.release(&id),
+            }
+        }
+        Ok(listed)
+    }
+
+    /// Removes the least recently active session in `full`'s scope of
+    /// `owner` that has no request in progress here; false when every one
+    /// has (the new session is then refused).
+    async fn evict_one(&self, owner: &Owner, full: Full) -> Result<bool> {
+        for id in self.book.in_scope(owner, full) {
+            let Some(_g) = self.try_lock(&id) else {
+                continue;
+            };
+            self.remove(&id).await?;
+            self.book.release(&id);
+            tracing::info!(
+                session = id.as_str(),
+                scope = full.scope,
+                cap = full.cap,
+                "idle upload session removed to make room for a new one"
+            );
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Opens a session in `owner.repository` (POST, end-4a), counted
+    /// against the caps of its repository, client address and user.
+    ///
+    /// At a cap, the book is first reconciled with the store (sessions
+    /// finished through another replica stop counting), then the least
+    /// recently active session of that scope with no request in progress
+    /// is removed to make room: only when every counted session of the
+    /// scope is busy is the new one refused with [`UploadError::TooMany`].
+    pub async fn create(&self, owner: Owner) -> Result<UploadId> {
+        let id = UploadId::new();
+        let mut reconciled = false;
+        while let Err(full) = self.book.admit(&id, &owner) {
+            if !reconciled {
+                self.reconcile().await?;
+                reconciled = true;
+            } else if !self.evict_one(&owner, full).await? {
+                return Err(UploadError::TooMany {
+                    scope: full.scope,
+                    cap: full.cap,
+                });
+            }
+        }
+        let created = self.create_admitted(&id, &owner).await;
+        match created {
+            Ok(()) => {
+                self.book.stored(&id);
+                Ok(id)
+            }
+            Err(e) => {
+                self.book.release(&id);
+                Err(e)
+            }
+        }
+    }
+
+    async fn create_admitted(&self, id: &UploadId, owner: &Owner) -> Result<()> {
         let info = SessionInfo {
-            repository: repo.clone(),
+            repository: owner.repository.clone(),
             started: crate::state::now_rfc3339(),
             started_unix: now_unix(),
-            client,
+            client: owner.client,
+            user: owner.user.clone(),
         };
         let bytes = serde_json::to_vec(&info).map_err(|e| StoreError::Io(e.into()))?;
         let mut w = self.store.writer(&id.info_key()).await?;
         w.write(Bytes::from(bytes)).await?;
         w.commit().await?;
-        Ok(id)
+        Ok(())
     }
 
     /// The number of bytes received so far (GET status, end-13).
@@ -565,7 +514,7 @@ impl Uploads {
         let info = self.open(id, repo).await?;
         let offset = self.size(id).await?;
         let expected = check_range(range, offset)?;
-        let max = self.limits.max_blob_size;
+        let max = self.limits().max_blob_size;
         if expected.is_some_and(|n| offset.saturating_add(n) > max) {
             return Err(UploadError::TooLarge(max));
         }
@@ -575,6 +524,7 @@ impl Uploads {
             sink.cancel().await;
             return Err(e);
         }
+        self.book.touch(id, SystemTime::now());
         let count = sink.count;
         if let Some(expected) = expected
             && expected != count
@@ -600,6 +550,7 @@ impl Uploads {
                 offset: self.size(id).await?,
             });
         }
+        self.book.set_bytes(id, offset + count);
         Ok(offset + count)
     }
 
@@ -618,14 +569,22 @@ impl Uploads {
         body: &mut (impl BodyStream + ?Sized),
     ) -> Result<u64> {
         let _g = self.lock(id).await;
-        let info = self.open(id, repo).await?;
+        let info = match self.open(id, repo).await {
+            Ok(info) => info,
+            Err(e) => {
+                // Gone (expired, removed, or finished through another
+                // replica): no longer counted here either.
+                self.book.release(id);
+                return Err(e);
+            }
+        };
         let parts = self.parts(id).await?;
         let offset = self.size(id).await?;
         let expected = check_range(range, offset)?;
         let expires = Some(self.expires_at(&info));
         let result = self.assemble(&parts, digest, expected, body, expires).await;
         self.remove(id).await?;
-        self.release(id);
+        self.book.release(id);
         result
     }
 
@@ -638,7 +597,7 @@ impl Uploads {
         expires: Option<tokio::time::Instant>,
     ) -> Result<u64> {
         let writer = self.store.writer(&blob_key(digest)).await?;
-        let max = self.limits.max_blob_size;
+        let max = self.limits().max_blob_size;
         let mut sink = Sink::new(writer, Some(Hasher::new(digest.algorithm())), max, max);
         let result = async {
             for (offset, key) in parts {
@@ -699,9 +658,12 @@ impl Uploads {
     /// Cancels a session (DELETE): removes all its objects.
     pub async fn cancel(&self, id: &UploadId, repo: &RepositoryName) -> Result<()> {
         let _g = self.lock(id).await;
-        self.open(id, repo).await?;
+        if let Err(e) = self.open(id, repo).await {
+            self.book.release(id);
+            return Err(e);
+        }
         self.remove(id).await?;
-        self.release(id);
+        self.book.release(id);
         Ok(())
     }
 
@@ -714,139 +676,42 @@ impl Uploads {
         Ok(())
     }
 
-    /// Removes every session opened more than the expiry ago, and chunks
-    /// left behind by a session that no longer exists. A session whose
-    /// lock is held (a request on it in progress) is skipped, never waited
-    /// for: it is swept at a later run, and a PATCH or PUT on it is refused
-    /// at its expiry. Returns how many sessions were removed.
+    /// Removes every session opened more than the expiry ago or without a
+    /// request for the idle timeout (its last chunk, through any replica,
+    /// or its last request here), and chunks left behind by a session that
+    /// no longer exists; sessions counted here and finished elsewhere stop
+    /// counting. A session whose lock is held (a request on it in
+    /// progress) is skipped, never waited for: it is swept at a later run,
+    /// and a PATCH or PUT on it is refused at its expiry. Returns how many
+    /// sessions were removed.
     pub async fn sweep(&self) -> Result<usize> {
-        let keys = self.store.list(UPLOADS_PREFIX).await?;
-        let mut ids: Vec<String> = keys
-            .iter()
-            .filter_map(|k| k.strip_prefix(UPLOADS_PREFIX)?.split('/').next())
-            .map(str::to_owned)
-            .collect();
-        ids.dedup();
-        // Sessions counted here but finished through another replica (not
-        // ones just opened, whose objects the listing may predate).
-        let gone: Vec<String> = match self.open_sessions.lock() {
-            Ok(open) => open
-                .ids
-                .iter()
-                .filter(|(id, (_, _, at))| at.elapsed() > SWEEP_MIN_AGE && !ids.contains(id))
-                .map(|(id, _)| id.clone())
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        for id in gone {
-            self.release(&UploadId(id));
-        }
-        let now = now_unix();
+        let listed = self.reconcile().await?;
+        let now = SystemTime::now();
+        let idle = self.limits().idle_timeout;
         let mut removed = 0;
-        for raw in ids {
-            let Some(id) = UploadId::parse(&raw) else {
-                continue;
-            };
+        for (id, l) in listed {
             let Some(_g) = self.try_lock(&id) else {
                 continue;
             };
             let stale = match self.info(&id).await? {
-                Some(info) => self.expired(&info, now),
+                Some(info) => {
+                    let opened = std::time::UNIX_EPOCH + Duration::from_secs(info.started_unix);
+                    let last = [Some(opened), l.newest, self.book.active(&id)]
+                        .into_iter()
+                        .flatten()
+                        .max()
+                        .unwrap_or(opened);
+                    self.expired(&info, unix_secs(now))
+                        || now.duration_since(last).is_ok_and(|d| d > idle)
+                }
                 None => true,
             };
             if stale {
                 self.remove(&id).await?;
-                self.release(&id);
+                self.book.release(&id);
                 removed += 1;
             }
         }
         Ok(removed)
-    }
-}
-
-/// Checks a chunk's `Content-Range` against the session's size `offset`;
-/// returns the chunk's announced length. A range not starting at `offset`
-/// or ending before its start is out of order (416); one whose length
-/// overflows `u64` is [`UploadError::RangeInvalid`] (400). Checked
-/// arithmetic only: a length never wraps.
-fn check_range(range: Option<(u64, u64)>, offset: u64) -> Result<Option<u64>> {
-    let Some((start, end)) = range else {
-        return Ok(None);
-    };
-    if start != offset || end < start {
-        return Err(UploadError::OutOfOrder { start, offset });
-    }
-    (end - start)
-        .checked_add(1)
-        .map(Some)
-        .ok_or(UploadError::RangeInvalid { start, end })
-}
-
-/// Parses a chunk's `Content-Range`: `<start>-<end>` (distribution-spec
-/// regex `^[0-9]+-[0-9]+$`, inclusive end). A `bytes ` prefix (RFC 9110
-/// form, sent by some clients) is accepted too. `None`: malformed.
-pub fn parse_content_range(value: &str) -> Option<(u64, u64)> {
-    let v = value.trim();
-    let v = v.strip_prefix("bytes ").unwrap_or(v);
-    let v = v.split('/').next()?;
-    let (a, b) = v.split_once('-')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
-    if !digits(a) || !digits(b) {
-        return None;
-    }
-    Some((a.parse().ok()?, b.parse().ok()?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids() {
-        let id = UploadId::new();
-        assert_eq!(UploadId::parse(id.as_str()), Some(id.clone()));
-        assert!(UploadId::parse("../x").is_none());
-        assert!(UploadId::parse(&id.as_str().to_uppercase()).is_none());
-        assert!(UploadId::parse(&id.as_str().replace('-', "")).is_none());
-        assert!(id.part_key(5).ends_with("/00000000000000000005"));
-    }
-
-    #[test]
-    fn range_lengths_never_wrap() {
-        assert_eq!(check_range(None, 7).unwrap(), None);
-        assert_eq!(check_range(Some((0, 0)), 0).unwrap(), Some(1));
-        assert_eq!(check_range(Some((5, 9)), 5).unwrap(), Some(5));
-        assert!(matches!(
-            check_range(Some((0, u64::MAX)), 0),
-            Err(UploadError::RangeInvalid {
-                start: 0,
-                end: u64::MAX
-            })
-        ));
-        assert_eq!(check_range(Some((1, u64::MAX)), 1).unwrap(), Some(u64::MAX));
-        assert!(matches!(
-            check_range(Some((5, 4)), 5),
-            Err(UploadError::OutOfOrder {
-                start: 5,
-                offset: 5
-            })
-        ));
-        assert!(matches!(
-            check_range(Some((3, 9)), 0),
-            Err(UploadError::OutOfOrder {
-                start: 3,
-                offset: 0
-            })
-        ));
-    }
-
-    #[test]
-    fn content_ranges() {
-        assert_eq!(parse_content_range("0-99"), Some((0, 99)));
-        assert_eq!(parse_content_range("bytes 100-199/*"), Some((100, 199)));
-        assert_eq!(parse_content_range("0-"), None);
-        assert_eq!(parse_content_range("-5"), None);
-        assert_eq!(parse_content_range("a-b"), None);
-        assert_eq!(parse_content_range("1-2-3"), None);
     }
 }

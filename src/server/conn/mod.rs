@@ -42,35 +42,35 @@
 //!
 //! Never routes or logs requests (that is [`super::router`]).
 
-use std::convert::Infallible;
+mod activity;
+mod handle;
+mod io;
+mod malformed;
+
 use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
-use axum::response::IntoResponse;
+use axum::http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use serde_json::json;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
+pub(super) use self::activity::Activity;
+use self::activity::idle_deadline;
+use self::handle::handle;
+use self::io::TrackedIo;
+use self::malformed::Answering;
 use super::App;
-use super::body::{Pace, RequestBody, ResponseBody, ResponseBudget};
+use super::body::ResponseBudget;
 use super::slots::{Refused, Slot, Slots};
 use super::tls::{ClientCertNames, Tls};
-use crate::registry::errors::{ErrorCode, RegistryError};
-use crate::registry::routes::Route;
 
 /// Connection limits and timeouts of the HTTP listener (`airlock serve`
 /// flags `--header-timeout-secs`, `--idle-timeout-secs`,
@@ -326,12 +326,10 @@ async fn serve_connection(
     _slot: Slot,
     watcher: Watcher,
 ) {
-    let tracked = TrackedIo {
-        inner: tcp,
-        activity: activity.clone(),
-    };
+    let tracked = TrackedIo::new(tcp, activity.clone());
     let Some(tls) = shared.tls.clone() else {
-        return serve_io(TokioIo::new(tracked), peer, None, shared, activity, watcher).await;
+        let io = Answering::new(tracked, activity.clone(), peer);
+        return serve_io(TokioIo::new(io), peer, None, shared, activity, watcher).await;
     };
     let handshake = tls.acceptor().accept(tracked);
     let stream = match tokio::time::timeout(shared.limits.header_timeout, handshake).await {
@@ -346,7 +344,8 @@ async fn serve_connection(
         }
     };
     let names = super::tls::client_names(stream.get_ref().1);
-    serve_io(TokioIo::new(stream), peer, names, shared, activity, watcher).await;
+    let io = Answering::new(stream, activity.clone(), peer);
+    serve_io(TokioIo::new(io), peer, names, shared, activity, watcher).await;
 }
 
 /// Serves HTTP on `io` (see [`serve_connection`]).
@@ -380,294 +379,13 @@ async fn serve_io<I>(
     }
 }
 
-/// Serves one request: the request body under its [`Pace`], the response
-/// body under the [`ResponseBudget`]; a body found too slow turns the
-/// answer into a 408.
-fn handle(
-    req: Request<Incoming>,
-    peer: SocketAddr,
-    names: Option<ClientCertNames>,
-    shared: &Arc<Shared>,
-    activity: &Arc<Activity>,
-) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + use<> {
-    let guard = activity.begin_request();
-    let (mut parts, body) = req.into_parts();
-    if parts.version == Version::HTTP_2 {
-        activity.h2.store(true, Ordering::Release);
-    }
-    parts.extensions.insert(super::trace::ClientAddr(peer));
-    parts.extensions.insert(axum::extract::ConnectInfo(peer));
-    if let Some(n) = names {
-        parts.extensions.insert(n);
-    }
-    let limits = &shared.limits;
-    let manifest_put = parts.method == Method::PUT
-        && matches!(Route::parse(parts.uri.path()), Ok(Route::Manifest { .. }));
-    let pace = Pace {
-        idle: limits.idle_timeout,
-        min_rate: limits.min_body_rate,
-        grace: limits.header_timeout,
-        deadline: manifest_put.then(|| Instant::now() + limits.manifest_put_timeout),
-    };
-    let too_slow = Arc::new(OnceLock::new());
-    let body = RequestBody::new(body, pace, activity.clone(), too_slow.clone());
-    let v2 = parts.uri.path().starts_with("/v2/");
-    let registry = super::is_registry_path(parts.uri.path());
-    let http1 = parts.version < Version::HTTP_2;
-    let target = if registry {
-        Err(shared.app.clone())
-    } else {
-        Ok(shared.router.clone())
-    };
-    let (activity, budget) = (activity.clone(), shared.budget.clone());
-    async move {
-        let req = Request::from_parts(parts, axum::body::Body::new(body));
-        let res = match target {
-            // The registry's hot path skips the router (same middleware).
-            // Boxed: the registry's future is large (every handler's
-            // state), and hyper moves the future `handle` returns into its
-            // own box, a copy of that size per request.
-            Err(app) => Box::pin(super::serve_registry(app, req)).await,
-            Ok(router) => match tower::ServiceExt::oneshot(router, req).await {
-                Ok(res) => res,
-                Err(never) => match never {},
-            },
-        };
-        drop(guard);
-        let res = match too_slow.get() {
-            Some(reason) => {
-                tracing::info!(client = %peer, reason, "request body too slow, answered 408");
-                too_slow_response(reason, v2, manifest_put, http1)
-            }
-            None => res,
-        };
-        Ok(res.map(|b| ResponseBody::new(b, activity, budget)))
-    }
-}
-
-/// 408 for a request whose body was too slow (`reason`): an OCI error body
-/// under `/v2/` (`MANIFEST_INVALID` for a manifest PUT, else
-/// `BLOB_UPLOAD_INVALID`), plain text elsewhere; HTTP/1 connections are
-/// closed after it.
-fn too_slow_response(
-    reason: &str,
-    v2: bool,
-    manifest: bool,
-    http1: bool,
-) -> axum::response::Response {
-    let reason = format!("request body too slow: {reason}");
-    let mut res = if v2 {
-        let code = if manifest {
-            ErrorCode::ManifestInvalid
-        } else {
-            ErrorCode::BlobUploadInvalid
-        };
-        let mut res = RegistryError::Status {
-            status: StatusCode::REQUEST_TIMEOUT,
-            code,
-            detail: json!({ "reason": reason }),
-            headers: Box::default(),
-        }
-        .into_response();
-        res.headers_mut().insert(
-            crate::registry::responses::DOCKER_DISTRIBUTION_API_VERSION,
-            crate::registry::responses::API_VERSION,
-        );
-        res
-    } else {
-        (StatusCode::REQUEST_TIMEOUT, format!("{reason}\n")).into_response()
-    };
-    if http1 {
-        res.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    res
-}
-
-/// Completes when the connection should be closed: no request started
-/// within the header timeout after accept, or no request in progress and
-/// no activity for the idle timeout.
-///
-/// Requests never wake this timer (a wake-up per request would re-poll the
-/// connection and re-arm a timer on every request): it sleeps until the
-/// deadline computed now, or at most one idle timeout, and then
-/// recomputes. Activity only ever moves the deadline later, except the end
-/// of the first request when the idle timeout is shorter than the header
-/// timeout, which the cap of one idle timeout covers.
-async fn idle_deadline(activity: &Activity, limits: &Limits) {
-    loop {
-        let now = Instant::now();
-        let deadline = if activity.requests.load(Ordering::Acquire) == 0 {
-            activity.started + limits.header_timeout
-        } else if activity.in_flight.load(Ordering::Acquire) > 0 {
-            now + limits.idle_timeout
-        } else {
-            activity.last() + limits.idle_timeout
-        };
-        if deadline <= now {
-            // A request may have started since the load above; re-check.
-            if activity.in_flight.load(Ordering::Acquire) == 0
-                && (activity.requests.load(Ordering::Acquire) == 0
-                    || activity.last() + limits.idle_timeout <= Instant::now())
-            {
-                return;
-            }
-            continue;
-        }
-        tokio::time::sleep_until(deadline.min(now + limits.idle_timeout)).await;
-    }
-}
-
-/// Per-connection bookkeeping shared by [`TrackedIo`], the service, the
-/// bodies, the slots and [`idle_deadline`].
-pub(super) struct Activity {
-    started: Instant,
-    /// Milliseconds after `started` of the last read or write.
-    last_ms: AtomicU64,
-    /// Requests started on this connection.
-    requests: AtomicU64,
-    /// Requests whose response head is not ready yet.
-    in_flight: AtomicUsize,
-    /// Set on the first HTTP/2 request: from then on socket traffic is
-    /// not activity, only requests and their bodies are.
-    h2: AtomicBool,
-    /// Signalled when the slots evict this connection.
-    close: Notify,
-    #[cfg_attr(not(test), allow(dead_code))]
-    close_requested: AtomicBool,
-}
-
-impl Activity {
-    pub(super) fn new() -> Activity {
-        Activity {
-            started: Instant::now(),
-            last_ms: AtomicU64::new(0),
-            requests: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
-            h2: AtomicBool::new(false),
-            close: Notify::new(),
-            close_requested: AtomicBool::new(false),
-        }
-    }
-
-    /// Whether a request has started on this connection.
-    pub(super) fn has_requests(&self) -> bool {
-        self.requests.load(Ordering::Acquire) > 0
-    }
-
-    /// Asks the connection's task to close it.
-    pub(super) fn close(&self) {
-        self.close_requested.store(true, Ordering::Release);
-        self.close.notify_one();
-    }
-
-    /// Whether [`Activity::close`] was called.
-    #[cfg(test)]
-    pub(super) fn close_requested(&self) -> bool {
-        self.close_requested.load(Ordering::Acquire)
-    }
-
-    /// Records activity now.
-    pub(super) fn touch(&self) {
-        let ms = self.started.elapsed().as_millis() as u64;
-        self.last_ms.fetch_max(ms, Ordering::Release);
-    }
-
-    /// Socket traffic: activity over HTTP/1 only.
-    fn touch_io(&self) {
-        if !self.h2.load(Ordering::Relaxed) {
-            self.touch();
-        }
-    }
-
-    fn last(&self) -> Instant {
-        self.started + Duration::from_millis(self.last_ms.load(Ordering::Acquire))
-    }
-
-    pub(super) fn begin_request(self: &Arc<Self>) -> RequestGuard {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.requests.fetch_add(1, Ordering::AcqRel);
-        RequestGuard(self.clone())
-    }
-}
-
-/// One request in progress; on drop the idle clock restarts from now.
-pub(super) struct RequestGuard(Arc<Activity>);
-
-impl Drop for RequestGuard {
-    fn drop(&mut self) {
-        self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A socket that records the time of every successful read and write as
-/// activity, until the connection turns out to speak HTTP/2.
-struct TrackedIo {
-    inner: TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl AsyncRead for TrackedIo {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touch_io();
-        }
-        res
-    }
-}
-
-impl AsyncWrite for TrackedIo {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let res = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch_io();
-        }
-        res
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch_io();
-        }
-        res
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 /// Accept errors about one failed incoming connection (retry at once), as
 /// opposed to resource errors such as `EMFILE` (back off).
-fn is_connection_error(e: &io::Error) -> bool {
+fn is_connection_error(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
     )
 }

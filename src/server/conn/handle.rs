@@ -1,0 +1,131 @@
+//! One request on a connection: extensions (client address, certificate
+//! names), the request body under its pace, the response body under the
+//! response budget, and the 408 for a body found too slow.
+//!
+//! Owns: [`handle`], the service hyper calls per request. Never routes:
+//! the registry's hot path and the router are in `super::super`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use axum::http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use axum::response::IntoResponse;
+use hyper::body::Incoming;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::Shared;
+use super::activity::Activity;
+use crate::registry::errors::{ErrorCode, RegistryError};
+use crate::registry::routes::Route;
+use crate::server::body::{Pace, RequestBody, ResponseBody};
+use crate::server::tls::ClientCertNames;
+
+/// Serves one request: the request body under its [`Pace`], the response
+/// body under the [`ResponseBudget`]; a body found too slow turns the
+/// answer into a 408.
+pub(super) fn handle(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    names: Option<ClientCertNames>,
+    shared: &Arc<Shared>,
+    activity: &Arc<Activity>,
+) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + use<> {
+    let guard = activity.begin_request();
+    let (mut parts, body) = req.into_parts();
+    if parts.version == Version::HTTP_2 {
+        activity.h2.store(true, Ordering::Release);
+    }
+    parts
+        .extensions
+        .insert(crate::server::trace::ClientAddr(peer));
+    parts.extensions.insert(axum::extract::ConnectInfo(peer));
+    if let Some(n) = names {
+        parts.extensions.insert(n);
+    }
+    let limits = &shared.limits;
+    let manifest_put = parts.method == Method::PUT
+        && matches!(Route::parse(parts.uri.path()), Ok(Route::Manifest { .. }));
+    let pace = Pace {
+        idle: limits.idle_timeout,
+        min_rate: limits.min_body_rate,
+        grace: limits.header_timeout,
+        deadline: manifest_put.then(|| Instant::now() + limits.manifest_put_timeout),
+    };
+    let too_slow = Arc::new(OnceLock::new());
+    let body = RequestBody::new(body, pace, activity.clone(), too_slow.clone());
+    let v2 = parts.uri.path().starts_with("/v2/");
+    let registry = crate::server::is_registry_path(parts.uri.path());
+    let http1 = parts.version < Version::HTTP_2;
+    let target = if registry {
+        Err(shared.app.clone())
+    } else {
+        Ok(shared.router.clone())
+    };
+    let (activity, budget) = (activity.clone(), shared.budget.clone());
+    async move {
+        let req = Request::from_parts(parts, axum::body::Body::new(body));
+        let res = match target {
+            // The registry's hot path skips the router (same middleware).
+            // Boxed: the registry's future is large (every handler's
+            // state), and hyper moves the future `handle` returns into its
+            // own box, a copy of that size per request.
+            Err(app) => Box::pin(crate::server::serve_registry(app, req)).await,
+            Ok(router) => match tower::ServiceExt::oneshot(router, req).await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            },
+        };
+        drop(guard);
+        let res = match too_slow.get() {
+            Some(reason) => {
+                tracing::info!(client = %peer, reason, "request body too slow, answered 408");
+                too_slow_response(reason, v2, manifest_put, http1)
+            }
+            None => res,
+        };
+        Ok(res.map(|b| ResponseBody::new(b, activity, budget)))
+    }
+}
+
+/// 408 for a request whose body was too slow (`reason`): an OCI error body
+/// under `/v2/` (`MANIFEST_INVALID` for a manifest PUT, else
+/// `BLOB_UPLOAD_INVALID`), plain text elsewhere; HTTP/1 connections are
+/// closed after it.
+fn too_slow_response(
+    reason: &str,
+    v2: bool,
+    manifest: bool,
+    http1: bool,
+) -> axum::response::Response {
+    let reason = format!("request body too slow: {reason}");
+    let mut res = if v2 {
+        let code = if manifest {
+            ErrorCode::ManifestInvalid
+        } else {
+            ErrorCode::BlobUploadInvalid
+        };
+        let mut res = RegistryError::Status {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code,
+            detail: json!({ "reason": reason }),
+            headers: Box::default(),
+        }
+        .into_response();
+        res.headers_mut().insert(
+            crate::registry::responses::DOCKER_DISTRIBUTION_API_VERSION,
+            crate::registry::responses::API_VERSION,
+        );
+        res
+    } else {
+        (StatusCode::REQUEST_TIMEOUT, format!("{reason}\n")).into_response()
+    };
+    if http1 {
+        res.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    res
+}

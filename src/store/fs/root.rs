@@ -1,0 +1,146 @@
+//! `refs/root`: reading it (one `stat(2)` while unchanged) and the
+//! compare-and-swap (an exclusive `flock` on `refs/root.lock`, write,
+//! fsync with the directories waiting for sync, rename).
+
+use super::*;
+
+/// The last `refs/root` read, with the file it was read from held open.
+/// Holding it open keeps its inode from being freed and reused, so "the
+/// path still names the same inode" is an exact test that the root did not
+/// change (it is only ever replaced by rename, never written in place):
+/// one `stat(2)` per read instead of open, read and close.
+pub(super) struct CachedRoot {
+    pub(super) _file: std::fs::File,
+    pub(super) dev: u64,
+    pub(super) ino: u64,
+    pub(super) root: RootVersion,
+}
+
+impl FsStore {
+    pub(super) fn root_unchanged_now(&self, seen: &RootVersion) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = match std::fs::metadata(&*self.root_file) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Some(false),
+            Err(_) => return None,
+        };
+        let cache = self.root_cache.lock().ok()?;
+        let c = cache.as_ref()?;
+        Some((c.dev, c.ino) == (meta.dev(), meta.ino()) && c.root.value == seen.value)
+    }
+
+    pub(super) async fn read_root_now(&self) -> Result<Option<RootVersion>> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let path = &*self.root_file;
+        // Readers call this on every request: one inline stat(2) while the
+        // root is unchanged (see `CachedRoot`), else a tiny file read inline.
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if let Ok(cache) = self.root_cache.lock()
+            && let Some(c) = cache.as_ref()
+            && (c.dev, c.ino) == (meta.dev(), meta.ino())
+        {
+            return Ok(Some(c.root.clone()));
+        }
+        let mut file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let opened = file.metadata()?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        let value = text.trim().to_string();
+        let root = RootVersion {
+            version: value.clone(),
+            value,
+        };
+        if let Ok(mut cache) = self.root_cache.lock() {
+            *cache = Some(CachedRoot {
+                _file: file,
+                dev: opened.dev(),
+                ino: opened.ino(),
+                root: root.clone(),
+            });
+        }
+        // A new root: small blobs in memory are checked against their
+        // paths again ([`crate::store::hot`]).
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        Ok(Some(root))
+    }
+
+    pub(super) async fn swap_root_now(
+        &self,
+        expected: Option<&RootVersion>,
+        value: &str,
+    ) -> Result<bool> {
+        let dir = self.root.join("refs");
+        let expected = expected.map(|v| v.version.clone());
+        let value = value.to_string();
+        let cache = self.root_cache.clone();
+        // The directories waiting for sync are fsynced here too, after the
+        // new root's file is (on ext4 that fsync commits their entries in
+        // the same journal commit, so theirs return at once), and before
+        // the rename that makes the new root current.
+        let _syncing = self.sync_lock.lock().await;
+        let dirty = self.take_dirty();
+        blocking(move || {
+            use std::os::unix::fs::MetadataExt;
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join("root.lock"))?;
+            lock.lock()?;
+            let current = match std::fs::read_to_string(dir.join("root")) {
+                Ok(s) => Some(s.trim().to_string()),
+                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            if current != expected {
+                dirty.sync_with(None)?;
+                return Ok(false);
+            }
+            let t0 = std::time::Instant::now();
+            let tmp = dir.join("root.tmp");
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(value.as_bytes())?;
+            f.write_all(b"\n")?;
+            // The new root's file, the directories of what was written
+            // since the last sync and the batch-written files in one round:
+            // all durable before the rename.
+            dirty.sync_with(Some(&f))?;
+            let t1 = std::time::Instant::now();
+            std::fs::rename(&tmp, dir.join("root"))?;
+            sync::dir(&dir)?;
+            tracing::debug!(
+                dirs = dirty.dirs.len(),
+                files = dirty.files.len(),
+                sync_us = (t1 - t0).as_micros(),
+                refs_sync_us = t1.elapsed().as_micros(),
+                "fs: root swapped"
+            );
+            // Remember the new root (its file held open, see `CachedRoot`),
+            // so the next read is one stat(2).
+            let meta = f.metadata()?;
+            if let Ok(mut c) = cache.lock() {
+                *c = Some(CachedRoot {
+                    _file: f,
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    root: RootVersion {
+                        version: value.clone(),
+                        value,
+                    },
+                });
+            }
+            // The lock is released when `lock` is dropped.
+            Ok(true)
+        })
+        .await
+    }
+}
