@@ -12,6 +12,8 @@ mod data;
 mod events;
 mod keys;
 mod ops;
+#[cfg(test)]
+mod reference;
 mod serve;
 mod stack;
 mod torcx;

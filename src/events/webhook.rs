@@ -19,7 +19,8 @@ use sha2::Sha256;
 pub struct WebhookConfig {
     /// Where to POST (`http://` or `https://`).
     pub url: String,
-    /// The event types to send (see [`super::KINDS`]); empty or absent: all.
+    /// The event types to send (`stack.promoted`, `stack.rolled_back`,
+    /// `stack.state_changed`, `import.completed`); empty or absent: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<String>,
     /// The HMAC key; absent: no `X-Airlock-Signature` header.
