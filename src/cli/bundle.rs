@@ -112,6 +112,7 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                     "bytes_written": created.bytes,
                     "files": created.files,
                     "registry": created.pulled,
+                    "stacks_checked": created.checked,
                 });
                 println!("{}", serde_json::to_string_pretty(&summary)?);
                 return Ok(());
@@ -131,6 +132,15 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                     .collect::<Vec<_>>()
                     .join(" ")
             );
+            for c in &created.checked {
+                println!(
+                    "{} {}: flattens ({}; layers read: {})",
+                    c.why,
+                    c.image,
+                    c.platforms.join(", "),
+                    c.layers
+                );
+            }
         }
         BundleCmd::Inspect { bundles } => {
             let doc = import::inspect(bundle_reader(&bundles)?)?;

@@ -174,6 +174,11 @@ async fn import_journaled(
         progress,
     )
     .await?;
+    crate::stacks::candidates::check_bundle(
+        &crate::stacks::candidates::Stored(store.clone()),
+        &doc,
+    )
+    .await?;
     let mut ops = Vec::new();
     for img in &doc.images {
         ops.extend(image_ops(&*store, img).await?);
