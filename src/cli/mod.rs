@@ -9,6 +9,7 @@
 mod bundle;
 mod cell;
 mod data;
+mod digests;
 mod events;
 mod keys;
 mod ops;

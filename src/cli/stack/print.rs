@@ -11,6 +11,37 @@ pub(super) fn mb(n: u64) -> String {
     format!("{:.1} MB", n as f64 / 1e6)
 }
 
+/// One line for `stack lifecycle`: digest, status, stack, promotion, and
+/// what the status depends on.
+pub(super) fn lifecycle_line(l: &lifecycle::Lifecycle) -> String {
+    let mut out = format!("{} {}", l.digest, l.status);
+    if let Some(s) = &l.stack {
+        out.push_str(&format!(" stack {s}"));
+    }
+    if let Some(p) = l.promotion {
+        out.push_str(&format!(" promotion {p}"));
+    }
+    if let Some(pct) = l.rollout_percent {
+        out.push_str(&format!(" on {pct} % of cells"));
+    }
+    if let Some(t) = &l.since {
+        out.push_str(&format!(" since {t}"));
+    }
+    if let Some(r) = &l.rolling_out_to {
+        out.push_str(&format!(
+            "; rolling out to {} (promotion {}) on {} % of cells",
+            r.digest, r.promotion, r.percent
+        ));
+    }
+    if let Some(d) = &l.superseded_by {
+        out.push_str(&format!("; current is {d}"));
+    }
+    if l.restage_required {
+        out.push_str(" (restage required)");
+    }
+    out
+}
+
 pub(super) fn list(table: &StackTable) {
     if table.stacks.is_empty() && table.custom.is_empty() {
         println!("no stacks");
