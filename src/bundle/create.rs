@@ -199,6 +199,8 @@ pub struct Created {
     pub pulled: Option<PullSummary>,
     /// Stack candidates checked for flattenability.
     pub checked: Vec<crate::stacks::candidates::Checked>,
+    /// The signed volume list (`OUT.volumes.asc`), when split into volumes.
+    pub volume_list: Option<PathBuf>,
 }
 
 /// What the registry sources cost (`bundle create --json`).
@@ -537,13 +539,27 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         &carried,
         progress,
     );
-    match result.and_then(|()| out.finish()) {
-        Ok((files, bytes)) => Ok(Created {
+    let written = result
+        .and_then(|()| out.finish())
+        .and_then(|(files, bytes)| {
+            let list = match out.volume_list(&doc.id) {
+                Some(list) => {
+                    let path = super::volume_list::list_path(opts.out);
+                    list.write(&path, opts.key)?;
+                    Some(path)
+                }
+                None => None,
+            };
+            Ok((files, bytes, list))
+        });
+    match written {
+        Ok((files, bytes, volume_list)) => Ok(Created {
             doc,
             files,
             bytes,
             pulled,
             checked,
+            volume_list,
         }),
         Err(e) => {
             out.remove_all();

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use airlock::bundle::{format, import as bundle_import, sign};
 
-use super::{DataArg, bundle_reader, progress_bar};
+use super::{BundleInput, DataArg, progress_bar};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
@@ -19,6 +19,10 @@ pub struct ImportArgs {
     /// Bundle files, volumes in order (`NAME` finds `NAME.000`, `NAME.001`, ...), or `-` for stdin.
     #[arg(required = true)]
     bundles: Vec<PathBuf>,
+    /// The signed volume list of the volumes [default: `NAME.volumes.asc`
+    /// beside the first volume, when there].
+    #[arg(long)]
+    volume_list: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -42,11 +46,12 @@ pub struct HistoryArgs {
 
 pub async fn import(args: ImportArgs) -> Result<()> {
     let keyring = sign::Keyring::load(&args.keyring)?;
-    let reader = bundle_reader(&args.bundles)?;
+    let mut input = BundleInput::open(&args.bundles, Some(&keyring), args.volume_list.as_deref())?;
     let opened = args.data.open(true)?;
     opened.sweep_scratch().await;
     let state = airlock::state::StateStore::new(opened.blobstore());
     let pb = progress_bar();
+    let reader = std::mem::replace(&mut input.reader, Box::new(std::io::empty()));
     let report = bundle_import::import(
         &state,
         keyring,
@@ -54,7 +59,8 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         &airlock::state::user_at_host(),
         pb.clone(),
     )
-    .await?;
+    .await
+    .map_err(|e| input.blame(e))?;
     pb.finish_and_clear();
     println!("{report}");
     Ok(())

@@ -11,6 +11,7 @@ mod cell;
 mod data;
 mod digests;
 mod events;
+mod input;
 mod keys;
 mod ops;
 mod serve;
@@ -19,7 +20,7 @@ mod torcx;
 mod user;
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -110,6 +111,10 @@ enum Command {
 /// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024).
 pub use airlock::config::parse_size;
 
+/// A size as every command prints it (`700.0 MiB`: powers of 1024, as
+/// [`parse_size`] reads them).
+pub use airlock::config::format_size as size;
+
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
 pub fn progress_bar() -> indicatif::ProgressBar {
     if !std::io::stderr().is_terminal() {
@@ -122,14 +127,7 @@ pub fn progress_bar() -> indicatif::ProgressBar {
     indicatif::ProgressBar::new(0).with_style(style)
 }
 
-/// Bundle files or volumes (or `-`) as one reader.
-pub fn bundle_reader(bundles: &[PathBuf]) -> Result<Box<dyn std::io::Read + Send>> {
-    let files = airlock::bundle::volume::expand_inputs(bundles)?;
-    Ok(Box::new(std::io::BufReader::with_capacity(
-        1 << 20,
-        airlock::bundle::volume::ChainReader::new(files),
-    )))
-}
+pub use input::BundleInput;
 
 /// Creates `path` with mode 0600 (never overwriting) and writes `text`.
 pub fn write_private(path: &Path, text: &str) -> Result<()> {
@@ -231,7 +229,8 @@ fn cause_chain(e: &anyhow::Error) -> String {
 }
 
 /// A cause fit for one terminal line: control characters escaped (no
-/// terminal escape injection from a hostile bundle), at most 1000 characters.
+/// terminal escape injection from a hostile bundle), bytes that were not
+/// text shown as `?`, at most 1000 characters.
 fn one_line(text: &str) -> String {
     const MAX: usize = 1000;
     let mut out = String::new();
@@ -242,9 +241,23 @@ fn one_line(text: &str) -> String {
         }
         if c.is_control() {
             out.extend(c.escape_default());
+        } else if c == char::REPLACEMENT_CHARACTER {
+            // Bytes that were not text (a tar header field, say): never on screen.
+            out.push('?');
         } else {
             out.push(c);
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_are_one_line_of_text() {
+        let raw = String::from_utf8_lossy(b"numeric field: y\xff\xfe5\x1b[2J\n");
+        assert_eq!(one_line(&raw), "numeric field: y??5\\u{1b}[2J\\n");
+    }
 }

@@ -393,6 +393,23 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("invalid size {s:?}"))
 }
 
+/// A size for people, in the units [`parse_size`] reads (powers of 1024):
+/// `512 B`, `12.3 KiB`, `700.0 MiB`, `4.0 GiB`, `1.0 TiB`. Every size airlock
+/// prints goes through here, so one unit style is used everywhere.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {
     use serde::Deserialize as _;
     #[derive(serde::Deserialize)]
