@@ -331,7 +331,7 @@ pub struct ImportSection {
     pub keyring: Option<PathBuf>,
 }
 
-/// `[torcx]`: signing keys of the torcx remotes.
+/// `[torcx]`: signing keys of the torcx remotes, and whether hosts fetch without credentials.
 #[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorcxSection {
@@ -345,6 +345,12 @@ pub struct TorcxSection {
     #[arg(long = "torcx-key", value_name = "REMOTE=KEY.sec.asc")]
     #[serde(skip)]
     pub key_flags: Vec<String>,
+    /// Serve torcx contents and archives (`/torcx/...` GET and HEAD)
+    /// without credentials even when users are configured: both are signed
+    /// and every host verifies them, so no host needs a shared password in
+    /// its world-readable `remote.json` [default: false].
+    #[arg(long = "torcx-public", env = "AIRLOCK_TORCX_PUBLIC", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub public: Option<bool>,
 }
 
 /// A size in bytes: an integer, or a string with a K, M, G or T suffix

@@ -14,6 +14,10 @@
 //! document and its signature stay byte-identical between requests until the
 //! next import.
 //!
+//! With `[torcx] public = true` hosts fetch without credentials even when
+//! users are configured ([`TorcxConfig::serves_anonymously`]): the remote's
+//! `remote.json` on every host then holds no password.
+//!
 //! Owns: routing, response headers and the signing-key map. Never changes
 //! state; reads the current snapshot on every request (new imports are
 //! served without a restart).
@@ -42,10 +46,13 @@ use crate::store::blob_key;
 const CACHE_MAX: usize = 1024;
 
 /// The torcx part of the server's configuration: one RSA signing key per
-/// remote (`serve --torcx-key REMOTE=KEY.sec.asc`) and the signed-document cache.
+/// remote (`serve --torcx-key REMOTE=KEY.sec.asc`), whether hosts fetch
+/// without credentials (`[torcx] public`), and the signed-document cache.
 #[derive(Default)]
 pub struct TorcxConfig {
     keys: BTreeMap<String, Arc<SigningKey>>,
+    /// GET/HEAD of `/torcx/...` need no credentials (see [`TorcxConfig::serves_anonymously`]).
+    public: bool,
     cache: Mutex<HashMap<String, Arc<Cached>>>,
     /// The last `torcx` document read, by its digest (documents are immutable).
     doc: Mutex<Option<(String, Arc<TorcxDoc>)>>,
@@ -62,9 +69,39 @@ impl TorcxConfig {
     pub fn new(keys: BTreeMap<String, SigningKey>) -> TorcxConfig {
         TorcxConfig {
             keys: keys.into_iter().map(|(r, k)| (r, Arc::new(k))).collect(),
+            public: false,
             cache: Mutex::default(),
             doc: Mutex::default(),
         }
+    }
+
+    /// The remotes with a signing key (the ones served), sorted.
+    pub fn remotes(&self) -> Vec<&str> {
+        self.keys.keys().map(String::as_str).collect()
+    }
+
+    /// Whether hosts fetch without credentials (`[torcx] public`).
+    pub fn public(&self) -> bool {
+        self.public
+    }
+
+    /// With `public`, hosts fetch contents and archives without credentials
+    /// (`[torcx] public = true`, `serve --torcx-public`).
+    pub fn with_public(mut self, public: bool) -> TorcxConfig {
+        self.public = public;
+        self
+    }
+
+    /// Whether a request needs no credentials because it is a host's read
+    /// of a public torcx remote: GET or HEAD under `/torcx/` with `[torcx]
+    /// public = true`. Safe to serve to anyone: the contents are signed
+    /// with the remote's key and every archive is verified by its hash
+    /// against them on the host, and torcx has no write routes. The access
+    /// layer asks this once per request, before it asks for credentials.
+    pub fn serves_anonymously(&self, method: &Method, path: &str) -> bool {
+        self.public
+            && matches!(*method, Method::GET | Method::HEAD)
+            && (path == "/torcx" || path.starts_with("/torcx/"))
     }
 
     /// Parses `REMOTE=PATH` and loads the key, which must be RSA (the torcx
