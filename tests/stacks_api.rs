@@ -646,6 +646,47 @@ async fn cells_report_and_status_shows_who_lags(b: Backend) {
             "missing {line:?} in\n{prom}"
         );
     }
+    // The server's /metrics carries the same gauges, and downloads in flight.
+    let res = request(&router, "GET", "/metrics", "").await;
+    let metrics =
+        String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    for line in [
+        format!(
+            "airlock_stack_cells_lagging{{stack=\"bb\"}} {}",
+            lagging.len()
+        ),
+        format!(
+            "airlock_stack_cells{{stack=\"bb\",digest=\"{v1}\"}} {}",
+            20 - on_v2
+        ),
+        "airlock_stack_rootfs_downloads_in_flight{stack=\"bb\"} 0".to_string(),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+    // The text status names at most --max-cells lagging cells, then how many more.
+    let text = data.airlock_ok(&["stack", "status", "bb", "--max-cells", "2"], &[]);
+    let shown = lagging
+        .iter()
+        .take(2)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let more = lagging.len().saturating_sub(2);
+    let want = if more > 0 {
+        format!(
+            "  lagging (need a restart on their digest): {shown} ... and {more} more (--json lists all)"
+        )
+    } else {
+        format!("  lagging (need a restart on their digest): {shown}")
+    };
+    assert!(
+        text.lines().any(|l| l == want),
+        "missing {want:?} in\n{text}"
+    );
     // Bad reports are refused and store nothing.
     for (uri, body, want) in [
         ("/stacks/v1/bb/cells/c1", r#"{"digest":"sha256:abc"}"#, 400),

@@ -13,6 +13,7 @@ mod digests;
 mod events;
 mod input;
 mod keys;
+mod ls;
 mod ops;
 mod serve;
 mod stack;
@@ -36,7 +37,13 @@ use airlock::store::OpenedStore;
 )]
 struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `airlock=debug`.
-    #[arg(long, global = true, env = "AIRLOCK_LOG", default_value = "warn")]
+    /// The default shows warnings and `serve`'s start-up line.
+    #[arg(
+        long,
+        global = true,
+        env = "AIRLOCK_LOG",
+        default_value = "warn,airlock::startup=info"
+    )]
     log: String,
     /// Log format on stderr.
     #[arg(long, global = true, value_parser = ["text", "json"], default_value = "text")]
@@ -80,6 +87,9 @@ enum Command {
     Bundle(bundle::BundleCmd),
     /// Verify bundles and commit them into the store (one root swap).
     Import(data::ImportArgs),
+    /// List what the store holds: repositories (tags, sizes), stacks and
+    /// torcx addons; with REPO, its tags with digests and sizes.
+    Ls(ls::LsArgs),
     /// Write the list of blobs this store holds (for delta bundles: `bundle create --have`).
     Inventory(data::InventoryArgs),
     /// List the state generations, newest first (number, time, who, reason).
@@ -149,6 +159,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Keys(cmd) => keys::run(cmd),
         Command::Bundle(cmd) => bundle::run(cmd).await,
         Command::Import(args) => data::import(args).await,
+        Command::Ls(args) => ls::run(args).await,
         Command::Inventory(args) => data::inventory(args).await,
         Command::History(args) => data::history(args).await,
         Command::Events(args) => events::run(args).await,
@@ -188,7 +199,11 @@ pub fn main() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(log_colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ));
     if cli.log_format == "json" {
         builder.json().init();
     } else {
@@ -208,6 +223,12 @@ pub fn main() {
         eprintln!("airlock: error: {}", one_line(&cause_chain(&e)));
         std::process::exit(1);
     }
+}
+
+/// Whether logs use colour: only on a terminal, and never when `NO_COLOR`
+/// is set to anything but the empty string (no-color.org).
+fn log_colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// The error and its causes joined by `: `, each cause once: a cause whose
@@ -254,6 +275,15 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(log_colour(true, None));
+        assert!(log_colour(true, Some(OsStr::new(""))));
+        assert!(!log_colour(true, Some(OsStr::new("1"))));
+        assert!(!log_colour(false, None));
+    }
 
     #[test]
     fn causes_are_one_line_of_text() {

@@ -77,6 +77,9 @@ pub struct Settings {
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
 }
 
+/// The `--help` heading of the S3 flags of every store command.
+pub const S3_HEADING: &str = "S3 store (with --store s3://BUCKET/PREFIX)";
+
 /// `[store]`: where blobs and metadata live.
 #[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,26 +92,26 @@ pub struct StoreSection {
     #[arg(long = "store", visible_alias = "store-url", env = "AIRLOCK_STORE")]
     pub url: Option<String>,
     /// S3 endpoint URL for `url` (MinIO, Ceph RGW, s3s; unset: AWS).
-    #[arg(long, env = "AIRLOCK_S3_ENDPOINT")]
+    #[arg(long, env = "AIRLOCK_S3_ENDPOINT", help_heading = S3_HEADING)]
     pub s3_endpoint: Option<String>,
     /// S3 region for `url` [default: AWS_REGION, AWS_DEFAULT_REGION, the
     /// AWS profile's, else us-east-1].
-    #[arg(long, env = "AIRLOCK_S3_REGION")]
+    #[arg(long, env = "AIRLOCK_S3_REGION", help_heading = S3_HEADING)]
     pub s3_region: Option<String>,
     /// Path-style S3 addressing (`endpoint/bucket/key`) [default: true
     /// when s3_endpoint is set, else virtual-hosted].
-    #[arg(long, env = "AIRLOCK_S3_PATH_STYLE", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "AIRLOCK_S3_PATH_STYLE", help_heading = S3_HEADING, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub s3_path_style: Option<bool>,
     /// PEM CA bundle trusted for the S3 endpoint (besides the system's).
-    #[arg(long, env = "AIRLOCK_S3_CA_FILE")]
+    #[arg(long, env = "AIRLOCK_S3_CA_FILE", help_heading = S3_HEADING)]
     pub s3_ca_file: Option<PathBuf>,
     /// Multipart part size of S3 writes (at least 5M) [default: 16M].
-    #[arg(long, env = "AIRLOCK_S3_PART_SIZE")]
+    #[arg(long, env = "AIRLOCK_S3_PART_SIZE", help_heading = S3_HEADING)]
     pub s3_part_size: Option<Size>,
     /// Accept an S3 server that ignores conditional writes, promising that
     /// only one airlock process writes to the bucket [default: false:
     /// refuse to start on such a server].
-    #[arg(long, env = "AIRLOCK_S3_SINGLE_WRITER", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "AIRLOCK_S3_SINGLE_WRITER", help_heading = S3_HEADING, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub s3_single_writer: Option<bool>,
     /// Refuse writes (HTTP 507) that would leave less free space: a size
     /// (`512M`, `2G`), a share (`5%`), `default` (the smaller of 1 GiB and

@@ -15,6 +15,7 @@ use airlock::state::user_at_host;
 use super::DataArg;
 
 mod print;
+pub(crate) use print::list as print_table;
 use print::*;
 
 #[derive(clap::Subcommand)]
@@ -93,6 +94,10 @@ pub enum StackCmd {
         /// Prometheus text-format gauges.
         #[arg(long)]
         prometheus: bool,
+        /// At most this many cell ids per list (lagging, stale) in the
+        /// text output; `--json` lists every one.
+        #[arg(long, default_value_t = 10)]
+        max_cells: usize,
     },
     /// Print a BOSH ops file adding the promoted stacks to Cloud
     /// Controller's `cc.stacks` (cf-deployment's `api` instance group); the
@@ -275,7 +280,7 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                             "{} rootfs sha256 {} ({})",
                             r.platform,
                             r.sha256.hex(),
-                            mb(r.size)
+                            crate::cli::size(r.size)
                         )
                     })
                     .collect();
@@ -335,6 +340,7 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
             stale_after_secs,
             json,
             prometheus,
+            max_cells,
         } => {
             let state = data.existing_state()?;
             let table = ops::load(&state).await?;
@@ -362,7 +368,7 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                 }
             } else {
                 for s in &statuses {
-                    print_status(s);
+                    print_status(s, max_cells);
                 }
             }
         }

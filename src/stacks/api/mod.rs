@@ -24,7 +24,8 @@
 //!
 //! Files: `route.rs` (paths), `reads.rs` (cells' requests), `writes.rs` (reports, admin
 //! actions, registration), `error.rs` (error bodies), `caching.rs` (cache headers of
-//! downloads); this file holds the router and dispatch.
+//! downloads), `gauges.rs` (the stack gauges of `/metrics`); this file holds the router
+//! and dispatch.
 
 use crate::registry::scope::RepositoryScope;
 use std::collections::HashMap;
@@ -56,10 +57,12 @@ use crate::store::blob_key;
 
 pub mod caching;
 mod error;
+mod gauges;
 mod reads;
 mod route;
 mod writes;
 use error::*;
+pub use gauges::with_stack_gauges;
 use reads::*;
 use route::*;
 use writes::*;
