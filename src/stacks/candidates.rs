@@ -17,6 +17,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures_util::StreamExt as _;
+
 use super::StackError;
 use super::flatten::{self, Layer};
 use super::image::{self, ImageSource, PlatformImage};
@@ -25,6 +27,9 @@ use super::table::ImageRef;
 use crate::bundle::format::BundleDoc;
 use crate::digest::{Digest, HashingReader};
 use crate::store::{Blobstore, blob_key};
+
+/// Images whose manifests and configs are read at once when looking for the stack label.
+const READ_AHEAD: usize = 16;
 
 /// Where the candidates' blobs are read: an image source that can also
 /// check a layer.
@@ -126,18 +131,37 @@ pub async fn check_bundle<S: CandidateSource>(
         let what = format!("stack candidate {}", s.name);
         out.push(check_image(src, &what, &s.image, &platforms, &mut done).await?);
     }
-    for img in doc.images.iter().filter(|i| !i.tags.is_empty()) {
-        if !named.insert(&img.digest) {
-            continue;
-        }
-        let r = ImageRef {
+    // The other tagged images' manifests and configs, read a few at a time
+    // (one round trip each on S3).
+    let others: Vec<_> = doc
+        .images
+        .iter()
+        .filter(|i| !i.tags.is_empty() && !named.contains(&i.digest))
+        .map(|img| ImageRef {
             repository: img.repository.clone(),
             digest: img.digest.clone(),
-        };
+        })
+        .collect();
+    let read = futures_util::stream::iter(others)
+        .map(|r| {
+            let absent = absent(&r.digest).to_vec();
+            async move {
+                let platforms = image::platforms_except(src, &r, &absent).await;
+                (r, platforms)
+            }
+        })
+        .buffered(READ_AHEAD)
+        .collect::<Vec<_>>()
+        .await;
+    let mut seen: HashSet<Digest> = HashSet::new();
+    for (r, platforms) in read {
         // Not readable as an image (an artifact, a non-JSON config): not a stack.
-        let Ok(platforms) = image::platforms_except(src, &r, &img.absent).await else {
+        let Ok(platforms) = platforms else {
             continue;
         };
+        if !seen.insert(r.digest.clone()) {
+            continue;
+        }
         let labelled: Vec<PlatformImage> = platforms
             .into_iter()
             .filter(|p| image::labels(&p.config).contains_key(STACK_ID_LABEL))
@@ -145,7 +169,7 @@ pub async fn check_bundle<S: CandidateSource>(
         if labelled.is_empty() {
             continue;
         }
-        let what = format!("image {} (label {STACK_ID_LABEL})", img.repository);
+        let what = format!("image {} (label {STACK_ID_LABEL})", r.repository);
         out.push(check_image(src, &what, &r, &labelled, &mut done).await?);
     }
     Ok(out)
