@@ -666,7 +666,13 @@ async fn cells_report_and_status_shows_who_lags(b: Backend) {
             "missing {line:?} in\n{metrics}"
         );
     }
-    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+    // A real OpenMetrics parser (Python prometheus_client) reads it all.
+    let samples = openmetrics(&metrics);
+    assert!(samples.iter().any(
+        |(name, labels, value)| name == "airlock_stack_cells_lagging"
+            && labels["stack"] == "bb"
+            && *value == lagging.len() as f64
+    ));
     // The text status names at most --max-cells lagging cells, then how many more.
     let text = data.airlock_ok(&["stack", "status", "bb", "--max-cells", "2"], &[]);
     let shown = lagging
