@@ -188,6 +188,7 @@ fn bundle_verify_and_inspect() {
     let doc: serde_json::Value = serde_json::from_str(&airlock_ok(&[
         "bundle",
         "inspect",
+        "--json",
         w.bundle.to_str().unwrap(),
     ]))
     .unwrap();
@@ -324,8 +325,13 @@ fn delta_bundle_carries_only_missing_blobs(b: Backend) {
     let config = w.dir.path().join("mirror.toml");
     let delta = w.dir.path().join("delta.tar");
     create_bundle(&config, &delta, &["--have", inv.to_str().unwrap()]);
-    let doc: serde_json::Value =
-        serde_json::from_str(&airlock_ok(&["bundle", "inspect", delta.to_str().unwrap()])).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&airlock_ok(&[
+        "bundle",
+        "inspect",
+        "--json",
+        delta.to_str().unwrap(),
+    ]))
+    .unwrap();
     assert_eq!(doc["blobs"].as_array().unwrap().len(), 0);
     assert!(!doc["required"].as_array().unwrap().is_empty());
     // Into the store that has everything: fine. Into an empty store: refused.

@@ -5,13 +5,11 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use common::backend::{Backend, on_backends};
 use common::router::{get, send_body};
-use common::{http, synth, test_key};
+use common::{http, openmetrics as parse, synth, test_key};
 
 // One backend per test process: airlock's metrics registry is process-wide
 // and the counts checked here are exact, so scenarios on several backends
@@ -19,44 +17,6 @@ use common::{http, synth, test_key};
 // The metrics do not depend on the backend; the S3 paths they count are
 // run by registry_pull, registry_push and s3_backends.
 on_backends!([fs] metrics_count_imports_pulls_and_pushes);
-
-/// Parses an exposition with `prometheus_client`'s OpenMetrics parser;
-/// returns every sample as (name, labels, value).
-fn parse(text: &str) -> Vec<(String, serde_json::Value, f64)> {
-    let script = r#"
-import json, sys
-try:
-    from prometheus_client.openmetrics.parser import text_string_to_metric_families
-except ImportError:
-    sys.exit("python3 module prometheus_client missing: pip install prometheus-client (scripts/install-test-deps.sh)")
-out = []
-for fam in text_string_to_metric_families(sys.stdin.read()):
-    for s in fam.samples:
-        out.append([s.name, s.labels, s.value])
-print(json.dumps(out))
-"#;
-    let mut child = Command::new("python3")
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 (apt-get install python3)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "parser refused the exposition: {}\n{text}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let rows: Vec<(String, serde_json::Value, f64)> = serde_json::from_slice(&o.stdout).unwrap();
-    rows
-}
 
 fn value(samples: &[(String, serde_json::Value, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
     samples

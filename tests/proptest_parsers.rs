@@ -1,7 +1,8 @@
 //! Property tests (proptest, bounded: 256 cases per property) over the
 //! parsers that read untrusted input: the bundle reader, the manifest
 //! parser, repository names, references, digests, `Range` headers,
-//! `Content-Range` of uploads, `/v2` paths and the serve config. Each
+//! `Content-Range` of uploads, `/v2` paths, the serve config and
+//! cleartext-signed documents with one character changed. Each
 //! property states what must hold for every input: no panic, and a
 //! round trip (parse ∘ print = identity) where the type prints itself.
 //! An input that ever fails is added to `regressions()` below.
@@ -146,6 +147,28 @@ proptest! {
     }
 
     #[test]
+    fn tampered_signed_documents_are_refused_in_words(
+        at in any::<proptest::sample::Index>(),
+        with in proptest::sample::select(
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=".chars().collect::<Vec<_>>()
+        ),
+    ) {
+        let doc = signed_document();
+        let mut chars: Vec<char> = doc.chars().collect();
+        let i = at.index(chars.len());
+        prop_assume!(chars[i] != with && chars[i] != '\n');
+        chars[i] = with;
+        let tampered: String = chars.into_iter().collect();
+        match keyring().verify_cleartext(&tampered) {
+            Ok(v) => prop_assert_eq!(v.text, "{\"id\": \"proptest\"}\n", "a change that is not one"),
+            Err(e) => {
+                let e = e.to_string();
+                prop_assert!(!e.contains("assertion failed") && !e.contains("left:"), "{}", e);
+            }
+        }
+    }
+
+    #[test]
     fn configs_never_panic(s in prop_oneof![
         any::<String>(),
         config_like(),
@@ -173,15 +196,26 @@ proptest! {
     }
 }
 
-/// A keyring of one fresh ed25519 key (made once).
+/// One fresh ed25519 key pair, armored (secret, public), made once.
+fn key_pair() -> &'static (String, String) {
+    static KEYS: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| airlock::bundle::sign::generate_key("Proptest <p@example.org>").unwrap())
+}
+
+/// A keyring of [`key_pair`]'s public key.
 fn keyring() -> airlock::bundle::sign::Keyring {
-    static PUBLIC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let public = PUBLIC.get_or_init(|| {
-        airlock::bundle::sign::generate_key("Proptest <p@example.org>")
+    airlock::bundle::sign::Keyring::from_armored(&key_pair().1).unwrap()
+}
+
+/// A small JSON document cleartext-signed with [`key_pair`] (made once).
+fn signed_document() -> &'static str {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| {
+        airlock::bundle::sign::SigningKey::from_armored(&key_pair().0)
             .unwrap()
-            .1
-    });
-    airlock::bundle::sign::Keyring::from_armored(public).unwrap()
+            .clearsign("{\"id\": \"proptest\"}\n")
+            .unwrap()
+    })
 }
 
 fn manifest_like() -> impl Strategy<Value = String> {

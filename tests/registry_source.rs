@@ -1015,8 +1015,13 @@ fn delta_with_have_downloads_only_new_blobs() {
         &tmp.path().join("cache2"),
         &inv,
     );
-    let doc: serde_json::Value =
-        serde_json::from_str(&airlock_ok(&["bundle", "inspect", delta.to_str().unwrap()])).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&airlock_ok(&[
+        "bundle",
+        "inspect",
+        "--json",
+        delta.to_str().unwrap(),
+    ]))
+    .unwrap();
     let carried: std::collections::BTreeSet<String> = doc["blobs"]
         .as_array()
         .unwrap()
@@ -1114,8 +1119,13 @@ fn platforms_carry_some_children_and_keep_the_index_bytes() {
     let out = tmp.path().join("b.tar");
     let summary = create_json(&config, &out, &tmp.path().join("cache"), &[]);
     assert_eq!(summary["images"][0]["digest"], index_digest.as_str());
-    let doc: serde_json::Value =
-        serde_json::from_str(&airlock_ok(&["bundle", "inspect", out.to_str().unwrap()])).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&airlock_ok(&[
+        "bundle",
+        "inspect",
+        "--json",
+        out.to_str().unwrap(),
+    ]))
+    .unwrap();
     assert_eq!(doc["images"][0]["absent"], serde_json::json!([amd64]));
     let carried: Vec<&str> = doc["blobs"]
         .as_array()

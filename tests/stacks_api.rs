@@ -303,27 +303,64 @@ async fn states_warn_and_cells_keep_being_served(b: Backend) {
     );
 
     stack_change(&data, &["set-default", "bb"]);
+    cf_fragments_add_to_a_cf_deployment_manifest(&data);
+}
+
+/// A cf-deployment style manifest: cflinuxfs4 on the cells and in Cloud
+/// Controller, the default stack.
+const CF_MANIFEST: &str = "\
+name: cf
+releases: []
+instance_groups:
+- name: api
+  jobs:
+  - name: cloud_controller_ng
+    properties:
+      cc:
+        default_stack: cflinuxfs4
+        stacks:
+        - name: cflinuxfs4
+          description: Cloud Foundry Linux-based filesystem (Ubuntu 22.04)
+- name: diego-cell
+  jobs:
+  - name: garden
+    properties:
+      garden:
+        persistent_image_list:
+        - /var/vcap/packages/cflinuxfs4/rootfs.tar
+  - name: rep
+    properties:
+      diego:
+        rep:
+          preloaded_rootfses:
+          - cflinuxfs4:/var/vcap/packages/cflinuxfs4/rootfs.tar
+";
+
+/// `MANIFEST -o ops...` applied by go-patch's replace semantics
+/// (tests/fixtures/bosh-ops.rb), as `bosh int` does.
+fn bosh_int(ops: &[&str]) -> serde_json::Value {
+    require_tool("ruby", "ruby");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("cf.yml");
+    std::fs::write(&manifest, CF_MANIFEST).unwrap();
+    let mut cmd = Command::new("ruby");
+    cmd.arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bosh-ops.rb"))
+        .arg(&manifest);
+    for (i, text) in ops.iter().enumerate() {
+        let f = dir.path().join(format!("ops-{i}.yml"));
+        std::fs::write(&f, text).unwrap();
+        cmd.arg(f);
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Issue 25 §2: the fragments add bb to what the deployment has; the
+/// default stack changes only with --set-default.
+fn cf_fragments_add_to_a_cf_deployment_manifest(data: &Backend) {
     let cc = data.airlock_ok(&["stack", "cc-config"], &[]);
-    assert!(cc.contains("cc:\n  default_stack: \"bb\"\n  stacks:\n  - name: \"bb\"\n    description: \"busybox\"\n"), "{cc}");
-    let file = data.airlock_ok(&["stack", "cc-config", "--stacks-file"], &[]);
-    assert!(
-        file.contains("\ndefault: \"bb\"\nstacks:\n- name: \"bb\"\n"),
-        "{file}"
-    );
-    let props = data.airlock_ok(&["stack", "cell-properties"], &[]);
-    assert!(
-        props.contains(
-            "persistent_image_list:\n      - \"/var/vcap/data/airlock-rootfs/bb/rootfs.tar\""
-        ),
-        "{props}"
-    );
-    assert!(
-        props.contains(
-            "preloaded_rootfses:\n        - \"bb:/var/vcap/data/airlock-rootfs/bb/rootfs.tar\""
-        ),
-        "{props}"
-    );
-    let ops = data.airlock_ok(
+    let cells = data.airlock_ok(
         &[
             "stack",
             "cell-properties",
@@ -333,7 +370,107 @@ async fn states_warn_and_cells_keep_being_served(b: Backend) {
         ],
         &[],
     );
-    assert!(ops.contains("path: /instance_groups/name=diego-cell/jobs/name=rep/properties/diego/rep/preloaded_rootfses?\n  value:\n  - \"bb:/var/vcap/data/rootfs/bb/rootfs.tar\""), "{ops}");
+    let m = bosh_int(&[&cc, &cells]);
+    let ig = |name: &str| {
+        m["instance_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let job = |g: &serde_json::Value, name: &str| {
+        g["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["name"] == name)
+            .unwrap()["properties"]
+            .clone()
+    };
+    let cc_props = job(&ig("api"), "cloud_controller_ng")["cc"].clone();
+    assert_eq!(
+        cc_props["stacks"],
+        serde_json::json!([
+            {"name": "cflinuxfs4", "description": "Cloud Foundry Linux-based filesystem (Ubuntu 22.04)"},
+            {"name": "bb", "description": "busybox"}
+        ])
+    );
+    assert_eq!(cc_props["default_stack"], "cflinuxfs4");
+    let cell = ig("diego-cell");
+    assert_eq!(
+        job(&cell, "garden")["garden"]["persistent_image_list"],
+        serde_json::json!([
+            "/var/vcap/packages/cflinuxfs4/rootfs.tar",
+            "/var/vcap/data/rootfs/bb/rootfs.tar"
+        ])
+    );
+    assert_eq!(
+        job(&cell, "rep")["diego"]["rep"]["preloaded_rootfses"],
+        serde_json::json!([
+            "cflinuxfs4:/var/vcap/packages/cflinuxfs4/rootfs.tar",
+            "bb:/var/vcap/data/rootfs/bb/rootfs.tar"
+        ])
+    );
+    // The release's own ops file (add-airlock-rootfs.yml) gives the cells
+    // the same lists as cell-properties with its default directory.
+    let release_ops = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("bosh-release/manifests/operations/add-airlock-rootfs.yml"),
+    )
+    .unwrap()
+    .replace("((airlock_stack))", "bb");
+    let ours = data.airlock_ok(&["stack", "cell-properties", "--ops-file"], &[]);
+    let lists = |m: &serde_json::Value| {
+        let cell = &m["instance_groups"][1]["jobs"];
+        let find = |n: &str| {
+            cell.as_array()
+                .unwrap()
+                .iter()
+                .find(|j| j["name"] == n)
+                .unwrap()["properties"]
+                .clone()
+        };
+        (
+            find("garden")["garden"]["persistent_image_list"].clone(),
+            find("rep")["diego"]["rep"]["preloaded_rootfses"].clone(),
+        )
+    };
+    assert_eq!(
+        lists(&bosh_int(&[&release_ops])),
+        lists(&bosh_int(&[&ours]))
+    );
+    // Applied twice (a re-run of cc-config): bb is updated, not duplicated.
+    let again = bosh_int(&[&cc, &cc]);
+    let stacks = &again["instance_groups"][0]["jobs"][0]["properties"]["cc"]["stacks"];
+    assert_eq!(stacks.as_array().unwrap().len(), 2, "{stacks}");
+    // The default stack moves only when asked.
+    let set = data.airlock_ok(&["stack", "cc-config", "--set-default"], &[]);
+    let m = bosh_int(&[&set]);
+    assert_eq!(
+        m["instance_groups"][0]["jobs"][0]["properties"]["cc"]["default_stack"],
+        "bb"
+    );
+    let file = data.airlock_ok(&["stack", "cc-config", "--stacks-file"], &[]);
+    assert!(
+        file.contains("\nstacks:\n- name: \"bb\"\n") && !file.contains("\ndefault:"),
+        "{file}"
+    );
+    let file = data.airlock_ok(
+        &["stack", "cc-config", "--stacks-file", "--set-default"],
+        &[],
+    );
+    assert!(file.contains("\ndefault: \"bb\"\nstacks:\n"), "{file}");
+    // The property blocks list the items to add (and say so).
+    let props = data.airlock_ok(&["stack", "cell-properties"], &[]);
+    assert!(props.contains("# Add these items to the lists"), "{props}");
+    assert!(
+        props.contains(
+            "persistent_image_list:\n      - \"/var/vcap/data/airlock-rootfs/bb/rootfs.tar\""
+        ),
+        "{props}"
+    );
 }
 
 async fn max_in_flight_holds_under_parallel_load(b: Backend) {
@@ -509,6 +646,53 @@ async fn cells_report_and_status_shows_who_lags(b: Backend) {
             "missing {line:?} in\n{prom}"
         );
     }
+    // The server's /metrics carries the same gauges, and downloads in flight.
+    let res = request(&router, "GET", "/metrics", "").await;
+    let metrics =
+        String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    for line in [
+        format!(
+            "airlock_stack_cells_lagging{{stack=\"bb\"}} {}",
+            lagging.len()
+        ),
+        format!(
+            "airlock_stack_cells{{stack=\"bb\",digest=\"{v1}\"}} {}",
+            20 - on_v2
+        ),
+        "airlock_stack_rootfs_downloads_in_flight{stack=\"bb\"} 0".to_string(),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+    // A real OpenMetrics parser (Python prometheus_client) reads it all.
+    let samples = openmetrics(&metrics);
+    assert!(samples.iter().any(
+        |(name, labels, value)| name == "airlock_stack_cells_lagging"
+            && labels["stack"] == "bb"
+            && *value == lagging.len() as f64
+    ));
+    // The text status names at most --max-cells lagging cells, then how many more.
+    let text = data.airlock_ok(&["stack", "status", "bb", "--max-cells", "2"], &[]);
+    let shown = lagging
+        .iter()
+        .take(2)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let more = lagging.len().saturating_sub(2);
+    let want = if more > 0 {
+        format!(
+            "  lagging (need a restart on their digest): {shown} ... and {more} more (--json lists all)"
+        )
+    } else {
+        format!("  lagging (need a restart on their digest): {shown}")
+    };
+    assert!(
+        text.lines().any(|l| l == want),
+        "missing {want:?} in\n{text}"
+    );
     // Bad reports are refused and store nothing.
     for (uri, body, want) in [
         ("/stacks/v1/bb/cells/c1", r#"{"digest":"sha256:abc"}"#, 400),
@@ -677,9 +861,10 @@ async fn rootfs_downloads_by_digest_platform_and_range(b: Backend) {
     );
     let (router, _) = app(&data, false).await;
     let body = |res: Response<Body>| async { res.into_body().collect().await.unwrap().to_bytes() };
-    // Every promoted digest stays downloadable; the default is the active promotion.
+    // Every promoted digest stays downloadable, cacheable for good.
     let show: serde_json::Value =
         serde_json::from_str(&data.airlock_ok(&["stack", "show", "bb", "--json"], &[])).unwrap();
+    let etag = |r: &serde_json::Value| format!("\"{}\"", r["sha256"].as_str().unwrap());
     for p in show["promotions"].as_array().unwrap() {
         let r = &p["rootfs"][0];
         let uri = format!(
@@ -693,6 +878,11 @@ async fn rootfs_downloads_by_digest_platform_and_range(b: Backend) {
             res.headers()["docker-content-digest"],
             r["sha256"].as_str().unwrap()
         );
+        assert_eq!(
+            res.headers()["cache-control"],
+            "public, max-age=31536000, immutable"
+        );
+        assert_eq!(res.headers()["etag"], etag(r).as_str());
         let bytes = body(res).await;
         use sha2::Digest as _;
         assert_eq!(
@@ -701,11 +891,48 @@ async fn rootfs_downloads_by_digest_platform_and_range(b: Backend) {
         );
         assert_eq!(bytes.len() as u64, r["size"].as_u64().unwrap());
     }
+    // Without a digest or a cell: the fully rolled-out promotion (1), not
+    // the canary (2, at 0 %); its content changes, so caches must revalidate.
+    let (first, second) = (
+        &show["promotions"][0]["rootfs"][0],
+        &show["active"]["rootfs"][0],
+    );
+    assert_ne!(
+        first["sha256"], second["sha256"],
+        "the fixture's two rootfs differ"
+    );
     let res = request(&router, "GET", "/stacks/v1/bb/rootfs.tar", "").await;
     assert_eq!(
         res.headers()["docker-content-digest"],
-        show["active"]["rootfs"][0]["sha256"].as_str().unwrap()
+        first["sha256"].as_str().unwrap()
     );
+    assert_eq!(res.headers()["cache-control"], "no-cache");
+    assert_eq!(res.headers()["etag"], etag(first).as_str());
+    let revalidate = |tag: String, uri: &'static str| {
+        let req = Request::builder()
+            .uri(uri)
+            .header("if-none-match", tag)
+            .body(Body::empty())
+            .unwrap();
+        router.clone().oneshot(req)
+    };
+    let res = revalidate(etag(first), "/stacks/v1/bb/rootfs.tar")
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 304);
+    assert_eq!(res.headers()["cache-control"], "no-cache");
+    assert!(body(res).await.is_empty());
+    // A cell's URL changes with the rollout too: no-cache.
+    let res = request(&router, "GET", "/stacks/v1/bb/rootfs.tar?cell=c1", "").await;
+    assert_eq!(res.headers()["cache-control"], "no-cache");
+    // Widened to every cell: the same URL now answers the new rootfs, and
+    // a cache holding the old one is told so (200, not 304).
+    stack_change(&data, &["rollout", "bb", "100"]);
+    let res = revalidate(etag(first), "/stacks/v1/bb/rootfs.tar")
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["etag"], etag(second).as_str());
     // One byte range, as for blobs.
     let req = Request::builder()
         .uri("/stacks/v1/bb/rootfs.tar")

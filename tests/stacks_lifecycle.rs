@@ -104,24 +104,71 @@ fn lifecycle_follows_promotion_rollback_and_custom_stacks(data: Backend) {
     );
     assert_eq!(l1["restage_required"], false);
 
-    stack_ok(&data, &["promote", "bb", "--image", "stacks/bb:v2"]);
+    // A canary: v2 on 10 % of cells. v1 is still what (nearly) every cell
+    // runs: current, with the rollout named; v2 is the canary.
+    stack_ok(
+        &data,
+        &[
+            "promote",
+            "bb",
+            "--image",
+            "stacks/bb:v2",
+            "--rollout",
+            "10",
+        ],
+    );
+    let l1 = lifecycle(addr, &v1);
+    assert_eq!(
+        (l1["status"].as_str(), l1["restage_required"].as_bool()),
+        (Some("current"), Some(false))
+    );
+    assert_eq!(
+        l1["rolling_out_to"],
+        serde_json::json!({"digest": v2, "promotion": 2, "percent": 10})
+    );
+    let l2 = lifecycle(addr, &v2);
+    assert_eq!(
+        (l2["status"].as_str(), l2["rollout_percent"].as_u64()),
+        (Some("canary"), Some(10))
+    );
+    // The CLI answers the same, also for a 12-digit prefix (docker's short id).
+    let short = &v1["sha256:".len().."sha256:".len() + 12];
+    let cli = stack_ok(&data, &["lifecycle", short, "--json"]);
+    let cli: serde_json::Value = serde_json::from_str(&cli).unwrap();
+    assert_eq!(cli, l1, "CLI and API agree");
+    let text = stack_ok(&data, &["lifecycle", short]);
+    assert!(
+        text.starts_with(&format!("{v1} current stack bb promotion 1 since "))
+            && text.contains(&format!(
+                "; rolling out to {v2} (promotion 2) on 10 % of cells"
+            )),
+        "{text}"
+    );
+    let o = stack(
+        &data,
+        &["lifecycle", &v1["sha256:".len().."sha256:".len() + 11]],
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("at least 12 hex digits"));
+
+    // Widened to every cell: v1 superseded by v2.
+    stack_ok(&data, &["rollout", "bb", "100"]);
     let l1 = lifecycle(addr, &v1);
     assert_eq!(l1["status"], "superseded");
     assert_eq!(l1["superseded_by"], v2.as_str());
     assert_eq!(l1["restage_required"], true);
     assert!(l1["since"].as_str().unwrap().ends_with('Z'));
     assert_eq!(lifecycle(addr, &v2)["status"], "current");
-    let cli = stack_ok(&data, &["lifecycle", &v1, "--json"]);
-    let cli: serde_json::Value = serde_json::from_str(&cli).unwrap();
-    assert_eq!(cli, l1, "CLI and API agree");
+    assert_eq!(lifecycle(addr, &v2).get("rolling_out_to"), None);
 
+    // Rolled back: v1 current again, v2 withdrawn (not "superseded").
     stack_ok(&data, &["rollback", "bb", "--reason", "v2 broke"]);
     assert_eq!(lifecycle(addr, &v1)["status"], "current");
     let l2 = lifecycle(addr, &v2);
     assert_eq!(
         (l2["status"].as_str(), l2["superseded_by"].as_str()),
-        (Some("superseded"), Some(v1.as_str()))
+        (Some("rolled_back"), Some(v1.as_str()))
     );
+    assert_eq!(l2["restage_required"], true);
 
     // Custom stacks: the policy refuses the CLI when off, and names itself.
     let o = stack(

@@ -1228,3 +1228,132 @@ async fn vendor_contents_are_served_byte_for_byte(b: Backend) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("after"), "{err}");
 }
+
+on_backends!([fs] hosts_fetch_without_credentials_when_torcx_is_public);
+
+/// Issue 25 §4: once users exist, a host without credentials gets 401 (the
+/// unmodified client then reports "no signed manifest detected"); with
+/// `--torcx-public` (`[torcx] public = true`) it fetches and verifies the
+/// contents and archives without any, while every other surface still
+/// asks for credentials; `remote-config` refuses to write a password into
+/// the world-readable `remote.json`.
+fn hosts_fetch_without_credentials_when_torcx_is_public(b: Backend) {
+    require_tool("curl", "curl");
+    let (dir, data, files) = fixture(b);
+    let (sec, public) = rsa_key();
+    let key_arg = format!("{REMOTE}={}", sec.to_str().unwrap());
+    let cfg = dir.path().join("users.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[user]]\nname = \"admin\"\n{}\nroles = [\"admin\"]\n",
+            common::site::hash("pw")
+        ),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let base = |addr: &str| format!("http://{addr}/torcx/{REMOTE}/amd64-usr/3033.2.0/");
+    let fetch = |url: &str, to: &Path| {
+        let o = Command::new("curl")
+            .args(["-s", "-o"])
+            .arg(to)
+            .args(["-w", "%{http_code}", url])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let asc = dir.path().join("contents.asc");
+
+    // `Backend::serve` waits for an anonymous `/v2/` 200, which users forbid.
+    let serve = |extra: &[&str]| {
+        let addr = format!("127.0.0.1:{}", common::free_port());
+        let child = data
+            .command(
+                &["serve"],
+                &["--listen", &addr, "--config", cfg, "--torcx-key", &key_arg],
+            )
+            .args(extra)
+            .spawn()
+            .unwrap();
+        let guard = KillOnDrop(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(std::time::Instant::now() < deadline, "serve did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (guard, addr)
+    };
+    let (server, addr) = serve(&[]);
+    let contents = format!("{}torcx_remote_contents.json.asc", base(&addr));
+    assert_eq!(fetch(&contents, &asc), "401");
+    drop(server);
+
+    let (_server, addr) = serve(&["--torcx-public"]);
+    let contents = format!("{}torcx_remote_contents.json.asc", base(&addr));
+    assert_eq!(fetch(&contents, &asc), "200");
+    let home = gpg_home();
+    let (ok, err) = gpg_verify(home.path(), &[&asc]);
+    assert!(ok, "{err}");
+    let doc = signed_json(&std::fs::read_to_string(&asc).unwrap());
+    let hello = doc["value"]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "hello")
+        .unwrap()["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["version"] == "1.0")
+        .unwrap()
+        .clone();
+    let archive = dir.path().join("hello.tgz");
+    let url = format!("{}{}", base(&addr), hello["location"].as_str().unwrap());
+    assert_eq!(fetch(&url, &archive), "200");
+    // What the host checks: the archive's hash against the signed contents.
+    assert_eq!(hello["hash"], format!("sha512-{}", sha512sum(&archive)));
+    assert_eq!(sha512sum(&archive), sha512sum(&files["hello:1.0"]));
+    // Every other surface still needs credentials.
+    let nothing = dir.path().join("body");
+    for path in ["/v2/", "/v2/_catalog", "/stacks/v1/"] {
+        let url = format!("http://{addr}{path}");
+        assert_eq!(fetch(&url, &nothing), "401", "{path}");
+    }
+
+    // A password in the base URL is refused, and not echoed.
+    let o = airlock(&[
+        "torcx",
+        "remote-config",
+        "--remote",
+        REMOTE,
+        "--url",
+        &format!("http://admin:pw-s3cret@{addr}/torcx/{REMOTE}/${{COREOS_BOARD}}/${{VERSION_ID}}"),
+        "--key",
+        public.to_str().unwrap(),
+        "--out",
+        dir.path().join("remotes").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("[torcx] public = true") && !err.contains("s3cret"),
+        "{err}"
+    );
+    assert!(
+        !dir.path()
+            .join("remotes")
+            .join(REMOTE)
+            .join("remote.json")
+            .exists()
+    );
+}
+
+/// A child process killed on drop.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

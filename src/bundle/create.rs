@@ -197,6 +197,10 @@ pub struct Created {
     pub bytes: u64,
     /// Registry traffic, when any source was `docker://`.
     pub pulled: Option<PullSummary>,
+    /// Stack candidates checked for flattenability.
+    pub checked: Vec<crate::stacks::candidates::Checked>,
+    /// The signed volume list (`OUT.volumes.asc`), when split into volumes.
+    pub volume_list: Option<PathBuf>,
 }
 
 /// What the registry sources cost (`bundle create --json`).
@@ -432,6 +436,8 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
     let mut carried: Vec<(BlobEntry, PathBuf)> = Vec::new();
     let mut required: BTreeSet<(Digest, u64)> = BTreeSet::new();
     let mut seen = HashSet::new();
+    // Every blob gathered, carried or not, for the stack candidates' check.
+    let mut local = crate::stacks::candidates::LocalBlobs::default();
     let mut remote = if cfg.image.iter().any(|i| source::is_registry(&i.source)) {
         let dir = match opts.cache {
             Some(d) => d.to_path_buf(),
@@ -459,6 +465,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
             images.push(r.entry);
             images.extend(r.referrers);
             for (blob, path) in r.blobs {
+                local.0.insert(blob.digest.clone(), path.clone());
                 if have.contains(&blob.digest) {
                     required.insert((blob.digest, blob.size));
                 } else if seen.insert(blob.digest.clone()) {
@@ -503,6 +510,8 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         torcx_contents: torcx.vendor,
         stacks,
     };
+    progress.set_message("checking stack candidates");
+    let checked = check_candidates(&local, &doc)?;
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');
     let signed = opts.key.clearsign(&text)?;
@@ -530,18 +539,49 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         &carried,
         progress,
     );
-    match result.and_then(|()| out.finish()) {
-        Ok((files, bytes)) => Ok(Created {
+    let written = result
+        .and_then(|()| out.finish())
+        .and_then(|(files, bytes)| {
+            let list = match out.volume_list(&doc.id) {
+                Some(list) => {
+                    let path = super::volume_list::list_path(opts.out);
+                    list.write(&path, opts.key)?;
+                    Some(path)
+                }
+                None => None,
+            };
+            Ok((files, bytes, list))
+        });
+    match written {
+        Ok((files, bytes, volume_list)) => Ok(Created {
             doc,
             files,
             bytes,
             pulled,
+            checked,
+            volume_list,
         }),
         Err(e) => {
             out.remove_all();
             Err(e)
         }
     }
+}
+
+/// Checks the bundle's stack candidates from the gathered files
+/// ([`crate::stacks::candidates::check_bundle`]).
+fn check_candidates(
+    local: &crate::stacks::candidates::LocalBlobs,
+    doc: &BundleDoc,
+) -> Result<Vec<crate::stacks::candidates::Checked>> {
+    let check = crate::stacks::candidates::check_bundle(local, doc);
+    let checked = match tokio::runtime::Handle::try_current() {
+        Ok(h) => h.block_on(check),
+        Err(_) => tokio::runtime::Builder::new_current_thread()
+            .build()?
+            .block_on(check),
+    };
+    Ok(checked?)
 }
 
 fn write_tar(

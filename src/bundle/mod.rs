@@ -2,6 +2,7 @@
 //!
 //! `format` defines the document and entry names, `create` writes bundles,
 //! `import` verifies and imports them, `volume` splits and joins volumes,
+//! `volume_list` signs and checks the list of a bundle's volumes,
 //! `sign` wraps OpenPGP (rPGP), `source` pulls `docker://` sources into a
 //! local cache.
 
@@ -12,3 +13,4 @@ pub mod journal;
 pub mod sign;
 pub mod source;
 pub mod volume;
+pub mod volume_list;

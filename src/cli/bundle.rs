@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 
-use airlock::bundle::{create, format, import, sign};
+use airlock::bundle::{create, format, import, sign, volume, volume_list};
 
-use super::{bundle_reader, parse_size, progress_bar};
+use super::{BundleInput, parse_size, progress_bar};
 
 #[derive(Subcommand)]
 pub enum BundleCmd {
@@ -35,13 +35,19 @@ pub enum BundleCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print a bundle's signed document (signature NOT checked; use `bundle verify`).
+    /// Summarize a bundle: images, tags, stacks, addons, sizes, signer,
+    /// creation time (signature NOT checked; use `bundle verify`).
     Inspect {
         /// Bundle file or volumes.
         #[arg(required = true)]
         bundles: Vec<PathBuf>,
+        /// Print the signed document as JSON instead.
+        #[arg(long)]
+        json: bool,
     },
-    /// Check a bundle's signature and every digest, without a store.
+    /// Check a bundle's signature and every digest, without a store; or,
+    /// given some of a bundle's volumes, each of them on its own against
+    /// the signed volume list (size and sha256), before it travels.
     Verify {
         /// Trusted public key file.
         #[arg(long, required = true)]
@@ -49,6 +55,10 @@ pub enum BundleCmd {
         /// Bundle file or volumes.
         #[arg(required = true)]
         bundles: Vec<PathBuf>,
+        /// The signed volume list [default: `NAME.volumes.asc` beside the
+        /// first volume].
+        #[arg(long)]
+        volume_list: Option<PathBuf>,
     },
 }
 
@@ -112,6 +122,8 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                     "bytes_written": created.bytes,
                     "files": created.files,
                     "registry": created.pulled,
+                    "stacks_checked": created.checked,
+                    "volume_list": created.volume_list,
                 });
                 println!("{}", serde_json::to_string_pretty(&summary)?);
                 return Ok(());
@@ -131,18 +143,49 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                     .collect::<Vec<_>>()
                     .join(" ")
             );
+            if let Some(list) = &created.volume_list {
+                println!(
+                    "volume list {} (signed): copy it onto every disc with its volume; `airlock bundle verify --keyring KEY VOLUME` checks one volume on its own",
+                    list.display()
+                );
+            }
+            for c in &created.checked {
+                println!(
+                    "{} {}: flattens ({}; layers read: {})",
+                    c.why,
+                    c.image,
+                    c.platforms.join(", "),
+                    c.layers
+                );
+            }
         }
-        BundleCmd::Inspect { bundles } => {
-            let doc = import::inspect(bundle_reader(&bundles)?)?;
-            println!("{}", serde_json::to_string_pretty(&doc)?);
+        BundleCmd::Inspect { bundles, json } => {
+            let doc = import::inspect(BundleInput::open(&bundles, None, None)?.reader)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                print!("{}", summary(&doc));
+            }
             eprintln!(
                 "note: signature not checked; run `airlock bundle verify --keyring KEY` to check it"
             );
         }
-        BundleCmd::Verify { keyring, bundles } => {
+        BundleCmd::Verify {
+            keyring,
+            bundles,
+            volume_list,
+        } => {
             let keyring = sign::Keyring::load(&keyring)?;
+            if let Some(checked) = verify_volumes(&keyring, &bundles, volume_list.as_deref())? {
+                println!("{checked}");
+                return Ok(());
+            }
+            let mut input = BundleInput::open(&bundles, Some(&keyring), volume_list.as_deref())?;
+            let reader = std::mem::replace(&mut input.reader, Box::new(std::io::empty()));
             let pb = progress_bar();
-            let doc = import::verify(keyring, bundle_reader(&bundles)?, pb.clone()).await?;
+            let doc = import::verify(keyring, reader, pb.clone())
+                .await
+                .map_err(|e| input.blame(e))?;
             pb.finish_and_clear();
             println!(
                 "bundle {} OK: signature valid, {} images, {} blobs verified, {} required",
@@ -154,4 +197,102 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `bundle verify` of some volumes of a bundle, not all: each checked on
+/// its own against the signed volume list. `None` when `bundles` is not
+/// such a subset (a whole bundle, or volumes without a list).
+fn verify_volumes(
+    keyring: &sign::Keyring,
+    bundles: &[PathBuf],
+    list_arg: Option<&std::path::Path>,
+) -> Result<Option<String>> {
+    let list_path = match list_arg {
+        Some(p) => p.to_path_buf(),
+        None => match bundles.first().and_then(|b| volume_list::beside(b)) {
+            Some(p) => p,
+            None => return Ok(None),
+        },
+    };
+    let list = volume_list::VolumeList::load(&list_path, keyring)?;
+    let files = volume::expand_inputs(bundles)?;
+    let whole = files.len() == list.count
+        && files
+            .iter()
+            .zip(&list.volumes)
+            .all(|(f, v)| f.file_name().is_some_and(|n| n == v.name.as_str()));
+    if whole {
+        return Ok(None);
+    }
+    let mut lines = Vec::new();
+    for f in &files {
+        let i = list.check_one(f)?;
+        let v = &list.volumes[i];
+        lines.push(format!(
+            "{} OK: {} ({} bytes), {}",
+            list.describe(i),
+            crate::cli::size(v.size),
+            v.size,
+            v.sha256
+        ));
+    }
+    lines.push(format!(
+        "volume list {} of bundle {}: signature valid",
+        list_path.display(),
+        list.bundle
+    ));
+    Ok(Some(lines.join("\n")))
+}
+
+/// What `bundle inspect` prints: who made the bundle and when, its images
+/// with their tags, its stack candidates and torcx addons, and its size.
+fn summary(doc: &format::BundleDoc) -> String {
+    use std::fmt::Write as _;
+    let size = |blobs: &[format::BlobEntry]| crate::cli::size(blobs.iter().map(|b| b.size).sum());
+    let mut out = String::new();
+    let _ = writeln!(out, "bundle   {} ({})", doc.id, doc.format);
+    let _ = writeln!(out, "created  {}", doc.created);
+    let _ = writeln!(out, "by       {} (signature not checked)", doc.creator);
+    let _ = writeln!(
+        out,
+        "blobs    {} carried, {}; {} required from the destination, {}",
+        doc.blobs.len(),
+        size(&doc.blobs),
+        doc.required.len(),
+        size(&doc.required)
+    );
+    let tagged: Vec<_> = doc.images.iter().filter(|i| !i.tags.is_empty()).collect();
+    let _ = writeln!(
+        out,
+        "images   {} ({} referrers)",
+        tagged.len(),
+        doc.images.len() - tagged.len()
+    );
+    for i in &tagged {
+        let tags: Vec<&str> = i.tags.iter().map(|t| t.as_str()).collect();
+        let _ = writeln!(out, "  {}:{}  {}", i.repository, tags.join(","), i.digest);
+    }
+    if !doc.stacks.is_empty() {
+        let _ = writeln!(out, "stacks   {}", doc.stacks.len());
+        for s in &doc.stacks {
+            let _ = writeln!(out, "  {}  {}", s.name, s.image);
+        }
+    }
+    if !doc.addons.is_empty() {
+        let _ = writeln!(out, "addons   {}", doc.addons.len());
+        for a in &doc.addons {
+            let _ = writeln!(
+                out,
+                "  {}:{}  remote {}  {}",
+                a.name,
+                a.version,
+                a.remote,
+                crate::cli::size(a.size)
+            );
+        }
+    }
+    if !doc.torcx_contents.is_empty() {
+        let _ = writeln!(out, "torcx contents {}", doc.torcx_contents.len());
+    }
+    out
 }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use airlock::bundle::{format, import as bundle_import, sign};
 
-use super::{DataArg, bundle_reader, progress_bar};
+use super::{BundleInput, DataArg, progress_bar};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
@@ -37,6 +37,10 @@ pub struct ImportArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// The signed volume list of the volumes [default: `NAME.volumes.asc`
+    /// beside the first volume, when there].
+    #[arg(long)]
+    volume_list: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -60,7 +64,7 @@ pub struct HistoryArgs {
 
 pub async fn import(args: ImportArgs) -> Result<()> {
     let keyring = sign::Keyring::load(&args.keyring)?;
-    let reader = bundle_reader(&args.bundles)?;
+    let mut input = BundleInput::open(&args.bundles, Some(&keyring), args.volume_list.as_deref())?;
     let opened = args.data.open(true)?;
     opened.sweep_scratch().await;
     let state = airlock::state::StateStore::new(opened.blobstore());
@@ -77,6 +81,7 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         may_write: None,
     };
     let pb = progress_bar();
+    let reader = std::mem::replace(&mut input.reader, Box::new(std::io::empty()));
     let report = bundle_import::import(
         &state,
         keyring,
@@ -85,7 +90,8 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         pb.clone(),
         &opts,
     )
-    .await?;
+    .await
+    .map_err(|e| input.blame(e))?;
     pb.finish_and_clear();
     if args.json {
         println!(

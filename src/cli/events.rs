@@ -13,6 +13,10 @@ pub struct EventsArgs {
     /// JSON output: `{"queued": [...], "log": [...]}`, oldest first.
     #[arg(long)]
     json: bool,
+    /// The serve config: says whether it delivers the queued events (its
+    /// `[[webhook]]` entries).
+    #[arg(long, env = "AIRLOCK_CONFIG")]
+    config: Option<std::path::PathBuf>,
 }
 
 fn print(q: &Queued, queued: bool) {
@@ -60,5 +64,33 @@ pub async fn run(args: EventsArgs) -> Result<()> {
     for q in &queued {
         print(q, true);
     }
+    let waiting = queued.iter().filter(|q| q.deliveries.is_empty()).count();
+    if waiting > 0 {
+        println!("{}", never_attempted(waiting, args.config.as_deref())?);
+    }
     Ok(())
+}
+
+/// Why `n` queued events were never attempted: only `airlock serve`
+/// delivers, and only to the `[[webhook]]` entries of its config.
+fn never_attempted(n: usize, config: Option<&std::path::Path>) -> Result<String> {
+    let Some(path) = config else {
+        return Ok(format!(
+            "note: {n} queued events were never attempted: only `airlock serve` delivers them, to the [[webhook]] entries of its config; with none configured they stay queued (the oldest are dropped past {} events)",
+            events::MAX_QUEUE
+        ));
+    };
+    let settings = airlock::config::load(path)?;
+    Ok(if settings.webhooks.is_empty() {
+        format!(
+            "note: {n} queued events will never be delivered: {} configures no [[webhook]]",
+            path.display()
+        )
+    } else {
+        format!(
+            "note: {n} queued events wait for `airlock serve` to deliver them to {} webhooks of {}",
+            settings.webhooks.len(),
+            path.display()
+        )
+    })
 }

@@ -9,8 +9,11 @@
 mod bundle;
 mod cell;
 mod data;
+mod digests;
 mod events;
+mod input;
 mod keys;
+mod ls;
 mod ops;
 #[cfg(test)]
 mod reference;
@@ -20,7 +23,7 @@ mod torcx;
 mod user;
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -36,7 +39,13 @@ use airlock::store::OpenedStore;
 )]
 struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info`, `airlock=debug`.
-    #[arg(long, global = true, env = "AIRLOCK_LOG", default_value = "warn")]
+    /// The default shows warnings and `serve`'s start-up line.
+    #[arg(
+        long,
+        global = true,
+        env = "AIRLOCK_LOG",
+        default_value = "warn,airlock::startup=info"
+    )]
     log: String,
     /// Log format on stderr.
     #[arg(long, global = true, value_parser = ["text", "json"], default_value = "text")]
@@ -80,6 +89,9 @@ enum Command {
     Bundle(bundle::BundleCmd),
     /// Verify bundles and commit them into the store (one root swap).
     Import(data::ImportArgs),
+    /// List what the store holds: repositories (tags, sizes), stacks and
+    /// torcx addons; with REPO, its tags with digests and sizes.
+    Ls(ls::LsArgs),
     /// Write the list of blobs this store holds (for delta bundles: `bundle create --have`).
     Inventory(data::InventoryArgs),
     /// List the state generations, newest first (number, time, who, reason).
@@ -111,6 +123,10 @@ enum Command {
 /// Parses `123`, `4K`, `700M`, `4G`, `1T` (powers of 1024).
 pub use airlock::config::parse_size;
 
+/// A size as every command prints it (`700.0 MiB`: powers of 1024, as
+/// [`parse_size`] reads them).
+pub use airlock::config::format_size as size;
+
 /// A progress bar on stderr when it is a terminal; hidden otherwise.
 pub fn progress_bar() -> indicatif::ProgressBar {
     if !std::io::stderr().is_terminal() {
@@ -123,14 +139,7 @@ pub fn progress_bar() -> indicatif::ProgressBar {
     indicatif::ProgressBar::new(0).with_style(style)
 }
 
-/// Bundle files or volumes (or `-`) as one reader.
-pub fn bundle_reader(bundles: &[PathBuf]) -> Result<Box<dyn std::io::Read + Send>> {
-    let files = airlock::bundle::volume::expand_inputs(bundles)?;
-    Ok(Box::new(std::io::BufReader::with_capacity(
-        1 << 20,
-        airlock::bundle::volume::ChainReader::new(files),
-    )))
-}
+pub use input::BundleInput;
 
 /// Creates `path` with mode 0600 (never overwriting) and writes `text`.
 pub fn write_private(path: &Path, text: &str) -> Result<()> {
@@ -152,6 +161,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Keys(cmd) => keys::run(cmd),
         Command::Bundle(cmd) => bundle::run(cmd).await,
         Command::Import(args) => data::import(args).await,
+        Command::Ls(args) => ls::run(args).await,
         Command::Inventory(args) => data::inventory(args).await,
         Command::History(args) => data::history(args).await,
         Command::Events(args) => events::run(args).await,
@@ -229,7 +239,11 @@ pub fn main() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(log_colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ));
     if cli.log_format == "json" {
         let builder = builder.json().with_filter_reloading();
         set_reload(builder.reload_handle());
@@ -255,6 +269,12 @@ pub fn main() {
     }
 }
 
+/// Whether logs use colour: only on a terminal, and never when `NO_COLOR`
+/// is set to anything but the empty string (no-color.org).
+fn log_colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// The error and its causes joined by `: `, each cause once: a cause whose
 /// text the message so far already holds (an error type that prints its
 /// source, as `thiserror`'s `{0}` does) is not repeated.
@@ -274,7 +294,8 @@ fn cause_chain(e: &anyhow::Error) -> String {
 }
 
 /// A cause fit for one terminal line: control characters escaped (no
-/// terminal escape injection from a hostile bundle), at most 1000 characters.
+/// terminal escape injection from a hostile bundle), bytes that were not
+/// text shown as `?`, at most 1000 characters.
 fn one_line(text: &str) -> String {
     const MAX: usize = 1000;
     let mut out = String::new();
@@ -285,9 +306,32 @@ fn one_line(text: &str) -> String {
         }
         if c.is_control() {
             out.extend(c.escape_default());
+        } else if c == char::REPLACEMENT_CHARACTER {
+            // Bytes that were not text (a tar header field, say): never on screen.
+            out.push('?');
         } else {
             out.push(c);
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(log_colour(true, None));
+        assert!(log_colour(true, Some(OsStr::new(""))));
+        assert!(!log_colour(true, Some(OsStr::new("1"))));
+        assert!(!log_colour(false, None));
+    }
+
+    #[test]
+    fn causes_are_one_line_of_text() {
+        let raw = String::from_utf8_lossy(b"numeric field: y\xff\xfe5\x1b[2J\n");
+        assert_eq!(one_line(&raw), "numeric field: y??5\\u{1b}[2J\\n");
+    }
 }

@@ -70,6 +70,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     };
     tasks.start_webhooks(&resolved.webhooks);
     tasks.start_gc(resolved.gc.clone());
+    tracing::info!(target: STARTUP, "{}", startup_line(&resolved));
     let (app, limits, listen, tls) = resolved.into_app(state);
     let mut reloader = config::reload::Reloader::new(args.config.clone(), args.settings, settings);
     let hangup: airlock::server::HangupHook = Box::new(move |app, tls| {
@@ -160,4 +161,48 @@ impl Drop for Background {
             t.abort();
         }
     }
+}
+
+/// The tracing target of the start-up line, shown at the default log level
+/// (`--log` defaults to `warn,airlock::startup=info`).
+pub const STARTUP: &str = "airlock::startup";
+
+/// One line saying what `serve` serves: its addresses, the store, and each
+/// surface with who may use it.
+pub fn startup_line(r: &config::Resolved) -> String {
+    let scheme = if r.tls.is_some() { "https" } else { "http" };
+    let listen: Vec<String> = r.listen.iter().map(|a| format!("{scheme}://{a}")).collect();
+    let who = if r.policy.is_open() {
+        "no users: everyone is admin".to_string()
+    } else {
+        format!(
+            "{} users{}",
+            r.policy.user_count(),
+            if r.policy.anonymous_read {
+                ", anonymous pull"
+            } else {
+                ""
+            }
+        )
+    };
+    let on = |b: bool| if b { "on" } else { "off" };
+    let remotes = r.torcx.remotes();
+    let torcx = if remotes.is_empty() {
+        "off (no --torcx-key)".to_string()
+    } else {
+        format!(
+            "{}{}",
+            remotes.join(","),
+            if r.torcx.public() { ", public" } else { "" }
+        )
+    };
+    format!(
+        "airlock serving on {} (store {}; {who}): registry /v2 (push {}, delete {}), stacks /stacks/v1 (admin routes {}), torcx /torcx ({torcx}), imports /admin/v1/imports ({}), /metrics, /healthz, /readyz",
+        listen.join(" "),
+        r.store.url,
+        on(r.registry.allow_push),
+        on(r.registry.allow_delete),
+        on(r.stacks.allow_admin),
+        on(r.import_keyring.is_some()),
+    )
 }

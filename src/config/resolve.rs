@@ -269,7 +269,7 @@ impl Settings {
                 TorcxConfig::load_key(&spec).map_err(|e| ConfigError::value("torcx.keys", e))?;
             torcx_keys.insert(remote, key);
         }
-        let torcx = TorcxConfig::new(torcx_keys);
+        let torcx = TorcxConfig::new(torcx_keys).with_public(self.torcx.public.unwrap_or(false));
 
         if let Some(k) = &self.import.keyring {
             crate::bundle::sign::Keyring::load(k).map_err(|e| {

@@ -83,6 +83,9 @@ pub struct Settings {
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
 }
 
+/// The `--help` heading of the S3 flags of every store command.
+pub const S3_HEADING: &str = "S3 store (with --store s3://BUCKET/PREFIX)";
+
 /// `[store]`: where blobs and metadata live.
 #[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,26 +98,26 @@ pub struct StoreSection {
     #[arg(long = "store", visible_alias = "store-url", env = "AIRLOCK_STORE")]
     pub url: Option<String>,
     /// S3 endpoint URL for `url` (MinIO, Ceph RGW, s3s; unset: AWS).
-    #[arg(long, env = "AIRLOCK_S3_ENDPOINT")]
+    #[arg(long, env = "AIRLOCK_S3_ENDPOINT", help_heading = S3_HEADING)]
     pub s3_endpoint: Option<String>,
     /// S3 region for `url` [default: AWS_REGION, AWS_DEFAULT_REGION, the
     /// AWS profile's, else us-east-1].
-    #[arg(long, env = "AIRLOCK_S3_REGION")]
+    #[arg(long, env = "AIRLOCK_S3_REGION", help_heading = S3_HEADING)]
     pub s3_region: Option<String>,
     /// Path-style S3 addressing (`endpoint/bucket/key`) [default: true
     /// when s3_endpoint is set, else virtual-hosted].
-    #[arg(long, env = "AIRLOCK_S3_PATH_STYLE", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "AIRLOCK_S3_PATH_STYLE", help_heading = S3_HEADING, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub s3_path_style: Option<bool>,
     /// PEM CA bundle trusted for the S3 endpoint (besides the system's).
-    #[arg(long, env = "AIRLOCK_S3_CA_FILE")]
+    #[arg(long, env = "AIRLOCK_S3_CA_FILE", help_heading = S3_HEADING)]
     pub s3_ca_file: Option<PathBuf>,
     /// Multipart part size of S3 writes (at least 5M) [default: 16M].
-    #[arg(long, env = "AIRLOCK_S3_PART_SIZE")]
+    #[arg(long, env = "AIRLOCK_S3_PART_SIZE", help_heading = S3_HEADING)]
     pub s3_part_size: Option<Size>,
     /// Accept an S3 server that ignores conditional writes, promising that
     /// only one airlock process writes to the bucket [default: false:
     /// refuse to start on such a server].
-    #[arg(long, env = "AIRLOCK_S3_SINGLE_WRITER", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "AIRLOCK_S3_SINGLE_WRITER", help_heading = S3_HEADING, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub s3_single_writer: Option<bool>,
     /// Refuse writes (HTTP 507) that would leave less free space: a size
     /// (`512M`, `2G`), a share (`5%`), `default` (the smaller of 1 GiB and
@@ -364,7 +367,7 @@ pub struct ImportSection {
     pub keyring: Option<PathBuf>,
 }
 
-/// `[torcx]`: signing keys of the torcx remotes.
+/// `[torcx]`: signing keys of the torcx remotes, and whether hosts fetch without credentials.
 #[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorcxSection {
@@ -378,6 +381,12 @@ pub struct TorcxSection {
     #[arg(long = "torcx-key", value_name = "REMOTE=KEY.sec.asc")]
     #[serde(skip)]
     pub key_flags: Vec<String>,
+    /// Serve torcx contents and archives (`/torcx/...` GET and HEAD)
+    /// without credentials even when users are configured: both are signed
+    /// and every host verifies them, so no host needs a shared password in
+    /// its world-readable `remote.json` [default: false].
+    #[arg(long = "torcx-public", env = "AIRLOCK_TORCX_PUBLIC", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub public: Option<bool>,
 }
 
 /// A size in bytes: an integer, or a string with a K, M, G or T suffix
@@ -424,6 +433,23 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(mult)
         .filter(|&v| v > 0)
         .ok_or_else(|| format!("invalid size {s:?}"))
+}
+
+/// A size for people, in the units [`parse_size`] reads (powers of 1024):
+/// `512 B`, `12.3 KiB`, `700.0 MiB`, `4.0 GiB`, `1.0 TiB`. Every size airlock
+/// prints goes through here, so one unit style is used everywhere.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {

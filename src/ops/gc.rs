@@ -160,7 +160,7 @@ impl std::fmt::Display for GcReport {
         }
         write!(
             f,
-            "{}{} blobs removed ({} from failed imports), {} links, {} journals, {} temporary files; {:.1} MB freed; {} kept in grace, {} put back; {} reachable in {} generations (mark {} ms, sweep {} ms)",
+            "{}{} blobs removed ({} from failed imports), {} links, {} journals, {} temporary files; {} freed; {} kept in grace, {} put back; {} reachable in {} generations (mark {} ms, sweep {} ms)",
             if self.dry_run {
                 "dry run: would remove: "
             } else {
@@ -171,7 +171,7 @@ impl std::fmt::Display for GcReport {
             self.links_removed,
             self.journals_removed,
             self.tmp_files_removed,
-            self.bytes_freed as f64 / 1e6,
+            crate::config::format_size(self.bytes_freed),
             self.blobs_in_grace,
             self.blobs_put_back,
             self.marked,

@@ -64,6 +64,9 @@ where
         };
         return audit::scope(actor, next(req)).await;
     }
+    if app.torcx.serves_anonymously(req.method(), req.uri().path()) {
+        return next(req).await;
+    }
     let Some(need) = auth::required(req.method(), req.uri()) else {
         return next(req).await;
     };

@@ -166,7 +166,9 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
         }
         Err(e) => tracing::warn!(error = %e, "metrics: state cannot be read"),
     }
-    let mut res = global().render().into_response();
+    let mut res = crate::stacks::api::with_stack_gauges(&*app, global().render())
+        .await
+        .into_response();
     res.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
     res

@@ -74,8 +74,26 @@ pub async fn pin(
     Ok(ImageRef { repository, digest })
 }
 
-async fn read_manifest(store: &dyn Blobstore, digest: &Digest) -> Result<Manifest, StackError> {
-    let bytes = store::get_verified(store, digest).await?;
+/// Where an image's manifests and configs are read from: the blobstore
+/// (promotion, import) or the files `bundle create` gathered.
+pub trait ImageSource: Sync {
+    /// The bytes of a manifest or config, verified against `digest`.
+    ///
+    /// Errors: the blob is missing or does not match its digest.
+    fn small(&self, digest: &Digest) -> impl Future<Output = Result<Vec<u8>, StackError>> + Send;
+}
+
+impl ImageSource for dyn Blobstore + '_ {
+    async fn small(&self, digest: &Digest) -> Result<Vec<u8>, StackError> {
+        Ok(store::get_verified(self, digest).await?)
+    }
+}
+
+async fn read_manifest<S: ImageSource + ?Sized>(
+    store: &S,
+    digest: &Digest,
+) -> Result<Manifest, StackError> {
+    let bytes = store.small(digest).await?;
     Manifest::parse(&bytes).map_err(|e| StackError::Image(format!("manifest {digest}: {e}")))
 }
 
@@ -100,8 +118,8 @@ fn platform_string(os: &str, arch: &str, variant: Option<&str>) -> String {
 }
 
 /// Reads one image manifest: config and layers.
-async fn platform_image(
-    store: &dyn Blobstore,
+async fn platform_image<S: ImageSource + ?Sized>(
+    store: &S,
     digest: &Digest,
 ) -> Result<PlatformImage, StackError> {
     let m = read_manifest(store, digest).await?;
@@ -109,7 +127,7 @@ async fn platform_image(
         .config
         .as_ref()
         .ok_or_else(|| StackError::Image(format!("manifest {digest} has no config")))?;
-    let config_bytes = store::get_verified(store, &config_desc.digest).await?;
+    let config_bytes = store.small(&config_desc.digest).await?;
     let config: serde_json::Value = serde_json::from_slice(&config_bytes)
         .map_err(|e| StackError::Image(format!("config {}: {e}", config_desc.digest)))?;
     let diff_ids: Vec<Option<Digest>> = config["rootfs"]["diff_ids"]
@@ -149,9 +167,19 @@ async fn platform_image(
 /// `unknown/unknown`, are left out).
 ///
 /// Errors: a manifest or config missing from the store or not parsing.
-pub async fn platforms(
-    store: &dyn Blobstore,
+pub async fn platforms<S: ImageSource + ?Sized>(
+    store: &S,
     image: &ImageRef,
+) -> Result<Vec<PlatformImage>, StackError> {
+    platforms_except(store, image, &[]).await
+}
+
+/// [`platforms`], leaving out the children of an index listed in `absent`
+/// (platforms a bundle chose not to carry).
+pub async fn platforms_except<S: ImageSource + ?Sized>(
+    store: &S,
+    image: &ImageRef,
+    absent: &[Digest],
 ) -> Result<Vec<PlatformImage>, StackError> {
     let root = read_manifest(store, &image.digest).await?;
     let is_index = root.effective_media_type().is_some_and(oci::is_index_type);
@@ -160,7 +188,10 @@ pub async fn platforms(
     }
     let mut out = Vec::new();
     for child in &root.manifests {
-        if !oci::is_manifest_type(&child.media_type) || oci::is_index_type(&child.media_type) {
+        if !oci::is_manifest_type(&child.media_type)
+            || oci::is_index_type(&child.media_type)
+            || absent.contains(&child.digest)
+        {
             continue;
         }
         let parts = child.platform_parts();

@@ -8,8 +8,10 @@
 //!
 //! | status | meaning |
 //! | --- | --- |
-//! | `current` | the digest belongs to the stack's active promotion |
-//! | `superseded` | it was promoted, and another promotion is active now (a newer one, or an older one after a rollback): `restage_required` |
+//! | `current` | the digest belongs to the stack's fully rolled-out promotion; during a rollout `rolling_out_to` names the promotion replacing it on a share of cells (`digest`, `promotion`, `percent`) |
+//! | `canary` | it is the promotion being rolled out to `rollout_percent` % of cells; the other cells keep the `current` one |
+//! | `superseded` | it was promoted, and a newer promotion is fully rolled out now: `restage_required` |
+//! | `rolled_back` | it was promoted and then withdrawn by `stack rollback`: `restage_required` (apps staged on it during its rollout should move back) |
 //! | `custom` | it is the image of a custom stack ([`super::custom`]) |
 //! | `unknown` | no stack names it |
 
@@ -22,21 +24,59 @@ use crate::digest::Digest;
 pub struct Lifecycle {
     /// The digest asked about.
     pub digest: Digest,
-    /// `current`, `superseded`, `custom` or `unknown`.
+    /// `current`, `canary`, `superseded`, `rolled_back`, `custom` or `unknown`.
     pub status: &'static str,
     /// The stack that names it (`None` when `unknown`).
     pub stack: Option<StackName>,
     /// The promotion that names it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub promotion: Option<u64>,
-    /// When `superseded`: the image digest of the active promotion.
+    /// When `current` during a rollout: the promotion replacing it on a
+    /// share of cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolling_out_to: Option<RollingOut>,
+    /// When `canary`: the share of cells that run it, in percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_percent: Option<u8>,
+    /// When `superseded` or `rolled_back`: the image digest of the current
+    /// (fully rolled-out) promotion.
     pub superseded_by: Option<Digest>,
-    /// RFC 3339: since when the status holds (the time the digest, or for
-    /// `superseded` its successor, became active; for `custom` the
+    /// RFC 3339: since when the status holds (the time the digest became
+    /// current or canary; for `superseded` the time its successor became
+    /// current; for `rolled_back` the rollback; for `custom` the
     /// registration time).
     pub since: Option<String>,
-    /// True when `superseded`: apps built on this digest should be restaged.
+    /// True when `superseded` or `rolled_back`: apps built on this digest
+    /// should be restaged.
     pub restage_required: bool,
+}
+
+/// The rollout a `current` digest is being replaced by.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RollingOut {
+    /// The image digest of the promotion being rolled out.
+    pub digest: Digest,
+    /// Its promotion id.
+    pub promotion: u64,
+    /// The share of cells that run it, in percent.
+    pub percent: u8,
+}
+
+impl Lifecycle {
+    /// `unknown` status of `digest`, every other field empty.
+    fn unknown(digest: &Digest) -> Lifecycle {
+        Lifecycle {
+            digest: digest.clone(),
+            status: "unknown",
+            stack: None,
+            promotion: None,
+            rolling_out_to: None,
+            rollout_percent: None,
+            superseded_by: None,
+            since: None,
+            restage_required: false,
+        }
+    }
 }
 
 fn names(p: &Promotion, digest: &Digest) -> bool {
@@ -61,44 +101,80 @@ fn active_since(stack: &Stack, p: &Promotion) -> String {
         .unwrap_or_default()
 }
 
-/// The lifecycle status of `digest` in `table`.
-pub fn lifecycle(table: &StackTable, digest: &Digest) -> Lifecycle {
+/// The status of `digest` in one stack: `current` or `canary` (served
+/// now), else the latest promotion naming it as `superseded` or
+/// `rolled_back`; `None` when the stack never named it.
+fn in_stack(name: &StackName, stack: &Stack, digest: &Digest) -> Option<Lifecycle> {
+    let settled = stack.settled()?;
+    let canary = stack.canary();
     let mut out = Lifecycle {
-        digest: digest.clone(),
-        status: "unknown",
-        stack: None,
-        promotion: None,
-        superseded_by: None,
-        since: None,
-        restage_required: false,
+        status: "current",
+        stack: Some(name.clone()),
+        ..Lifecycle::unknown(digest)
     };
-    let mut superseded = None;
-    for (name, stack) in &table.stacks {
-        let Some(active) = stack.active() else {
-            continue;
-        };
-        if names(active, digest) {
-            out.status = "current";
-            out.stack = Some(name.clone());
-            out.promotion = Some(active.id);
-            out.since = Some(active_since(stack, active));
-            return out;
-        }
-        if superseded.is_none()
-            && let Some(p) = stack.promotions.iter().rev().find(|p| names(p, digest))
-        {
-            superseded = Some((name, stack, p, active));
-        }
+    if names(settled, digest) {
+        out.promotion = Some(settled.id);
+        out.since = Some(active_since(stack, settled));
+        out.rolling_out_to = canary.map(|(p, percent, _)| RollingOut {
+            digest: p.image.digest.clone(),
+            promotion: p.id,
+            percent,
+        });
+        return Some(out);
     }
-    if let Some((name, stack, p, active)) = superseded {
-        out.status = "superseded";
-        out.stack = Some(name.clone());
+    if let Some((p, percent, _)) = canary.filter(|(p, _, _)| names(p, digest)) {
+        out.status = "canary";
         out.promotion = Some(p.id);
-        out.superseded_by = Some(active.image.digest.clone());
-        out.since = Some(active_since(stack, active));
-        out.restage_required = true;
-        return out;
+        out.rollout_percent = Some(percent);
+        out.since = Some(p.time.clone());
+        return Some(out);
     }
+    let p = stack.promotions.iter().rev().find(|p| names(p, digest))?;
+    out.promotion = Some(p.id);
+    out.superseded_by = Some(settled.image.digest.clone());
+    out.restage_required = true;
+    match &p.rolled_back {
+        Some(when) => {
+            out.status = "rolled_back";
+            out.since = Some(when.clone());
+        }
+        None => {
+            out.status = "superseded";
+            out.since = Some(active_since(stack, settled));
+        }
+    }
+    Some(out)
+}
+
+/// Every digest [`lifecycle`] knows in `table` (images, platform
+/// manifests, rootfs, builder images of every promotion; custom stacks'
+/// images), for resolving a short prefix typed at the command line.
+pub fn known(table: &StackTable) -> Vec<&Digest> {
+    let mut out = Vec::new();
+    for p in table.stacks.values().flat_map(|s| &s.promotions) {
+        out.push(&p.image.digest);
+        out.extend(p.rootfs.iter().flat_map(|r| [&r.manifest, &r.sha256]));
+        out.extend(p.build_image.iter().chain(&p.run_image).map(|i| &i.digest));
+    }
+    out.extend(table.custom.values().map(|c| &c.image.digest));
+    out
+}
+
+/// The lifecycle status of `digest` in `table`: a stack that serves it now
+/// (`current`, `canary`) wins over one that only did before.
+pub fn lifecycle(table: &StackTable, digest: &Digest) -> Lifecycle {
+    let mut earlier = None;
+    for (name, stack) in &table.stacks {
+        match in_stack(name, stack, digest) {
+            Some(l) if matches!(l.status, "current" | "canary") => return l,
+            Some(l) if earlier.is_none() => earlier = Some(l),
+            _ => {}
+        }
+    }
+    if let Some(l) = earlier {
+        return l;
+    }
+    let mut out = Lifecycle::unknown(digest);
     if let Some((name, c)) = table.custom.iter().find(|(_, c)| &c.image.digest == digest) {
         out.status = "custom";
         out.stack = Some(name.clone());
@@ -130,11 +206,40 @@ mod tests {
         assert_eq!(l1.since.as_deref(), Some("2026-02-01T00:00:00Z"));
         let l2 = lifecycle(&t, &v2);
         assert_eq!((l2.status, l2.restage_required), ("current", false));
-        t.rollback(&name, "bad", "2026-03-01T00:00:00Z", "me")
+        // A canary: promotion 3 on 10 % of cells.
+        let v3 = Digest::sha256_of(&[3]);
+        t.promote(&name, &promotion(3, 10), "2026-03-01T00:00:00Z", "me")
+            .unwrap();
+        let l2 = lifecycle(&t, &v2);
+        assert_eq!((l2.status, l2.restage_required), ("current", false));
+        assert_eq!(
+            l2.rolling_out_to,
+            Some(RollingOut {
+                digest: v3.clone(),
+                promotion: 3,
+                percent: 10
+            })
+        );
+        let l3 = lifecycle(&t, &v3);
+        assert_eq!((l3.status, l3.rollout_percent), ("canary", Some(10)));
+        assert_eq!(lifecycle(&t, &v1).superseded_by.as_ref(), Some(&v2));
+        // Withdrawn: rolled_back, the previous one current again.
+        t.rollback(&name, "bad", "2026-03-02T00:00:00Z", "me")
+            .unwrap();
+        let l3 = lifecycle(&t, &v3);
+        assert_eq!((l3.status, l3.restage_required), ("rolled_back", true));
+        assert_eq!(l3.superseded_by.as_ref(), Some(&v2));
+        assert_eq!(l3.since.as_deref(), Some("2026-03-02T00:00:00Z"));
+        let l2 = lifecycle(&t, &v2);
+        assert_eq!((l2.status, l2.rolling_out_to), ("current", None));
+        assert_eq!(l2.since.as_deref(), Some("2026-03-02T00:00:00Z"));
+        // Rolled back once more: promotion 2 withdrawn, 1 current again.
+        t.rollback(&name, "bad", "2026-04-01T00:00:00Z", "me")
             .unwrap();
         let l1 = lifecycle(&t, &v1);
         assert_eq!(l1.status, "current");
-        assert_eq!(l1.since.as_deref(), Some("2026-03-01T00:00:00Z"));
+        assert_eq!(l1.since.as_deref(), Some("2026-04-01T00:00:00Z"));
+        assert_eq!(lifecycle(&t, &v2).status, "rolled_back");
         assert_eq!(lifecycle(&t, &v2).superseded_by.as_ref(), Some(&v1));
         let v9 = Digest::sha256_of(&[9]);
         assert_eq!(lifecycle(&t, &v9).status, "unknown");

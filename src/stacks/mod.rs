@@ -8,6 +8,8 @@
 //! - [`image`]: pinning `REPO:TAG` to a digest, walking an image to its
 //!   platforms, configs and layers.
 //! - [`flatten`]: one uncompressed rootfs tar per platform image, kept as a blob.
+//! - [`candidates`]: a bundle's stack candidates checked for flattenability
+//!   at `bundle create` and at import.
 //! - [`ops`]: promote, rollout, rollback, set-state, set-default, each one
 //!   root swap; shared by the CLI and the HTTP API.
 //! - [`kpack`]: builder image checks and the kpack ClusterStack.
@@ -22,6 +24,7 @@
 //! speaks the OCI distribution API (that is `registry`).
 
 pub mod api;
+pub mod candidates;
 pub mod cells;
 pub mod cf;
 pub mod custom;

@@ -14,11 +14,16 @@
 //! document and its signature stay byte-identical between requests until the
 //! next import.
 //!
+//! With `[torcx] public = true` hosts fetch without credentials even when
+//! users are configured ([`TorcxConfig::serves_anonymously`]): the remote's
+//! `remote.json` on every host then holds no password.
+//!
 //! Owns: routing, response headers and the signing-key map. Never changes
 //! state; reads the current snapshot on every request (new imports are
 //! served without a restart).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -42,11 +47,14 @@ use crate::store::blob_key;
 const CACHE_MAX: usize = 1024;
 
 /// The torcx part of the server's configuration: one RSA signing key per
-/// remote (`serve --torcx-key REMOTE=KEY.sec.asc`) and the signed-document cache.
+/// remote (`serve --torcx-key REMOTE=KEY.sec.asc`), whether hosts fetch
+/// without credentials (`[torcx] public`), and the signed-document cache.
 #[derive(Default)]
 pub struct TorcxConfig {
     /// Signing key per remote; replaced whole on a config reload.
     keys: arc_swap::ArcSwap<BTreeMap<String, Arc<SigningKey>>>,
+    /// GET/HEAD of `/torcx/...` need no credentials (see [`TorcxConfig::serves_anonymously`]).
+    public: std::sync::atomic::AtomicBool,
     cache: Mutex<HashMap<String, Arc<Cached>>>,
     /// The last `torcx` document read, by its digest (documents are immutable).
     doc: Mutex<Option<(String, Arc<TorcxDoc>)>>,
@@ -65,15 +73,17 @@ impl TorcxConfig {
             keys: arc_swap::ArcSwap::from_pointee(
                 keys.into_iter().map(|(r, k)| (r, Arc::new(k))).collect(),
             ),
+            public: std::sync::atomic::AtomicBool::new(false),
             cache: Mutex::default(),
             doc: Mutex::default(),
         }
     }
 
-    /// Replaces the signing keys (a config reload); documents signed with
+    /// Replaces the signing keys and `public` (a config reload); documents signed with
     /// the old keys are dropped from the cache.
     pub fn replace_keys(&self, other: TorcxConfig) {
         self.keys.store(other.keys.load_full());
+        self.public.store(other.public(), Ordering::Relaxed);
         if let Ok(mut m) = self.cache.lock() {
             m.clear();
         }
@@ -87,6 +97,30 @@ impl TorcxConfig {
     /// The signing key of `remote`, if it has one.
     fn key(&self, remote: &str) -> Option<Arc<SigningKey>> {
         self.keys.load().get(remote).cloned()
+    }
+
+    /// Whether hosts fetch without credentials (`[torcx] public`).
+    pub fn public(&self) -> bool {
+        self.public.load(Ordering::Relaxed)
+    }
+
+    /// With `public`, hosts fetch contents and archives without credentials
+    /// (`[torcx] public = true`, `serve --torcx-public`).
+    pub fn with_public(self, public: bool) -> TorcxConfig {
+        self.public.store(public, Ordering::Relaxed);
+        self
+    }
+
+    /// Whether a request needs no credentials because it is a host's read
+    /// of a public torcx remote: GET or HEAD under `/torcx/` with `[torcx]
+    /// public = true`. Safe to serve to anyone: the contents are signed
+    /// with the remote's key and every archive is verified by its hash
+    /// against them on the host, and torcx has no write routes. The access
+    /// layer asks this once per request, before it asks for credentials.
+    pub fn serves_anonymously(&self, method: &Method, path: &str) -> bool {
+        self.public()
+            && matches!(*method, Method::GET | Method::HEAD)
+            && (path == "/torcx" || path.starts_with("/torcx/"))
     }
 
     /// Parses `REMOTE=PATH` and loads the key, which must be RSA (the torcx

@@ -2,7 +2,9 @@
 //! (`remote-manifest-v0`) and the armored keyring beside it, ready for a
 //! host's `/etc/torcx/remotes/<remote>/`.
 //!
-//! Owns: checking the base URL (scheme `http`, `https` or `file`; only the
+//! Owns: checking the base URL (scheme `http`, `https` or `file`; no
+//! credentials, since `remote.json` is world-readable on hosts: airlock
+//! serves torcx without them with `[torcx] public = true`; only the
 //! template variables torcx knows; a trailing `/` added, since the client
 //! resolves `torcx_remote_contents.json.asc` per RFC 3986 and would replace
 //! the last segment otherwise) and the document's bytes. Never writes files.
@@ -17,16 +19,29 @@ const VARIABLES: [&str; 4] = ["COREOS_BOARD", "VERSION_ID", "ID", "COREOS_USR"];
 
 /// Checks `url` and returns it with a trailing `/`.
 ///
-/// Errors: another scheme, a `${...}` the client does not know (it would
-/// refuse the remote), or an unterminated `${`.
+/// Errors: another scheme, credentials in the URL (`user:password@`: they
+/// would sit in every host's world-readable `remote.json`; the error never
+/// repeats them), a `${...}` the client does not know (it would refuse the
+/// remote), or an unterminated `${`.
 pub fn base_url(url: &str) -> Result<String, String> {
-    if !["http://", "https://", "file://"]
-        .iter()
-        .any(|s| url.starts_with(s))
-    {
+    let Some((_, rest)) = url
+        .split_once("://")
+        .filter(|(scheme, _)| ["http", "https", "file"].contains(scheme))
+    else {
         return Err(format!(
             "base URL {url:?}: torcx fetches http://, https:// or file:// only"
         ));
+    };
+    if rest
+        .split('/')
+        .next()
+        .is_some_and(|authority| authority.contains('@'))
+    {
+        return Err(
+            "base URL: credentials (user:password@) would be written into every host's world-readable remote.json; \
+             let hosts fetch without them instead (airlock serve: [torcx] public = true, or --torcx-public)"
+                .into(),
+        );
     }
     let mut rest = url;
     while let Some(i) = rest.find("${") {
@@ -80,5 +95,14 @@ mod tests {
         assert!(base_url("ftp://h/").is_err());
         assert!(base_url("http://h/{{.Board}}/${BOARD}/").is_err());
         assert!(base_url("http://h/${VERSION_ID").is_err());
+        let e = base_url("https://host:s3cret@h/torcx/r/").unwrap_err();
+        assert!(
+            e.contains("[torcx] public = true") && !e.contains("s3cret"),
+            "{e}"
+        );
+        assert!(
+            base_url("http://h/torcx/r/a@b/").is_ok(),
+            "an @ in the path is no credential"
+        );
     }
 }

@@ -14,7 +14,7 @@ pub mod synth;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -505,4 +505,42 @@ macro_rules! forwarding_store {
             $($own)*
         }
     };
+}
+
+/// Parses an exposition with `prometheus_client`'s OpenMetrics parser;
+/// returns every sample as (name, labels, value).
+pub fn openmetrics(text: &str) -> Vec<(String, serde_json::Value, f64)> {
+    let script = r#"
+import json, sys
+try:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+except ImportError:
+    sys.exit("python3 module prometheus_client missing: pip install prometheus-client (scripts/install-test-deps.sh)")
+out = []
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        out.append([s.name, s.labels, s.value])
+print(json.dumps(out))
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 (apt-get install python3)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "parser refused the exposition: {}\n{text}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows: Vec<(String, serde_json::Value, f64)> = serde_json::from_slice(&o.stdout).unwrap();
+    rows
 }

@@ -107,15 +107,15 @@ impl std::fmt::Display for ImportReport {
         }
         write!(
             f,
-            "imported bundle {}: {} images, {} blobs new, {} skipped, {:.1} MB written, {:.1} MB read in {:.2} s ({:.1} MB/s), generation {}{}",
+            "imported bundle {}: {} images, {} blobs new, {} skipped, {} written, {} read in {:.2} s ({}/s), generation {}{}",
             self.id,
             self.images,
             self.blobs_new,
             self.blobs_skipped,
-            self.bytes_new as f64 / 1e6,
-            self.bytes_read as f64 / 1e6,
+            crate::config::format_size(self.bytes_new),
+            crate::config::format_size(self.bytes_read),
             secs,
-            self.bytes_read as f64 / 1e6 / secs,
+            crate::config::format_size((self.bytes_read as f64 / secs) as u64),
             self.generation,
             if self.changed { "" } else { " (no change)" }
         )
@@ -238,6 +238,11 @@ async fn import_journaled(
         progress,
         &check,
         written,
+    )
+    .await?;
+    crate::stacks::candidates::check_bundle(
+        &crate::stacks::candidates::Stored(store.clone()),
+        &doc,
     )
     .await?;
     let tags = plan::plan_tags(state, &doc, opts).await?;

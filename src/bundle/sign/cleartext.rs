@@ -2,7 +2,7 @@
 
 use pgp::composed::CleartextSignedMessage;
 
-use super::{SignError, one_line};
+use super::{SignError, signature_failure};
 
 const SIGNED_MESSAGE_BEGIN: &str = "-----BEGIN PGP SIGNED MESSAGE-----";
 const SIGNATURE_BEGIN: &str = "-----BEGIN PGP SIGNATURE-----";
@@ -13,7 +13,7 @@ pub(super) const SIGNATURE_END: &str = "-----END PGP SIGNATURE-----";
 pub fn unverified_text(armored: &str) -> Result<String, SignError> {
     let Framing { document, .. } = check_framing(armored)?;
     let (msg, _) = CleartextSignedMessage::from_string(document)
-        .map_err(|e| SignError::NotCleartext(one_line(&e)))?;
+        .map_err(|e| SignError::NotCleartext(signature_failure(&e)))?;
     Ok(msg.signed_text().replace("\r\n", "\n"))
 }
 

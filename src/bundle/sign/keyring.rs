@@ -8,7 +8,7 @@ use pgp::packet::{Signature, SignatureType, SubpacketData};
 use pgp::types::{Fingerprint, KeyDetails, Tag, Timestamp};
 
 use super::cleartext::{Framing, check_framing};
-use super::{SignError, hex_fpr, key_err, one_line, parse_blocks, read};
+use super::{SignError, hex_fpr, key_err, parse_blocks, read, signature_failure};
 
 /// The trusted public keys: an armored file that may hold several keys in one block
 /// (`gpg --export --armor a b`) or several concatenated `PUBLIC KEY BLOCK`s.
@@ -123,7 +123,7 @@ impl Keyring {
             document,
         } = check_framing(armored)?;
         let (msg, _) = CleartextSignedMessage::from_string(document)
-            .map_err(|e| SignError::NotCleartext(one_line(&e)))?;
+            .map_err(|e| SignError::NotCleartext(signature_failure(&e)))?;
         if msg.signatures().is_empty() {
             return Err(SignError::NoSignature);
         }
@@ -240,7 +240,7 @@ impl Keyring {
                     failure.get_or_insert(SignError::BadSignature(format!(
                         "does not verify with key {}: {}",
                         hex_fpr(&comp.fingerprint),
-                        one_line(&e)
+                        signature_failure(&e)
                     )));
                 }
             }

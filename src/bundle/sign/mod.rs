@@ -128,6 +128,27 @@ fn one_line(e: &dyn std::fmt::Display) -> String {
         .join(" ")
 }
 
+/// A failure of the OpenPGP library to parse or verify a signature, in
+/// words. Its internal consistency checks read `assertion failed: `(left ==
+/// right)` left: `[121, 0]`, right: ...: what`; an operator sees what they
+/// mean instead: the signed text does not match the signature (the
+/// document or its signature was altered), or the signature packet is
+/// malformed.
+fn signature_failure(e: &pgp::errors::Error) -> String {
+    let text = one_line(e);
+    if text.contains("invalid signed hash value") {
+        return "the signed text does not match the signature (the document or its signature was altered after signing)".into();
+    }
+    if text.starts_with("assertion failed") {
+        // `... right: `X`: what` names what the packet got wrong, when it says.
+        return match text.rsplit_once("`: ") {
+            Some((_, what)) => format!("the signature packet is malformed ({what})"),
+            None => "the signature packet is malformed".into(),
+        };
+    }
+    text
+}
+
 fn hex_fpr(f: &Fingerprint) -> String {
     format!("{f:X}")
 }

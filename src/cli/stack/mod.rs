@@ -3,12 +3,11 @@
 
 use anyhow::Result;
 
-use airlock::digest::Digest;
 use airlock::stacks::cells;
 use airlock::stacks::cf::{self, CcForm};
 use airlock::stacks::custom::{Actor, CustomPolicy};
 use airlock::stacks::kpack;
-use airlock::stacks::lifecycle::lifecycle;
+use airlock::stacks::lifecycle;
 use airlock::stacks::ops::{self, PromoteRequest};
 use airlock::stacks::{StackName, StackState, StackTable};
 use airlock::state::user_at_host;
@@ -16,6 +15,7 @@ use airlock::state::user_at_host;
 use super::DataArg;
 
 mod print;
+pub(crate) use print::list as print_table;
 use print::*;
 
 #[derive(clap::Subcommand)]
@@ -94,16 +94,28 @@ pub enum StackCmd {
         /// Prometheus text-format gauges.
         #[arg(long)]
         prometheus: bool,
+        /// At most this many cell ids per list (lagging, stale) in the
+        /// text output; `--json` lists every one.
+        #[arg(long, default_value_t = 10)]
+        max_cells: usize,
     },
-    /// Print the Cloud Controller stacks config (capi-release properties).
+    /// Print a BOSH ops file adding the promoted stacks to Cloud
+    /// Controller's `cc.stacks` (cf-deployment's `api` instance group); the
+    /// deployment's other stacks and its default stack stay.
     CcConfig {
         #[command(flatten)]
         data: DataArg,
-        /// Print Cloud Controller's stacks_file form (`default`, `stacks`) instead.
+        /// Print entries for Cloud Controller's stacks_file (`stacks`,
+        /// `default` with --set-default) instead.
         #[arg(long)]
         stacks_file: bool,
+        /// Also make airlock's default stack (`stack set-default`) Cloud
+        /// Controller's default stack.
+        #[arg(long)]
+        set_default: bool,
     },
-    /// Print the diego-cell garden and rep properties naming each stack's rootfs.
+    /// Print the diego-cell garden and rep properties adding each stack's
+    /// rootfs to the lists the deployment has.
     CellProperties {
         #[command(flatten)]
         data: DataArg,
@@ -111,7 +123,8 @@ pub enum StackCmd {
         /// BOSH job `airlock-rootfs` installs them (its `install_dir`).
         #[arg(long, default_value = "/var/vcap/data/airlock-rootfs")]
         rootfs_dir: String,
-        /// Print a BOSH ops file instead of job property blocks.
+        /// Print a BOSH ops file appending to both lists (`/-`) instead of
+        /// the items to add.
         #[arg(long)]
         ops_file: bool,
     },
@@ -136,13 +149,15 @@ pub enum StackCmd {
         #[arg(long, env = "AIRLOCK_CUSTOM_STACKS", default_value = "off")]
         custom_stacks: CustomPolicy,
     },
-    /// Lifecycle status of an image digest: current, superseded (restage
+    /// Lifecycle status of an image digest: current (and what replaces it
+    /// during a rollout), canary, superseded or rolled back (restage
     /// required), custom or unknown.
     Lifecycle {
         #[command(flatten)]
         data: DataArg,
-        /// The digest (image, platform manifest, rootfs or builder image).
-        digest: Digest,
+        /// The digest (image, platform manifest, rootfs or builder image),
+        /// or a unique prefix of 12 or more hex digits.
+        digest: String,
         /// JSON output (as GET /stacks/v1/lifecycle/<digest>).
         #[arg(long)]
         json: bool,
@@ -265,7 +280,7 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                             "{} rootfs sha256 {} ({})",
                             r.platform,
                             r.sha256.hex(),
-                            mb(r.size)
+                            crate::cli::size(r.size)
                         )
                     })
                     .collect();
@@ -325,6 +340,7 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
             stale_after_secs,
             json,
             prometheus,
+            max_cells,
         } => {
             let state = data.existing_state()?;
             let table = ops::load(&state).await?;
@@ -352,18 +368,22 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                 }
             } else {
                 for s in &statuses {
-                    print_status(s);
+                    print_status(s, max_cells);
                 }
             }
         }
-        StackCmd::CcConfig { data, stacks_file } => {
+        StackCmd::CcConfig {
+            data,
+            stacks_file,
+            set_default,
+        } => {
             let table = ops::load(&data.existing_state()?).await?;
             let form = if stacks_file {
                 CcForm::StacksFile
             } else {
-                CcForm::Properties
+                CcForm::OpsFile
             };
-            print!("{}", cf::cc_config(&table, form));
+            print!("{}", cf::cc_config(&table, form, set_default));
         }
         StackCmd::CellProperties {
             data,
@@ -403,26 +423,13 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
             );
         }
         StackCmd::Lifecycle { data, digest, json } => {
-            let l = lifecycle(&ops::load(&data.existing_state()?).await?, &digest);
+            let table = ops::load(&data.existing_state()?).await?;
+            let digest = crate::cli::digests::resolve(&digest, lifecycle::known(&table))?;
+            let l = lifecycle::lifecycle(&table, &digest);
             if json {
                 print_json(&l)?;
             } else {
-                println!(
-                    "{} {}{}{}{}",
-                    l.digest,
-                    l.status,
-                    l.stack
-                        .as_ref()
-                        .map_or(String::new(), |s| format!(" stack {s}")),
-                    l.superseded_by
-                        .as_ref()
-                        .map_or(String::new(), |d| format!(" superseded by {d}")),
-                    if l.restage_required {
-                        " (restage required)"
-                    } else {
-                        ""
-                    }
-                );
+                println!("{}", lifecycle_line(&l));
             }
         }
         StackCmd::Kpack {

@@ -7,11 +7,39 @@ pub(super) fn print_json(v: &impl serde::Serialize) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn mb(n: u64) -> String {
-    format!("{:.1} MB", n as f64 / 1e6)
+/// One line for `stack lifecycle`: digest, status, stack, promotion, and
+/// what the status depends on.
+pub(super) fn lifecycle_line(l: &lifecycle::Lifecycle) -> String {
+    let mut out = format!("{} {}", l.digest, l.status);
+    if let Some(s) = &l.stack {
+        out.push_str(&format!(" stack {s}"));
+    }
+    if let Some(p) = l.promotion {
+        out.push_str(&format!(" promotion {p}"));
+    }
+    if let Some(pct) = l.rollout_percent {
+        out.push_str(&format!(" on {pct} % of cells"));
+    }
+    if let Some(t) = &l.since {
+        out.push_str(&format!(" since {t}"));
+    }
+    if let Some(r) = &l.rolling_out_to {
+        out.push_str(&format!(
+            "; rolling out to {} (promotion {}) on {} % of cells",
+            r.digest, r.promotion, r.percent
+        ));
+    }
+    if let Some(d) = &l.superseded_by {
+        out.push_str(&format!("; current is {d}"));
+    }
+    if l.restage_required {
+        out.push_str(" (restage required)");
+    }
+    out
 }
 
-pub(super) fn list(table: &StackTable) {
+/// The stack table as `stack list` (and `ls`) prints it.
+pub(crate) fn list(table: &StackTable) {
     if table.stacks.is_empty() && table.custom.is_empty() {
         println!("no stacks");
         return;
@@ -113,7 +141,7 @@ pub(super) fn show(table: &StackTable, name: &StackName) -> Result<()> {
                 r.platform,
                 r.manifest,
                 r.sha256.hex(),
-                mb(r.size)
+                crate::cli::size(r.size)
             );
         }
         if let (Some(b), Some(rn)) = (&p.build_image, &p.run_image) {
@@ -137,7 +165,9 @@ pub(super) fn show(table: &StackTable, name: &StackName) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn print_status(s: &cells::StackStatus) {
+/// `stack status` for one stack: counts, digests, and at most `max_cells`
+/// cell ids per list (`--json` lists every one).
+pub(super) fn print_status(s: &cells::StackStatus, max_cells: usize) {
     println!(
         "stack {} ({}): promotion {} at {} %, {} cells reported, {} on it, {} lagging, {} stale",
         s.stack,
@@ -152,13 +182,23 @@ pub(super) fn print_status(s: &cells::StackStatus) {
     for (d, n) in &s.digests {
         println!("  {n:>6}  {d}");
     }
-    if !s.lagging.is_empty() {
+    for (what, cells) in [
+        ("lagging (need a restart on their digest)", &s.lagging),
+        ("not seen for a while", &s.stale),
+    ] {
+        if cells.is_empty() {
+            continue;
+        }
+        let shown: Vec<&str> = cells.iter().take(max_cells).map(String::as_str).collect();
+        let more = cells.len() - shown.len();
         println!(
-            "  lagging (need a restart on their digest): {}",
-            s.lagging.join(" ")
+            "  {what}: {}{}",
+            shown.join(" "),
+            if more > 0 {
+                format!(" ... and {more} more (--json lists all)")
+            } else {
+                String::new()
+            }
         );
-    }
-    if !s.stale.is_empty() {
-        println!("  not seen for a while: {}", s.stale.join(" "));
     }
 }

@@ -5,12 +5,12 @@
 //! | `GET /stacks/v1/` | the stack table (every stack, the default) |
 //! | `GET /stacks/v1/<name>?cell=<id>[&platform=P]` | what that cell runs: `digest`, `image`, `platform`, `rootfs_url`, `rootfs_sha256`, `rootfs_digest`, `rootfs_size`, `state`, `state_reason`, `promotion`, `latest`, `rollout_percent` |
 //! | `GET /stacks/v1/<name>` | the stack (as `stack show --json`) |
-//! | `GET/HEAD /stacks/v1/<name>/rootfs.tar[?digest=D][&platform=P][&cell=ID]` | the flattened rootfs (a blob: `Docker-Content-Digest`, ranges); `digest` names a promoted image or platform manifest; without it the cell's or the active promotion |
+//! | `GET/HEAD /stacks/v1/<name>/rootfs.tar[?digest=D][&platform=P][&cell=ID]` | the flattened rootfs (a blob: `Docker-Content-Digest`, `ETag`, ranges); `digest` names a promoted image or platform manifest; without it the cell's, or without a cell the fully rolled-out promotion (during a canary: what every cell outside it runs). Digest-addressed answers are immutable, the others `no-cache` ([`caching`]); `If-None-Match` gets 304 |
 //! | `PUT /stacks/v1/<name>/cells/<id>` `{"digest", "platform"?}` | 204: the cell's report ([`super::cells`]) |
 //! | `GET /stacks/v1/<name>/status` | `stack status --json` |
 //! | `POST /stacks/v1/<name>/{promote,rollout,rollback,state,default}` | admin: as the CLI; 403 `DENIED` unless `serve --allow-admin` |
 //! | `POST /stacks/v1/<name>/register` `{"image", "description"?}` | a custom stack ([`super::custom`]), if the `custom_stacks` policy allows the caller |
-//! | `GET /stacks/v1/lifecycle/<digest>` | [`super::lifecycle::Lifecycle`]: `current`, `superseded`, `custom` or `unknown`, `restage_required` |
+//! | `GET /stacks/v1/lifecycle/<digest>` | [`super::lifecycle::Lifecycle`]: `current` (with `rolling_out_to` during a rollout), `canary`, `superseded`, `rolled_back`, `custom` or `unknown`; `restage_required` |
 //!
 //! Cells are served in every state; DEPRECATED, RESTRICTED and DISABLED
 //! add `Warning: 299 - "<Cloud Controller's warning>"`. A stack with
@@ -23,7 +23,9 @@
 //! one function of [`super::ops`], [`super::cells`] or the table.
 //!
 //! Files: `route.rs` (paths), `reads.rs` (cells' requests), `writes.rs` (reports, admin
-//! actions, registration), `error.rs` (error bodies); this file holds the router and dispatch.
+//! actions, registration), `error.rs` (error bodies), `caching.rs` (cache headers of
+//! downloads), `gauges.rs` (the stack gauges of `/metrics`); this file holds the router
+//! and dispatch.
 
 use crate::registry::scope::RepositoryScope;
 use std::collections::HashMap;
@@ -54,11 +56,14 @@ use crate::registry::query::QueryParams;
 use crate::state::{StateStore, now_rfc3339};
 use crate::store::blob_key;
 
+pub mod caching;
 mod error;
+mod gauges;
 mod reads;
 mod route;
 mod writes;
 use error::*;
+pub use gauges::with_stack_gauges;
 use reads::*;
 use route::*;
 use writes::*;

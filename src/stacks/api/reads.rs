@@ -103,7 +103,9 @@ pub(super) async fn resolve(
 }
 
 /// The rootfs a download names: `digest` (a promoted image or platform
-/// manifest of this stack), else the cell's, else the active promotion's.
+/// manifest of this stack), else the cell's, else the fully rolled-out
+/// promotion's ([`Stack::settled`]: during a canary, what every cell
+/// outside it runs).
 pub(super) fn find_rootfs<'a>(
     name: &StackName,
     stack: &'a Stack,
@@ -131,7 +133,7 @@ pub(super) fn find_rootfs<'a>(
             cells::check_cell_id(cell)?;
             stack.resolve(name, cell).map(|r| r.promotion)
         }
-        None => stack.active(),
+        None => stack.settled(),
     }
     .ok_or_else(|| StackError::NotFound(format!("stack {name} has no promotion yet")))?;
     Ok(p.rootfs_for(platform)
@@ -148,6 +150,11 @@ pub(super) async fn rootfs(
     let table = ctx.stacks().table(ctx.state()).await?;
     let stack = table.get(name)?;
     let r = find_rootfs(name, stack, query)?;
+    let addressing = caching::Addressing::of(query);
+    if let Some(mut res) = caching::not_modified(headers, &r.sha256, addressing) {
+        warn(&mut res, name, stack);
+        return Ok(res);
+    }
     let store = ctx.state().blobstore();
     let key = blob_key(&r.sha256);
     let size = store.stat(&key).await?.ok_or_else(|| {
@@ -175,6 +182,7 @@ pub(super) async fn rootfs(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-tar"),
     );
+    caching::apply(&mut res, &r.sha256, addressing);
     warn(&mut res, name, stack);
     Ok(res)
 }

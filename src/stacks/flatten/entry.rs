@@ -221,3 +221,21 @@ pub(super) fn meta_of<R: Read>(entry: &mut tar::Entry<'_, R>) -> Result<Meta> {
     }
     Ok(m)
 }
+
+/// An ordinary entry of a layer, its path seen once in that layer: its
+/// cleaned path and attributes; `None` for whiteouts and the root.
+///
+/// Errors: a path given twice in one layer, a bad name or entry type.
+pub(super) fn path_entry<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    seen: &mut HashSet<String>,
+) -> Result<Option<(String, Meta)>> {
+    let Name::Path(p) = name_of(&entry.path_bytes())? else {
+        return Ok(None);
+    };
+    if !seen.insert(p.clone()) {
+        bail!("path {p:?} appears twice in one layer");
+    }
+    let m = meta_of(entry)?;
+    Ok(Some((p, m)))
+}

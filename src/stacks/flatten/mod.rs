@@ -27,8 +27,17 @@
 //! its sha256 is the blob's digest: the same image always gives the same
 //! rootfs digest. Layer digests and diff_ids are verified while reading.
 //!
-//! Files: `entry.rs` (one tar entry and whiteouts), `plan.rs` (pass 1 and layer reading),
-//! `out.rs` (pass 2's writer); this file holds the entry point [`flatten`].
+//! A layer's tar is read as Go's `archive/tar` reads it: it may end right
+//! after an entry's data, without padding or end-of-archive blocks (what
+//! `umoci insert` writes); an entry cut short is refused by name
+//! (`layer.rs`). [`check_stored`] and [`check_layer_file`] read layers with
+//! every check flattening makes, writing nothing, so a stack candidate is
+//! known to flatten at `bundle create` and at import
+//! ([`crate::stacks::candidates`]).
+//!
+//! Files: `entry.rs` (one tar entry and whiteouts), `layer.rs` (reading one
+//! layer), `plan.rs` (pass 1), `out.rs` (pass 2's writer), `check.rs`
+//! (reading without writing); this file holds the entry point [`flatten`].
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -41,10 +50,14 @@ use tokio::sync::mpsc;
 use crate::digest::{Algorithm, Digest, Hasher};
 use crate::store::{Blobstore, blob_key};
 
+mod check;
 mod entry;
+mod layer;
 mod out;
 mod plan;
+pub use check::{check_layer_file, check_stored};
 use entry::*;
+use layer::*;
 use out::*;
 use plan::*;
 

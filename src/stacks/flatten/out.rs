@@ -173,63 +173,56 @@ pub(super) fn write_all<W: Write>(
     };
     for (j, layer) in layers.iter().enumerate() {
         let scanned = j >= plan.scanned_from;
-        with_layer(store, handle, layer, &mut |archive| {
-            let mut seen: HashSet<String> = HashSet::new();
-            for entry in archive.entries()? {
-                let mut entry = entry?;
-                let Name::Path(p) = name_of(&entry.path_bytes())? else {
-                    continue;
-                };
-                if !seen.insert(p.clone()) {
-                    bail!("path {p:?} appears twice in one layer");
+        let mut seen: HashSet<String> = HashSet::new();
+        with_layer(store, handle, layer, &mut |entry| {
+            let Some((p, m)) = path_entry(entry, &mut seen)? else {
+                return Ok(());
+            };
+            match m.kind {
+                Kind::Dir => {
+                    if let Fate::Alive(top) = plan.fate(j, &p, true) {
+                        out.parents(plan, &p)?;
+                        out.dir(&p, top.unwrap_or(&m), true)?;
+                    }
                 }
-                let m = meta_of(&mut entry)?;
-                match m.kind {
-                    Kind::Dir => {
-                        if let Fate::Alive(top) = plan.fate(j, &p, true) {
-                            out.parents(plan, &p)?;
-                            out.dir(&p, top.unwrap_or(&m), true)?;
-                        }
+                Kind::Hardlink => {
+                    let target = m.link.clone().unwrap_or_default();
+                    if !plan.alive(j, &p) {
+                        return Ok(());
                     }
-                    Kind::Hardlink => {
-                        let target = m.link.clone().unwrap_or_default();
-                        if !plan.alive(j, &p) {
-                            continue;
+                    let src = if scanned {
+                        plan.links.get(&(j, p.clone())).cloned()
+                    } else {
+                        Some((0, target.clone()))
+                    };
+                    let to = match src.as_ref().and_then(|s| plan.canonical.get(s)) {
+                        Some(name) => name.clone(),
+                        None if !scanned && !plan.alive(0, &target) => {
+                            return Err(NeedFullScan.into());
                         }
-                        let src = if scanned {
-                            plan.links.get(&(j, p.clone())).cloned()
+                        None => target,
+                    };
+                    if to != p {
+                        out.parents(plan, &p)?;
+                        out.entry(&p, &m, Some(&to), 0, &mut std::io::empty())?;
+                    }
+                }
+                _ => {
+                    let key = (j, p);
+                    let name = match plan.canonical.get(&key) {
+                        Some(name) => Some(name.as_str()),
+                        None if plan.alive(j, &key.1) => Some(key.1.as_str()),
+                        None => None,
+                    };
+                    if let Some(name) = name {
+                        out.parents(plan, name)?;
+                        let size = if m.kind == Kind::Regular {
+                            entry.size()
                         } else {
-                            Some((0, target.clone()))
+                            0
                         };
-                        let to = match src.as_ref().and_then(|s| plan.canonical.get(s)) {
-                            Some(name) => name.clone(),
-                            None if !scanned && !plan.alive(0, &target) => {
-                                return Err(NeedFullScan.into());
-                            }
-                            None => target,
-                        };
-                        if to != p {
-                            out.parents(plan, &p)?;
-                            out.entry(&p, &m, Some(&to), 0, &mut std::io::empty())?;
-                        }
-                    }
-                    _ => {
-                        let key = (j, p);
-                        let name = match plan.canonical.get(&key) {
-                            Some(name) => Some(name.as_str()),
-                            None if plan.alive(j, &key.1) => Some(key.1.as_str()),
-                            None => None,
-                        };
-                        if let Some(name) = name {
-                            out.parents(plan, name)?;
-                            let size = if m.kind == Kind::Regular {
-                                entry.size()
-                            } else {
-                                0
-                            };
-                            let link = m.link.clone();
-                            out.entry(name, &m, link.as_deref(), size, &mut entry)?;
-                        }
+                        let link = m.link.clone();
+                        out.entry(name, &m, link.as_deref(), size, entry)?;
                     }
                 }
             }

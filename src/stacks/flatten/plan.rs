@@ -1,5 +1,4 @@
-//! Pass 1: what the upper layers do to each path (the plan), and the verified, decompressed
-//! reading of each layer blob that both passes use.
+//! Pass 1: what the upper layers do to each path (the plan).
 
 use super::*;
 
@@ -132,113 +131,6 @@ impl Plan {
     }
 }
 
-/// Reads a layer blob from the store synchronously (inside a blocking task).
-pub(super) fn open_blob(
-    store: &Arc<dyn Blobstore>,
-    handle: &tokio::runtime::Handle,
-    digest: &Digest,
-) -> Result<tokio_util::io::SyncIoBridge<crate::store::BoxRead>> {
-    let key = blob_key(digest);
-    let r = handle
-        .block_on(store.read(&key, None))
-        .with_context(|| format!("layer {digest}"))?;
-    Ok(tokio_util::io::SyncIoBridge::new_with_handle(
-        r,
-        handle.clone(),
-    ))
-}
-
-/// A reader that hashes what passes, shared so the hash can be checked
-/// after the decompressor (which owns the reader) is done.
-pub(super) struct Tap<R> {
-    pub(super) inner: R,
-    pub(super) hasher: Option<Hasher>,
-    pub(super) count: u64,
-}
-
-impl<R: Read> Read for Tap<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if let Some(h) = self.hasher.as_mut() {
-            h.update(&buf[..n]);
-        }
-        self.count += n as u64;
-        Ok(n)
-    }
-}
-
-impl<R> Tap<R> {
-    pub(super) fn new(inner: R, alg: Option<Algorithm>) -> Tap<R> {
-        Tap {
-            inner,
-            hasher: alg.map(Hasher::new),
-            count: 0,
-        }
-    }
-
-    pub(super) fn check(self, expected: &Digest, size: Option<u64>, what: &str) -> Result<()> {
-        if let Some(size) = size
-            && self.count != size
-        {
-            bail!(
-                "{what} {expected}: {} bytes read, descriptor says {size}",
-                self.count
-            );
-        }
-        if let Some(h) = self.hasher {
-            let actual = h.finish();
-            if &actual != expected {
-                bail!("{what} {expected}: content hashes to {actual}");
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Runs `f` over the entries of layer `layer`'s tar, then checks the blob
-/// digest and size and (when known) the diff_id.
-pub(super) fn with_layer(
-    store: &Arc<dyn Blobstore>,
-    handle: &tokio::runtime::Handle,
-    layer: &Layer,
-    f: &mut dyn FnMut(&mut tar::Archive<&mut dyn Read>) -> Result<()>,
-) -> Result<()> {
-    let comp = compression(&layer.media_type)?;
-    let blob = open_blob(store, handle, &layer.digest)?;
-    let mut outer = Tap::new(
-        std::io::BufReader::with_capacity(1 << 20, blob),
-        Some(layer.digest.algorithm()),
-    );
-    let diff_alg = layer.diff_id.as_ref().map(Digest::algorithm);
-    let result = {
-        let decoded: Box<dyn Read + '_> = match comp {
-            Compression::None => Box::new(&mut outer),
-            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut outer)),
-            Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(
-                std::io::BufReader::with_capacity(1 << 17, &mut outer),
-            )?),
-        };
-        let mut inner = Tap::new(decoded, diff_alg);
-        let r = {
-            let reader: &mut dyn Read = &mut inner;
-            let mut archive = tar::Archive::new(reader);
-            let r = f(&mut archive);
-            // Whatever follows the end-of-archive blocks is part of the diff_id.
-            r.and_then(|()| {
-                std::io::copy(&mut archive.into_inner(), &mut std::io::sink())?;
-                Ok(())
-            })
-        };
-        r.and_then(|()| match &layer.diff_id {
-            Some(d) => inner.check(d, None, "layer diff_id"),
-            None => Ok(()),
-        })
-    };
-    result.with_context(|| format!("layer {}", layer.digest))?;
-    std::io::copy(&mut outer, &mut std::io::sink())?;
-    outer.check(&layer.digest, Some(layer.size), "layer")
-}
-
 /// Pass 1: what layers `from..` do, path by path.
 pub(super) fn scan(
     store: &Arc<dyn Blobstore>,
@@ -251,23 +143,19 @@ pub(super) fn scan(
         ..Plan::default()
     };
     for (i, layer) in layers.iter().enumerate().skip(from) {
-        with_layer(store, handle, layer, &mut |archive| {
-            for entry in archive.entries()? {
-                let mut entry = entry?;
-                let name = name_of(&entry.path_bytes())?;
-                match name {
-                    Name::Root => {}
-                    Name::Opaque(d) => plan.record(i, d, Op::Opaque),
-                    Name::Whiteout(p) => plan.record(i, p, Op::Whiteout),
-                    Name::Path(p) => {
-                        let m = meta_of(&mut entry)?;
-                        let op = match m.kind {
-                            Kind::Dir => Op::Dir(Box::new(m)),
-                            Kind::Hardlink => Op::Link(m.link.unwrap_or_default()),
-                            _ => Op::File,
-                        };
-                        plan.record(i, p, op);
-                    }
+        with_layer(store, handle, layer, &mut |entry| {
+            match name_of(&entry.path_bytes())? {
+                Name::Root => {}
+                Name::Opaque(d) => plan.record(i, d, Op::Opaque),
+                Name::Whiteout(p) => plan.record(i, p, Op::Whiteout),
+                Name::Path(p) => {
+                    let m = meta_of(entry)?;
+                    let op = match m.kind {
+                        Kind::Dir => Op::Dir(Box::new(m)),
+                        Kind::Hardlink => Op::Link(m.link.unwrap_or_default()),
+                        _ => Op::File,
+                    };
+                    plan.record(i, p, op);
                 }
             }
             Ok(())

@@ -162,6 +162,28 @@ impl Stack {
         self.rollout.and_then(|r| self.promotion(r.promotion))
     }
 
+    /// The fully rolled-out promotion: during an incomplete rollout (below
+    /// 100 %, with a previous promotion) the previous one, which every cell
+    /// outside the rollout runs; else the active one. What a request naming
+    /// no cell gets, and what `stack lifecycle` calls `current`.
+    pub fn settled(&self) -> Option<&Promotion> {
+        match self.canary() {
+            Some((_, _, previous)) => Some(previous),
+            None => self.active(),
+        }
+    }
+
+    /// During an incomplete rollout: the promotion being rolled out, its
+    /// percentage and the promotion the other cells keep.
+    pub fn canary(&self) -> Option<(&Promotion, u8, &Promotion)> {
+        let r = self.rollout?;
+        if r.percent >= 100 {
+            return None;
+        }
+        let previous = self.promotion(r.previous?)?;
+        Some((self.promotion(r.promotion)?, r.percent, previous))
+    }
+
     /// What `cell` of stack `name` runs now: the rolled-out promotion when
     /// the cell's bucket falls under the percentage (or nothing else
     /// exists), else the previous one. `None` before the first promotion.
