@@ -152,6 +152,14 @@ pub(super) fn print_status(s: &cells::StackStatus) {
     for (d, n) in &s.digests {
         println!("  {n:>6}  {d}");
     }
+    if s.bytes_moved + s.bytes_saved > 0 {
+        println!(
+            "  rollout moved {:.1} MB, saved {:.1} MB ({} cells by delta)",
+            s.bytes_moved as f64 / 1e6,
+            s.bytes_saved as f64 / 1e6,
+            s.delta_cells
+        );
+    }
     if !s.lagging.is_empty() {
         println!(
             "  lagging (need a restart on their digest): {}",
