@@ -14,50 +14,8 @@ use std::path::Path;
 use std::process::Command;
 
 use airlock::chunks::{BlobIndex, ChunkId, ChunkSizes, cacnk};
+use common::synth::{noise, text};
 use common::{require_tool, run_ok};
-
-/// Deterministic bytes: xorshift64*, `n` of them from `seed`.
-fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            (x.wrapping_mul(0x2545F4914F6CDD1D) >> 56) as u8
-        })
-        .collect()
-}
-
-/// Text-like bytes (words from a small vocabulary), compressible as most
-/// of a root file system is.
-fn text(seed: u64, n: usize) -> Vec<u8> {
-    const WORDS: [&str; 12] = [
-        "usr",
-        "lib",
-        "x86_64-linux-gnu",
-        "libc.so.6",
-        "Package:",
-        "Version:",
-        "2.36-9",
-        "Depends:",
-        "\n",
-        "/etc/ssl/certs",
-        "amd64",
-        "bookworm",
-    ];
-    let r = noise(seed, n / 3 + 1);
-    let mut out = Vec::with_capacity(n + 32);
-    for b in r {
-        out.extend_from_slice(WORDS[b as usize % WORDS.len()].as_bytes());
-        out.push(b' ');
-        if out.len() >= n {
-            break;
-        }
-    }
-    out.truncate(n);
-    out
-}
 
 /// `casync make` of `file` into `store`: the `.caibx` bytes.
 fn casync_index(dir: &Path, file: &Path, store: &Path) -> Vec<u8> {
