@@ -9,22 +9,27 @@
 //! for seeds, fetching and assembly. Never installs: the caller does, as
 //! for a full download, after the whole-file sha256 check.
 //!
-//! Seeds are the installed `rootfs.tar` (even with the site's CA
-//! certificates added: content-defined chunks realign right after the
-//! changed bytes) and `rootfs.tar.previous`.
+//! Seeds are the installed `rootfs.tar` and `rootfs.tar.previous`. A seed
+//! installed as published (no CA certificates added) is read through its
+//! own published index (`rootfs.caibx?digest=<its manifest>`): nothing to
+//! cut or hash. One with the site's CA certificates added is cut here
+//! (content-defined chunks realign right after the changed bytes).
+//! Either way the assembled rootfs must match the published sha256.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 
 use super::client::{Assignment, StacksClient};
-use super::install::StackDir;
+use super::install::{Installed, StackDir};
 use crate::chunks::assemble::{self, ChunkCache, FetchError, Seeds};
 use crate::chunks::index::MAX_INDEX_BYTES;
 use crate::chunks::store::ChunkStore;
 use crate::chunks::{BlobIndex, ChunkId};
+use crate::digest::Digest;
 use crate::http_client::percent_encode;
 
 /// Chunks fetched at once.
@@ -35,7 +40,7 @@ pub const PARALLEL: usize = 8;
 pub const REQUEST_OVERHEAD: u64 = 400;
 
 /// What a delta moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeltaStats {
     /// Bytes downloaded now: the index and the compressed chunks.
     pub bytes: u64,
@@ -45,6 +50,12 @@ pub struct DeltaStats {
     pub seeded: u64,
     /// Bytes of the rootfs fetched by an earlier, interrupted run.
     pub cached: u64,
+    /// Seconds spent on the seeds (their indexes, or cutting them) and the plan.
+    pub seed_seconds: f64,
+    /// Seconds fetching chunks.
+    pub fetch_seconds: f64,
+    /// Seconds assembling and checking the rootfs.
+    pub assemble_seconds: f64,
 }
 
 /// What [`try_delta`] did.
@@ -105,10 +116,14 @@ pub async fn try_delta(
             0,
         ));
     };
-    let seeds: Vec<PathBuf> = [dir.rootfs(), dir.previous()]
-        .into_iter()
-        .filter(|p| p.is_file())
-        .collect();
+    let record = dir.record();
+    let seeds: Vec<(PathBuf, Option<Installed>)> = [
+        (dir.rootfs(), record.current),
+        (dir.previous(), record.previous),
+    ]
+    .into_iter()
+    .filter(|(p, _)| p.is_file())
+    .collect();
     if seeds.is_empty() {
         return Ok(Delta::Fallback(
             "no rootfs on the cell to seed from".into(),
@@ -138,13 +153,36 @@ pub async fn try_delta(
     };
     let index = Arc::new(index);
     let cache = Arc::new(ChunkCache::open(&dir.chunk_cache())?);
+    let started = Instant::now();
+    let mut published = Vec::new();
+    for (path, installed) in &seeds {
+        match installed {
+            Some(i) if i.trusted_certs.is_none() => {
+                let (idx, n) = seed_index(client, stack, &i.digest).await;
+                moved += n;
+                published.push((path.clone(), idx));
+            }
+            _ => published.push((path.clone(), None)),
+        }
+    }
     let (i, c) = (index.clone(), cache.clone());
     let (seeds, plan) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let seeds = Seeds::index(&seeds, i.sizes)?;
+        let mut seeds = Seeds::default();
+        for (path, idx) in published {
+            match idx.map(|x| seeds.add_indexed(&path, &x)) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    tracing::info!(seed = %path.display(), error = %e, "cutting the seed instead");
+                    seeds.cut(&path, i.sizes)?;
+                }
+                None => seeds.cut(&path, i.sizes)?,
+            }
+        }
         let plan = assemble::plan(&i, &seeds, &c);
         Ok((seeds, plan))
     })
     .await??;
+    let seed_seconds = started.elapsed().as_secs_f64();
     let cost = moved + plan.missing_bytes + REQUEST_OVERHEAD * plan.missing.len() as u64;
     if cost >= a.rootfs_size {
         drop_cache(cache);
@@ -181,6 +219,7 @@ pub async fn try_delta(
             kill_self();
         }
     };
+    let started = Instant::now();
     let fetched = assemble::fetch(
         &store,
         &cache,
@@ -191,6 +230,7 @@ pub async fn try_delta(
     )
     .await;
     progress.finish_and_clear();
+    let fetch_seconds = started.elapsed().as_secs_f64();
     match fetched {
         Ok(n) => moved += n,
         Err(FetchError::Other(e)) => return Err(e.context("fetching chunks")),
@@ -202,6 +242,7 @@ pub async fn try_delta(
     let out = dir.download_path();
     let expected = a.rootfs_digest.clone();
     let (i, c, o) = (index.clone(), cache.clone(), out.clone());
+    let started = Instant::now();
     let built =
         tokio::task::spawn_blocking(move || assemble::assemble(&i, &seeds, &c, &o, &expected))
             .await
@@ -219,7 +260,32 @@ pub async fn try_delta(
         fetched: plan.missing.len(),
         seeded: plan.seeded_bytes,
         cached: plan.cached_bytes,
+        seed_seconds,
+        fetch_seconds,
+        assemble_seconds: started.elapsed().as_secs_f64(),
     }))
+}
+
+/// The published index of the rootfs of `manifest` (what a seed
+/// installed without added certificates is), and the bytes its GET moved;
+/// `None` when the server has none or it does not parse (the seed is cut).
+async fn seed_index(
+    client: &StacksClient,
+    stack: &str,
+    manifest: &Digest,
+) -> (Option<BlobIndex>, u64) {
+    let path = format!(
+        "/stacks/v1/{}/rootfs.caibx?digest={manifest}",
+        percent_encode(stack)
+    );
+    match client.get_bytes(&path, MAX_INDEX_BYTES).await {
+        Ok(Some(raw)) => (BlobIndex::parse(&raw).ok(), raw.len() as u64),
+        Ok(None) => (None, 0),
+        Err(e) => {
+            tracing::info!(error = %e, "no published index for a seed; cutting it");
+            (None, 0)
+        }
+    }
 }
 
 fn drop_cache(cache: Arc<ChunkCache>) {

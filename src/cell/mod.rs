@@ -213,6 +213,9 @@ impl CellSync {
                     chunks = s.fetched,
                     seeded_bytes = s.seeded,
                     resumed_bytes = s.cached,
+                    seed_s = format!("{:.2}", s.seed_seconds),
+                    fetch_s = format!("{:.2}", s.fetch_seconds),
+                    assemble_s = format!("{:.2}", s.assemble_seconds),
                     "rootfs assembled from a delta"
                 );
                 Transfer {

@@ -40,32 +40,61 @@ impl Seeds {
     /// Cuts each file of `files` that exists with `sizes` (blocking: run it
     /// on the blocking pool). Errors: a file could not be read.
     pub fn index(files: &[PathBuf], sizes: ChunkSizes) -> Result<Seeds> {
-        let chunker = Chunker::new(sizes).map_err(anyhow::Error::msg)?;
         let mut seeds = Seeds::default();
         for path in files {
-            let f = match std::fs::File::open(path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    return Err(e).with_context(|| format!("opening seed {}", path.display()));
-                }
-            };
-            // SAFETY: the seeds are the caller's own files (installed rootfs
-            // tars), replaced only by rename, never written in place.
-            let map = unsafe { memmap2::Mmap::map(&f) }
-                .with_context(|| format!("mapping seed {}", path.display()))?;
-            let n = seeds.files.len();
-            seeds.files.push(path.clone());
-            let mut off = 0usize;
-            while off < map.len() {
-                let len = chunker.cut(&map[off..]);
-                let id = ChunkId::of(&map[off..off + len]);
-                seeds.at.entry(id).or_insert((n, off as u64, len));
-                off += len;
-            }
-            seeds.bytes += map.len() as u64;
+            seeds.cut(path, sizes)?;
         }
         Ok(seeds)
+    }
+
+    /// Adds `path` cut with `sizes` (blocking); a missing file adds nothing.
+    /// Errors: the file could not be read.
+    pub fn cut(&mut self, path: &Path, sizes: ChunkSizes) -> Result<()> {
+        let chunker = Chunker::new(sizes).map_err(anyhow::Error::msg)?;
+        let f = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("opening seed {}", path.display())),
+        };
+        // SAFETY: the seeds are the caller's own files (installed rootfs
+        // tars), replaced only by rename, never written in place.
+        let map = unsafe { memmap2::Mmap::map(&f) }
+            .with_context(|| format!("mapping seed {}", path.display()))?;
+        let n = self.files.len();
+        self.files.push(path.to_path_buf());
+        let mut off = 0usize;
+        while off < map.len() {
+            let len = chunker.cut(&map[off..]);
+            let id = ChunkId::of(&map[off..off + len]);
+            self.at.entry(id).or_insert((n, off as u64, len));
+            off += len;
+        }
+        self.bytes += map.len() as u64;
+        Ok(())
+    }
+
+    /// Adds `path` as the blob `index` describes (its published index),
+    /// without reading it: when the file is not that blob after all, the
+    /// assembled blob fails its sha256 check. Errors: the file's size is
+    /// not the index's.
+    pub fn add_indexed(&mut self, path: &Path, index: &BlobIndex) -> Result<()> {
+        let size = std::fs::metadata(path)?.len();
+        if size != index.blob_size() {
+            bail!(
+                "seed {} has {size} bytes, its index {}",
+                path.display(),
+                index.blob_size()
+            );
+        }
+        let n = self.files.len();
+        self.files.push(path.to_path_buf());
+        for (i, c) in index.chunks.iter().enumerate() {
+            let r = index.range(i);
+            self.at
+                .entry(c.id)
+                .or_insert((n, r.start, (r.end - r.start) as usize));
+        }
+        Ok(())
     }
 
     /// Whether a seed holds chunk `id`.

@@ -115,9 +115,12 @@ pub struct Chunker {
     min: usize,
     max: usize,
     fixed: bool,
-    d: u32,
-    /// `u64::MAX / d + 1`, for [`Chunker::rem`] (Lemire's fastmod).
+    /// `u64::MAX / d + 1` for the discriminator `d`: `h mod d` and the cut test without a division
+    /// (Lemire, Kaser and Kurz, "Faster remainder by direct computation").
     m: u64,
+    /// Whether `u32::MAX mod d == d - 1` (the one `h` the cut test's
+    /// `h + 1` would overflow for).
+    max_hits: bool,
 }
 
 impl Chunker {
@@ -129,8 +132,8 @@ impl Chunker {
             min: sizes.min as usize,
             max: sizes.max as usize,
             fixed: sizes.min == sizes.avg && sizes.avg == sizes.max,
-            d,
             m: (u64::MAX / d as u64).wrapping_add(1),
+            max_hits: u32::MAX % d == d - 1,
         })
     }
 
@@ -139,11 +142,14 @@ impl Chunker {
         self.max
     }
 
-    /// `h mod d` without a division.
+    /// casync's cut test `h mod d == d - 1`, i.e. `d` divides `h + 1`:
+    /// one multiplication (for `n < 2^32`, `d | n` iff `n * m mod 2^64 < m`).
     #[inline(always)]
-    fn rem(&self, h: u32) -> u32 {
-        let low = self.m.wrapping_mul(h as u64);
-        ((low as u128 * self.d as u128) >> 64) as u32
+    fn hits(&self, h: u32) -> bool {
+        match h.checked_add(1) {
+            Some(n) => (n as u64).wrapping_mul(self.m) < self.m,
+            None => self.max_hits,
+        }
     }
 
     /// The length of the chunk that starts at `data[0]`, where `data`
@@ -157,9 +163,8 @@ impl Chunker {
         }
         let mut h = start(&data[self.min - WINDOW..self.min]);
         let mut c = self.min;
-        let hit = self.d - 1;
         loop {
-            if self.rem(h) == hit || c == end {
+            if self.hits(h) || c == end {
                 return c;
             }
             h = h.rotate_left(1) ^ LEAVE[data[c - WINDOW] as usize] ^ TABLE[data[c] as usize];
@@ -199,20 +204,23 @@ mod tests {
     }
 
     #[test]
-    fn fastmod_is_mod() {
+    fn the_cut_test_is_casyncs_mod() {
         let c = Chunker::new(ChunkSizes::DEFAULT).unwrap();
-        for h in [
+        let d = ChunkSizes::DEFAULT.discriminator();
+        let edges = [
             0u32,
             1,
-            49534,
-            49535,
-            49536,
+            d - 1,
+            d,
+            d + 1,
+            2 * d - 1,
             u32::MAX,
             u32::MAX - 1,
-            0x8000_0000,
-            123_456_789,
-        ] {
-            assert_eq!(c.rem(h), h % 49535, "{h}");
+            1 << 31,
+        ];
+        let spread = (0..200_000u32).map(|i| i.wrapping_mul(2654435761));
+        for h in edges.into_iter().chain(spread) {
+            assert_eq!(c.hits(h), h % d == d - 1, "{h}");
         }
     }
 

@@ -154,10 +154,11 @@ pub(super) fn print_status(s: &cells::StackStatus) {
     }
     if s.bytes_moved + s.bytes_saved > 0 {
         println!(
-            "  rollout moved {:.1} MB, saved {:.1} MB ({} cells by delta)",
+            "  rollout moved {:.1} MB, saved {:.1} MB ({} cell{} by delta)",
             s.bytes_moved as f64 / 1e6,
             s.bytes_saved as f64 / 1e6,
-            s.delta_cells
+            s.delta_cells,
+            if s.delta_cells == 1 { "" } else { "s" }
         );
     }
     if !s.lagging.is_empty() {
