@@ -9,7 +9,7 @@
 #   scripts/install-test-deps.sh --if-missing  # only when a tool is missing
 set -euo pipefail
 
-APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby iproute2)
+APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby iproute2 casync)
 PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1 "moto[server]==5.2.5")
 # moto 5.2.5, not 5.2.1: 5.2.1 answers CompleteMultipartUpload with a
 # <CompleteMultipartUploadResponse> root that aws-sdk-s3 rejects (moto
@@ -24,7 +24,7 @@ die() {
 }
 
 all_present() {
-    for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby ss moto_server s3s-fs; do
+    for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby ss moto_server s3s-fs casync; do
         command -v "$tool" >/dev/null 2>&1 || return 1
     done
     [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras, prometheus_client' 2>/dev/null &&

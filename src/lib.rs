@@ -15,12 +15,15 @@
 //! server from it; `http_client` is the outgoing HTTP(S) client that
 //! `bundle` (registry sources) and `cell` (the cell-side stack installer, a
 //! client of `/stacks/v1`) share.
+//! `chunks` is casync's chunker, blob index and chunk stores (rootfs deltas:
+//! `stacks` chunks and serves, `cell` assembles).
 //! Lower layers never call higher ones.
 
 pub mod admin;
 pub mod auth;
 pub mod bundle;
 pub mod cell;
+pub mod chunks;
 pub mod config;
 pub mod digest;
 pub mod events;

@@ -25,7 +25,8 @@ use prometheus_client::registry::{Metric, Registry};
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     /// Route class: `manifest`, `blob`, `upload`, `tags`, `catalog`,
-    /// `referrers`, `base`, `stacks`, `torcx`, `admin`, `probe`, `metrics`, `other`.
+    /// `referrers`, `base`, `stacks`, `chunk` (`/stacks/v1/chunks/`), `torcx`, `admin`,
+    /// `probe`, `metrics`, `other`.
     pub route: &'static str,
     /// Method: `GET`, `HEAD`, `PUT`, ... (others: `OTHER`).
     pub method: &'static str,

@@ -170,7 +170,8 @@ fn tar_list(tar: &Path) -> Vec<String> {
 /// What a [`Proxy`] does to rootfs downloads.
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
-    /// Flips the last byte of each rootfs body.
+    /// Flips the last byte of each rootfs body (tar and chunk index alike: a
+    /// cell with a seed finds the index unusable and downloads the tar).
     Corrupt,
     /// Answers the first rootfs request 429 with `Retry-After: 2`.
     BusyOnce,
@@ -229,7 +230,7 @@ fn proxy(upstream: String, mode: Mode) -> Proxy {
             a.lock().unwrap().push(auth);
             let mut body = vec![0u8; length];
             client.read_exact(&mut body).unwrap();
-            let rootfs = path.contains("/rootfs.tar");
+            let rootfs = path.contains("/rootfs.");
             if rootfs {
                 t.lock().unwrap().push(Instant::now());
                 if count.fetch_add(1, Ordering::SeqCst) == 0 && mode == Mode::BusyOnce {

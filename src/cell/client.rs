@@ -42,6 +42,12 @@ pub struct Assignment {
     pub state: String,
     /// The promotion id.
     pub promotion: u64,
+    /// Path (and query) of the rootfs's casync blob index, when it was chunked.
+    #[serde(default)]
+    pub rootfs_index_url: Option<String>,
+    /// Path of the casync chunk store on the same server.
+    #[serde(default)]
+    pub chunk_store_url: Option<String>,
 }
 
 /// Retries of one call: 5xx and connection errors back off up to 8 s, 429
@@ -180,15 +186,43 @@ impl StacksClient {
         result.with_context(|| format!("GET {path}"))
     }
 
-    /// `PUT /stacks/v1/<stack>/cells/<cell>` `{"digest","platform"}`: this
-    /// cell installed `a`.
-    pub async fn report(&self, stack: &str, cell: &str, a: &Assignment) -> Result<()> {
+    /// `GET path` (`/stacks/v1/...` on this server): the body of a 200 of
+    /// at most `limit` bytes, `None` on a 404. Errors: another status (with
+    /// the server's message), a longer body, the connection.
+    pub async fn get_bytes(&self, path: &str, limit: usize) -> Result<Option<Bytes>> {
+        if !path.starts_with("/stacks/v1/") {
+            bail!("unexpected path {path:?}");
+        }
+        let resp = self
+            .call(Method::GET, path, Vec::new(), Bytes::new())
+            .await?;
+        let status = resp.status();
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let body = read_limited(resp, limit).await?;
+        if status != StatusCode::OK {
+            bail!("GET {path}: {status}: {}", error_text(&body));
+        }
+        Ok(Some(Bytes::from(body)))
+    }
+
+    /// `PUT /stacks/v1/<stack>/cells/<cell>` `{"digest","platform","transfer"}`:
+    /// this cell installed `a`, moving what `transfer` says.
+    pub async fn report(
+        &self,
+        stack: &str,
+        cell: &str,
+        a: &Assignment,
+        transfer: Option<crate::stacks::cells::Transfer>,
+    ) -> Result<()> {
         let path = format!(
             "/stacks/v1/{}/cells/{}",
             percent_encode(stack),
             percent_encode(cell)
         );
-        let body = serde_json::json!({ "digest": a.digest, "platform": a.platform });
+        let body =
+            serde_json::json!({ "digest": a.digest, "platform": a.platform, "transfer": transfer });
         let resp = self
             .call(
                 Method::PUT,

@@ -7,6 +7,8 @@
 //! <install-dir>/<stack>/installed.json        what both are: {"current", "previous"}
 //! <install-dir>/<stack>/.rootfs.tar.download  a download in progress (removed on failure)
 //! <install-dir>/<stack>/.rootfs.tar.new       the download with trusted certs added
+//! <install-dir>/<stack>/.chunks/              verified chunks of a delta download in
+//!                                             progress (`super::delta`; resumed after a crash)
 //! ```
 //!
 //! `rootfs.tar` always exists once installed: a new one is renamed over it
@@ -41,6 +43,9 @@ pub struct Installed {
     pub image: String,
     /// RFC 3339 time of the install.
     pub installed_at: String,
+    /// What the install moved (reported to the server while it stays installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<crate::stacks::cells::Transfer>,
 }
 
 impl Installed {
@@ -87,6 +92,11 @@ impl StackDir {
     /// Where a download is written.
     pub fn download_path(&self) -> PathBuf {
         self.dir.join(".rootfs.tar.download")
+    }
+
+    /// The chunk cache of a delta download in progress.
+    pub fn chunk_cache(&self) -> PathBuf {
+        self.dir.join(".chunks")
     }
 
     /// Where the download with trusted certs added is written.
@@ -219,6 +229,7 @@ mod tests {
             promotion: n as u64,
             image: format!("stacks/x@{n}"),
             installed_at: String::new(),
+            transfer: None,
         }
     }
 

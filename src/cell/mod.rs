@@ -6,19 +6,27 @@
 //! when the installed `rootfs.tar` is that rootfs (same manifest digest,
 //! same published sha256, same trusted certs) nothing is downloaded; when
 //! `rootfs.tar.previous` is, the two are swapped (a rollback costs no
-//! download); otherwise the rootfs is downloaded (streamed to a file,
-//! resumed with `Range`, 429 `Retry-After` honoured), its size and sha256
+//! download); otherwise, when the server publishes a chunk index and the
+//! cell has a rootfs to seed from, only the chunks the cell lacks are
+//! fetched and the rootfs is assembled from both ([`delta`], resumable,
+//! each chunk verified by its id), falling back to downloading the whole
+//! rootfs (streamed to a file, resumed with `Range`, 429 `Retry-After`
+//! honoured) when there is no index, a chunk is missing or refused, or
+//! the delta would not be smaller. Either way its size and sha256
 //! checked against what the API published, the operator's trusted CA
 //! certificates added ([`certs`], after the check), and the result
 //! installed atomically at `<install-dir>/<name>/rootfs.tar` ([`install`]).
 //! Then the cell reports what it runs (`PUT /stacks/v1/<name>/cells/<id>`)
-//! after every change and at least every [`REPORT_EVERY`].
+//! and what getting it moved (`transfer`: method, bytes downloaded,
+//! rootfs size; also in the `stack synced` log line) after every change
+//! and at least every [`REPORT_EVERY`].
 //!
 //! Errors never touch the installed rootfs: a failed download or a sha256
 //! mismatch removes only its temporary file.
 
 pub mod certs;
 pub mod client;
+pub mod delta;
 pub mod install;
 
 use std::collections::HashMap;
@@ -28,6 +36,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::digest::Digest;
+use crate::stacks::cells::{Method, Transfer};
 use client::{Assignment, StacksClient};
 use install::{Installed, StackDir};
 
@@ -141,6 +150,15 @@ impl CellSync {
             Outcome::UpToDate
         } else if matches(&record.previous) {
             dir.swap()?;
+            let mut r = dir.record();
+            if let Some(c) = r.current.as_mut() {
+                c.transfer = Some(Transfer {
+                    method: Method::Swap,
+                    bytes: 0,
+                    rootfs_size: a.rootfs_size,
+                });
+            }
+            dir.write_record(&r)?;
             Outcome::Swapped
         } else {
             self.download_and_install(stack, &dir, &a, progress).await?;
@@ -150,8 +168,13 @@ impl CellSync {
             .reported
             .get(stack)
             .is_none_or(|t| t.elapsed() >= REPORT_EVERY);
+        let transfer = dir.record().current.and_then(|c| c.transfer);
         if outcome != Outcome::UpToDate || due {
-            match self.client.report(stack, &self.opts.cell_id, &a).await {
+            match self
+                .client
+                .report(stack, &self.opts.cell_id, &a, transfer)
+                .await
+            {
                 Ok(()) => {
                     self.reported.insert(stack.to_string(), Instant::now());
                 }
@@ -164,6 +187,9 @@ impl CellSync {
             digest = %a.digest,
             promotion = a.promotion,
             rootfs = %dir.rootfs().display(),
+            method = transfer.map_or("-", |t| method_name(t.method)),
+            downloaded = transfer.map_or(0, |t| t.bytes),
+            rootfs_size = a.rootfs_size,
             "stack synced"
         );
         Ok(outcome)
@@ -177,11 +203,44 @@ impl CellSync {
         progress: &indicatif::ProgressBar,
     ) -> Result<()> {
         let download = dir.download_path();
-        let fetched = self.client.download(a, &download, progress).await;
-        if let Err(e) = fetched {
-            let _ = std::fs::remove_file(&download);
-            return Err(e.context(format!("stack {stack}: rootfs {}", a.rootfs_digest)));
-        }
+        let d = delta::try_delta(&self.client, stack, &self.opts.cell_id, dir, a, progress).await;
+        let transfer = match d {
+            Ok(delta::Delta::Assembled(s)) => {
+                tracing::info!(
+                    stack,
+                    downloaded = s.bytes,
+                    rootfs_size = a.rootfs_size,
+                    chunks = s.fetched,
+                    seeded_bytes = s.seeded,
+                    resumed_bytes = s.cached,
+                    seed_s = format!("{:.2}", s.seed_seconds),
+                    fetch_s = format!("{:.2}", s.fetch_seconds),
+                    assemble_s = format!("{:.2}", s.assemble_seconds),
+                    "rootfs assembled from a delta"
+                );
+                Transfer {
+                    method: Method::Delta,
+                    bytes: s.bytes,
+                    rootfs_size: a.rootfs_size,
+                }
+            }
+            Ok(delta::Delta::Fallback(why, moved)) => {
+                tracing::info!(stack, reason = %why, "downloading the whole rootfs");
+                self.full_download(stack, a, &download, progress).await?;
+                Transfer {
+                    method: Method::Full,
+                    bytes: moved + a.rootfs_size,
+                    rootfs_size: a.rootfs_size,
+                }
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&download);
+                return Err(e.context(format!(
+                    "stack {stack}: delta of rootfs {}",
+                    a.rootfs_digest
+                )));
+            }
+        };
         let new = match &self.certs {
             None => download.clone(),
             Some(c) => {
@@ -205,12 +264,37 @@ impl CellSync {
             promotion: a.promotion,
             image: a.image.clone(),
             installed_at: crate::state::now_rfc3339(),
+            transfer: Some(transfer),
         };
         let r = dir.install(&new, what);
         if r.is_err() {
             let _ = std::fs::remove_file(&new);
         }
         r
+    }
+
+    async fn full_download(
+        &self,
+        stack: &str,
+        a: &Assignment,
+        download: &Path,
+        progress: &indicatif::ProgressBar,
+    ) -> Result<()> {
+        // `cell=` lets the server turn this cell's delta lease (if any) into
+        // the download's slot (`max_in_flight`).
+        let mut a = a.clone();
+        let sep = if a.rootfs_url.contains('?') { '&' } else { '?' };
+        a.rootfs_url = format!(
+            "{}{sep}cell={}",
+            a.rootfs_url,
+            crate::http_client::percent_encode(&self.opts.cell_id)
+        );
+        let fetched = self.client.download(&a, download, progress).await;
+        if let Err(e) = fetched {
+            let _ = std::fs::remove_file(download);
+            return Err(e.context(format!("stack {stack}: rootfs {}", a.rootfs_digest)));
+        }
+        Ok(())
     }
 
     /// Passes forever, `interval` apart; errors are logged and retried at
@@ -229,6 +313,14 @@ impl CellSync {
             }
             tokio::time::sleep(interval).await;
         }
+    }
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Delta => "delta",
+        Method::Full => "full",
+        Method::Swap => "swap",
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod bundle;
 mod cell;
+mod chunk;
 mod data;
 mod digests;
 mod events;
@@ -115,6 +116,9 @@ enum Command {
     /// The cell side of system stacks (on Diego cells).
     #[command(subcommand)]
     Cell(cell::CellCmd),
+    /// casync blob indexes and chunk stores of local files (rootfs deltas).
+    #[command(subcommand)]
+    Chunk(chunk::ChunkCmd),
     /// The torcx remote: host remote.json, profile checks, listing, deprecation.
     #[command(subcommand)]
     Torcx(torcx::TorcxCmd),
@@ -169,6 +173,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve::run(*args).await,
         Command::User(cmd) => user::run(cmd).await,
         Command::Cell(cmd) => cell::run(cmd).await,
+        Command::Chunk(cmd) => chunk::run(cmd).await,
         Command::Gc(args) => ops::gc(args).await,
         Command::Fsck(args) => ops::fsck(args).await,
         Command::Rollback(args) => ops::rollback(args).await,

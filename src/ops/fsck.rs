@@ -85,6 +85,7 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
     let mut reached: HashSet<Digest> = HashSet::new();
     let mut blobs: Vec<Digest> = Vec::new();
     let mut rooms_seen: HashSet<Digest> = HashSet::new();
+    let mut chunk_maps: HashSet<Digest> = HashSet::new();
     for (i, (digest, doc)) in history.iter().enumerate() {
         report.generations_checked += 1;
         let before = report.problems.len();
@@ -114,16 +115,20 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
                 continue;
             }
             match store::get_verified(&**state.blobstore(), d).await {
-                Ok(bytes) => match rooms::room_blobs(name, &bytes) {
-                    Ok(list) => {
-                        for b in list {
-                            if reached.insert(b.clone()) {
-                                blobs.push(b);
+                Ok(bytes) => {
+                    match rooms::kept_blobs(&**state.blobstore(), name, &bytes, &mut chunk_maps)
+                        .await
+                    {
+                        Ok(list) => {
+                            for b in list {
+                                if reached.insert(b.clone()) {
+                                    blobs.push(b);
+                                }
                             }
                         }
+                        Err(e) => report.problem("unreadable", d, e),
                     }
-                    Err(e) => report.problem("unreadable", d, e),
-                },
+                }
                 Err(e) => report.problem("missing", d, format!("room document {name}: {e}")),
             }
         }

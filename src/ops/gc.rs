@@ -191,6 +191,8 @@ struct Marks {
     descended: HashSet<Digest>,
     /// Room documents already read.
     rooms: HashSet<Digest>,
+    /// Chunk maps already read (`rooms::kept_blobs`).
+    chunk_maps: HashSet<Digest>,
     /// Blobs listed by dead import journals.
     failed: HashSet<Digest>,
     /// Journals of finished (dead) imports.
@@ -242,7 +244,9 @@ impl Marks {
             let bytes = store::get_verified(&**state.blobstore(), d)
                 .await
                 .with_context(|| format!("room document {name} {d}"))?;
-            let blobs = rooms::room_blobs(name, &bytes).map_err(anyhow::Error::msg)?;
+            let blobs = rooms::kept_blobs(&**state.blobstore(), name, &bytes, &mut self.chunk_maps)
+                .await
+                .map_err(anyhow::Error::msg)?;
             self.reached.extend(blobs);
         }
         Ok(())

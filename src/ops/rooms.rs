@@ -1,6 +1,8 @@
 //! What the rooms built on the registry keep outside repositories: the
-//! blobs a room document names (stacks: flattened rootfs; torcx: addon
-//! archives and vendor contents). Each room says it ([`StackTable::blobs`],
+//! blobs a room document names (stacks: flattened rootfs with their chunk
+//! index and chunk map; torcx: addon archives and vendor contents), and
+//! the `.cacnk` blobs each chunk map names ([`kept_blobs`]). Each room
+//! says it ([`StackTable::blobs`], [`StackTable::chunk_maps`],
 //! [`TorcxDoc::blobs`]); `state` never knows.
 //!
 //! A document of a room this version does not know is scanned for every
@@ -31,6 +33,44 @@ pub fn room_blobs(name: &str, bytes: &[u8]) -> Result<Vec<Digest>, String> {
             Ok(out)
         }
     }
+}
+
+/// [`room_blobs`], plus the index and `.cacnk` blobs of every chunk map
+/// the document names that is not in `maps_read` yet (each map is read
+/// once per run: rootfs share chunk maps across generations). A missing
+/// chunk map keeps nothing more (fsck reports it; no one can reach its
+/// chunks). Errors: the document does not parse as its room's schema; a
+/// chunk map could not be read or parsed (GC then stops rather than
+/// sweep chunks it could not see were kept).
+pub async fn kept_blobs(
+    store: &dyn crate::store::Blobstore,
+    name: &str,
+    bytes: &[u8],
+    maps_read: &mut std::collections::HashSet<Digest>,
+) -> Result<Vec<Digest>, String> {
+    let mut out = room_blobs(name, bytes)?;
+    if name != crate::stacks::table::DOC_NAME {
+        return Ok(out);
+    }
+    let t: StackTable = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    for m in t.chunk_maps() {
+        if !maps_read.insert(m.clone()) {
+            continue;
+        }
+        match crate::chunks::map::load(store, m).await {
+            Ok(map) => out.extend(map.blobs().cloned()),
+            Err(e)
+                if matches!(
+                    e.downcast_ref(),
+                    Some(crate::store::StoreError::NotFound(_))
+                ) =>
+            {
+                tracing::warn!(map = %m, "chunk map missing");
+            }
+            Err(e) => return Err(format!("chunk map {m}: {e:#}")),
+        }
+    }
+    Ok(out)
 }
 
 /// Every string (or object key) in `v` that is a digest, added to `out`.

@@ -48,6 +48,7 @@ pub fn route_class(path: &str) -> &'static str {
     match path {
         "/healthz" | "/readyz" => "probe",
         "/metrics" => "metrics",
+        p if p.starts_with("/stacks/v1/chunks/") => "chunk",
         p if p.starts_with("/stacks") => "stacks",
         p if p.starts_with("/torcx") => "torcx",
         p if p.starts_with("/admin") => "admin",
@@ -188,5 +189,6 @@ mod tests {
         assert_eq!(route_class("/v2/_catalog"), "catalog");
         assert_eq!(route_class("/readyz"), "probe");
         assert_eq!(route_class("/stacks/v1/x"), "stacks");
+        assert_eq!(route_class("/stacks/v1/chunks/0a1b/0a1b.cacnk"), "chunk");
     }
 }

@@ -3,8 +3,10 @@
 //! Owns: the access log line: method, path, query (values of
 //! credential-like parameters redacted), status, the OCI error code of an
 //! error answer, the client address, a request id (also sent back as
-//! `X-Request-Id`), and the duration until the response head is ready
-//! (streamed bodies may take longer). Probes (`/healthz`, `/readyz`) log at
+//! `X-Request-Id`), the duration until the response head is ready (`ms`),
+//! and, once the body is sent or the client went away, the body bytes
+//! sent (`bytes`, as nginx's `$body_bytes_sent`) and the whole duration
+//! (`total_ms`): the line is logged then. Probes (`/healthz`, `/readyz`) log at
 //! debug, everything else at info; when that level is off, nothing is done.
 //! Never logs headers (they may carry
 //! credentials).
@@ -96,12 +98,114 @@ where
         res.headers_mut().insert("x-request-id", v);
     }
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    if probe {
-        tracing::debug!(%method, %path, %query, status, code, %client, request_id = %id, ms, "request");
-    } else {
-        tracing::info!(%method, %path, %query, status, code, %client, request_id = %id, ms, "request");
+    let line = Line {
+        method,
+        path,
+        query,
+        status,
+        code,
+        client,
+        id,
+        ms,
+        started,
+        probe,
+    };
+    let (parts, body) = res.into_parts();
+    Response::from_parts(
+        parts,
+        axum::body::Body::new(Counted {
+            inner: body,
+            bytes: 0,
+            line: Some(line),
+        }),
+    )
+}
+
+/// What the access log line says, waiting for the body's end.
+struct Line {
+    method: axum::http::Method,
+    path: String,
+    query: String,
+    status: u16,
+    code: &'static str,
+    client: String,
+    id: String,
+    ms: f64,
+    started: Instant,
+    probe: bool,
+}
+
+impl Line {
+    fn log(self, bytes: u64) {
+        let Line {
+            method,
+            path,
+            query,
+            status,
+            code,
+            client,
+            id,
+            ms,
+            started,
+            probe,
+        } = self;
+        let total_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if probe {
+            tracing::debug!(%method, %path, %query, status, code, %client, request_id = %id, ms, bytes, total_ms, "request");
+        } else {
+            tracing::info!(%method, %path, %query, status, code, %client, request_id = %id, ms, bytes, total_ms, "request");
+        }
     }
-    res
+}
+
+/// A response body that counts the bytes it sends and logs its request's
+/// line when it ends or is dropped (a client that went away).
+struct Counted {
+    inner: axum::body::Body,
+    bytes: u64,
+    line: Option<Line>,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    self.bytes += d.len() as u64;
+                }
+            }
+            std::task::Poll::Ready(None) => {
+                if let Some(l) = self.line.take() {
+                    l.log(self.bytes);
+                }
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(l) = self.line.take() {
+            l.log(self.bytes);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -48,6 +48,34 @@ pub struct CellReport {
     pub platform: Option<String>,
     /// When airlock received the report, RFC 3339 UTC.
     pub time: String,
+    /// How the cell got what it runs, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<Transfer>,
+}
+
+/// How a cell got its rootfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Chunks it lacked, over the casync chunk store.
+    Delta,
+    /// The whole rootfs.tar.
+    Full,
+    /// Its previous rootfs again (a rollback): nothing downloaded.
+    Swap,
+}
+
+/// What a cell moved to install its current rootfs (it keeps reporting it
+/// while that rootfs stays installed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transfer {
+    /// How.
+    pub method: Method,
+    /// Bytes downloaded (index and compressed chunks, or the tar).
+    pub bytes: u64,
+    /// The rootfs size in bytes (what a full download moves).
+    pub rootfs_size: u64,
 }
 
 fn prefix(stack: &StackName) -> String {
@@ -111,6 +139,12 @@ pub struct StackStatus {
     pub lagging: Vec<String>,
     /// Cells whose last report is older than the stale limit, sorted.
     pub stale: Vec<String>,
+    /// Bytes the cells on the promotion being rolled out downloaded to get it.
+    pub bytes_moved: u64,
+    /// Bytes they did not download (rootfs size minus what they moved).
+    pub bytes_saved: u64,
+    /// Cells on it that got it as a delta.
+    pub delta_cells: usize,
 }
 
 fn parse_time(t: &str) -> Option<time::OffsetDateTime> {
@@ -147,6 +181,9 @@ pub fn status(
         on_latest: 0,
         lagging: Vec::new(),
         stale: Vec::new(),
+        bytes_moved: 0,
+        bytes_saved: 0,
+        delta_cells: 0,
     };
     let latest = stack.active();
     for r in reports {
@@ -154,6 +191,11 @@ pub fn status(
         let platform = r.platform.as_deref();
         if latest.is_some_and(|p| matches(p, &r.digest, platform)) {
             s.on_latest += 1;
+            if let Some(t) = r.transfer {
+                s.bytes_moved += t.bytes;
+                s.bytes_saved += t.rootfs_size.saturating_sub(t.bytes);
+                s.delta_cells += usize::from(t.method == Method::Delta);
+            }
         }
         let should = stack.resolve(name, &r.cell).map(|res| res.promotion);
         if should.is_some_and(|p| !matches(p, &r.digest, platform)) {
@@ -178,7 +220,8 @@ fn label(v: &str) -> String {
 /// Prometheus text-format gauges for `statuses` (one `# HELP`/`# TYPE`
 /// per metric): `airlock_stack_cells{stack,digest}`,
 /// `airlock_stack_cells_on_latest{stack}`, `airlock_stack_cells_lagging{stack}`,
-/// `airlock_stack_cells_stale{stack}`, `airlock_stack_rollout_percent{stack,promotion}`,
+/// `airlock_stack_cells_stale{stack}`, `airlock_stack_rollout_bytes_moved{stack}`,
+/// `airlock_stack_rollout_bytes_saved{stack}`, `airlock_stack_rollout_percent{stack,promotion}`,
 /// `airlock_stack_state{stack,state}` (1 for the current state).
 pub fn gauges(statuses: &[StackStatus]) -> String {
     let mut out = String::new();
@@ -223,6 +266,22 @@ pub fn gauges(statuses: &[StackStatus]) -> String {
         statuses
             .iter()
             .map(|s| (st(s), s.stale.len().to_string()))
+            .collect(),
+    );
+    metric(
+        "airlock_stack_rollout_bytes_moved",
+        "Bytes the cells on the promotion being rolled out downloaded to get it.",
+        statuses
+            .iter()
+            .map(|s| (st(s), s.bytes_moved.to_string()))
+            .collect(),
+    );
+    metric(
+        "airlock_stack_rollout_bytes_saved",
+        "Bytes those cells did not download thanks to deltas (rootfs size minus bytes moved).",
+        statuses
+            .iter()
+            .map(|s| (st(s), s.bytes_saved.to_string()))
             .collect(),
     );
     metric(

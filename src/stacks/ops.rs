@@ -17,6 +17,7 @@ use super::kpack;
 use super::table::{
     Candidate, ImageRef, PromotionInput, Rootfs, StackName, StackState, StackTable,
 };
+use crate::digest::Digest;
 use crate::events;
 use crate::state::{Commit, DocumentChange, Op, StateError, StateStore, now_rfc3339};
 
@@ -166,48 +167,112 @@ pub struct Promoted {
 }
 
 /// The rootfs of each platform of `image`: reused when any stack already
-/// flattened that manifest, else flattened now.
+/// flattened that manifest, else flattened now; each chunked for deltas
+/// ([`crate::chunks::build`]) unless its chunks are stored already.
+/// Returns the rootfs and, per chunking done now, the shared `.cacnk`
+/// blobs it found present (to check again after the commit).
 async fn rootfs_of(
     state: &StateStore,
     table: &StackTable,
     platforms: &[PlatformImage],
-) -> Result<Vec<Rootfs>, StackError> {
-    let known = |m: &crate::digest::Digest| {
-        table
-            .stacks
-            .values()
-            .flat_map(|s| &s.promotions)
-            .flat_map(|p| &p.rootfs)
-            .find(|r| &r.manifest == m)
-            .cloned()
-    };
+) -> Result<(Vec<Rootfs>, Vec<(Rootfs, Vec<Digest>)>), StackError> {
+    let known = |m: &crate::digest::Digest| table.rootfs().find(|r| &r.manifest == m).cloned();
+    let store = state.blobstore();
     let mut out = Vec::new();
+    let mut shared = Vec::new();
     for p in platforms {
-        if let Some(mut r) = known(&p.manifest)
-            && state
-                .blobstore()
-                .stat(&crate::store::blob_key(&r.sha256))
-                .await?
-                == Some(r.size)
-        {
-            r.platform = p.platform.clone();
-            out.push(r);
-            continue;
+        let mut r = match known(&p.manifest) {
+            Some(mut r)
+                if store.stat(&crate::store::blob_key(&r.sha256)).await? == Some(r.size) =>
+            {
+                r.platform = p.platform.clone();
+                r
+            }
+            _ => {
+                let f = flatten::flatten(store.clone(), p.layers.clone())
+                    .await
+                    .map_err(|e| {
+                        StackError::Image(format!(
+                            "flattening {} ({}): {e:#}",
+                            p.manifest, p.platform
+                        ))
+                    })?;
+                tracing::info!(manifest = %p.manifest, platform = %p.platform, rootfs = %f.digest, size = f.size, "rootfs flattened");
+                Rootfs {
+                    platform: p.platform.clone(),
+                    manifest: p.manifest.clone(),
+                    sha256: f.digest,
+                    size: f.size,
+                    chunks: None,
+                }
+            }
+        };
+        if !chunks_stored(&**store, &r).await? {
+            let built = chunk_rootfs(store, &r).await?;
+            r.chunks = Some(built.refs);
+            shared.push((r.clone(), built.present));
         }
-        let f = flatten::flatten(state.blobstore().clone(), p.layers.clone())
-            .await
-            .map_err(|e| {
-                StackError::Image(format!("flattening {} ({}): {e:#}", p.manifest, p.platform))
-            })?;
-        tracing::info!(manifest = %p.manifest, platform = %p.platform, rootfs = %f.digest, size = f.size, "rootfs flattened");
-        out.push(Rootfs {
-            platform: p.platform.clone(),
-            manifest: p.manifest.clone(),
-            sha256: f.digest,
-            size: f.size,
-        });
+        out.push(r);
     }
-    Ok(out)
+    Ok((out, shared))
+}
+
+/// Whether the index and the map `r` names are in the store.
+async fn chunks_stored(
+    store: &dyn crate::store::Blobstore,
+    r: &Rootfs,
+) -> Result<bool, StackError> {
+    let Some(c) = &r.chunks else {
+        return Ok(false);
+    };
+    for d in [&c.index, &c.map] {
+        if store.stat(&crate::store::blob_key(d)).await?.is_none() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Cuts the rootfs `r` into chunks, with casync's default sizes.
+async fn chunk_rootfs(
+    store: &std::sync::Arc<dyn crate::store::Blobstore>,
+    r: &Rootfs,
+) -> Result<crate::chunks::build::Built, StackError> {
+    let sizes = crate::chunks::ChunkSizes::DEFAULT;
+    let b = crate::chunks::build::chunk_blob(store.clone(), &r.sha256, r.size, sizes)
+        .await
+        .map_err(|e| StackError::Other(e.context(format!("chunking rootfs {}", r.sha256))))?;
+    tracing::info!(
+        rootfs = %r.sha256,
+        chunks = b.chunks,
+        distinct = b.distinct,
+        written = b.written,
+        shared = b.present.len(),
+        compressed_bytes = b.compressed_bytes,
+        mb_per_s = format!("{:.0}", r.size as f64 / 1e6 / b.seconds.max(1e-9)),
+        index = %b.refs.index,
+        "rootfs chunked"
+    );
+    Ok(b)
+}
+
+/// After the commit that names them: chunks again each rootfs whose
+/// shared `.cacnk` blobs a GC removed between the presence check and the
+/// commit (rare), so every chunk its map names is stored.
+async fn recheck_shared(
+    state: &StateStore,
+    shared: &[(Rootfs, Vec<Digest>)],
+) -> Result<(), StackError> {
+    let store = state.blobstore();
+    for (r, present) in shared {
+        let gone =
+            crate::chunks::build::missing_after_commit(store.clone(), present.clone()).await?;
+        if !gone.is_empty() {
+            tracing::warn!(rootfs = %r.sha256, missing = gone.len(), "shared chunks collected meanwhile; writing them again");
+            chunk_rootfs(store, r).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Promotes an image for stack `name` (created if new): pins the
@@ -269,7 +334,7 @@ pub async fn promote(
         _ => None,
     };
     let platforms = image::platforms(&**store, &image).await?;
-    let rootfs = rootfs_of(state, &table, &platforms).await?;
+    let (rootfs, shared) = rootfs_of(state, &table, &platforms).await?;
     let reason = req
         .reason
         .clone()
@@ -298,6 +363,7 @@ pub async fn promote(
         },
     )
     .await?;
+    recheck_shared(state, &shared).await?;
     events::emit_logged(
         &**store,
         "stack.promoted",

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod ca;
+pub mod deltas;
 pub mod images;
 pub mod listener;
 pub mod objects;

@@ -1,5 +1,6 @@
 //! Generated test content: OCI layouts of random blobs
-//! (`scripts/bench/gen-import-layout.py`) and signed bundles of them.
+//! (`scripts/bench/gen-import-layout.py`), signed bundles of them, and
+//! deterministic bytes (random-looking, or text-like and compressible).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,4 +66,47 @@ pub fn files(dir: &Path) -> Vec<String> {
 /// The blob files of a data directory (`blobs/...`).
 pub fn blob_files(data: &Path) -> Vec<String> {
     files(&data.join("blobs"))
+}
+
+/// Deterministic bytes: xorshift64*, `n` of them from `seed`.
+pub fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545F4914F6CDD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+/// Text-like bytes (words from a small vocabulary), compressible as most
+/// of a root file system is.
+pub fn text(seed: u64, n: usize) -> Vec<u8> {
+    const WORDS: [&str; 12] = [
+        "usr",
+        "lib",
+        "x86_64-linux-gnu",
+        "libc.so.6",
+        "Package:",
+        "Version:",
+        "2.36-9",
+        "Depends:",
+        "\n",
+        "/etc/ssl/certs",
+        "amd64",
+        "bookworm",
+    ];
+    let r = noise(seed, n / 3 + 1);
+    let mut out = Vec::with_capacity(n + 32);
+    for b in r {
+        out.extend_from_slice(WORDS[b as usize % WORDS.len()].as_bytes());
+        out.push(b' ');
+        if out.len() >= n {
+            break;
+        }
+    }
+    out.truncate(n);
+    out
 }

@@ -182,6 +182,15 @@ pub(super) fn print_status(s: &cells::StackStatus, max_cells: usize) {
     for (d, n) in &s.digests {
         println!("  {n:>6}  {d}");
     }
+    if s.bytes_moved + s.bytes_saved > 0 {
+        println!(
+            "  rollout moved {:.1} MB, saved {:.1} MB ({} cell{} by delta)",
+            s.bytes_moved as f64 / 1e6,
+            s.bytes_saved as f64 / 1e6,
+            s.delta_cells,
+            if s.delta_cells == 1 { "" } else { "s" }
+        );
+    }
     for (what, cells) in [
         ("lagging (need a restart on their digest)", &s.lagging),
         ("not seen for a while", &s.stale),

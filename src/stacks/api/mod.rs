@@ -94,6 +94,9 @@ impl Default for StacksConfig {
     }
 }
 
+/// How long a cell's delta download keeps its slot without asking for a chunk.
+pub const LEASE_IDLE: Duration = Duration::from_secs(60);
+
 /// The stacks API's share of the server: its switches and the rootfs
 /// downloads in flight per stack.
 #[derive(Debug, Default)]
@@ -104,6 +107,17 @@ pub struct StacksServer {
     /// The last stack table read, by its document digest (cells ask often;
     /// the table changes rarely).
     table: Mutex<Option<(Digest, Arc<StackTable>)>>,
+    /// Delta downloads in flight: (stack, cell) → the slot its index GET took.
+    leases: Mutex<HashMap<(String, String), Lease>>,
+    /// Where each chunk of the promoted rootfs is, for the table digest it was built from.
+    chunks: tokio::sync::Mutex<Option<(Digest, Arc<crate::chunks::store::ChunkLookup>)>>,
+}
+
+/// One cell's delta download: its slot, and when it last asked for something.
+#[derive(Debug)]
+struct Lease {
+    slot: Slot,
+    touched: std::time::Instant,
 }
 
 impl StacksServer {
@@ -156,8 +170,92 @@ impl StacksServer {
         Some(Slot(counter))
     }
 
-    /// Rootfs downloads of `stack` in flight now.
+    /// A slot for a tar download of `stack`: the lease of `cell`'s delta
+    /// download when it has one (a cell falling back to the full download
+    /// keeps its place), else a new one of `limit`.
+    fn take_slot(&self, stack: &StackName, cell: Option<&str>, limit: u32) -> Option<Slot> {
+        let mut leases = self.leases.lock().ok()?;
+        expire(&mut leases);
+        if let Some(l) = cell.and_then(|c| leases.remove(&(stack.to_string(), c.to_string()))) {
+            return Some(l.slot);
+        }
+        drop(leases);
+        self.acquire(stack, limit)
+    }
+
+    /// Leases one of `limit` slots of `stack` to `cell`'s delta download
+    /// (kept while the cell asks for chunks at least every [`LEASE_IDLE`],
+    /// given back by its report); true when it holds one now.
+    fn lease(&self, stack: &StackName, cell: &str, limit: u32) -> bool {
+        let Ok(mut leases) = self.leases.lock() else {
+            return false;
+        };
+        expire(&mut leases);
+        let key = (stack.to_string(), cell.to_string());
+        if let Some(l) = leases.get_mut(&key) {
+            l.touched = std::time::Instant::now();
+            return true;
+        }
+        match self.acquire(stack, limit) {
+            Some(slot) => {
+                let touched = std::time::Instant::now();
+                leases.insert(key, Lease { slot, touched });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keeps `cell`'s lease on `stack` alive (a chunk request).
+    fn touch_lease(&self, stack: &str, cell: &str) {
+        if let Ok(mut leases) = self.leases.lock()
+            && let Some(l) = leases.get_mut(&(stack.to_string(), cell.to_string()))
+        {
+            l.touched = std::time::Instant::now();
+        }
+    }
+
+    /// Gives back `cell`'s lease on `stack` (it reported: the download is over).
+    fn release_lease(&self, stack: &StackName, cell: &str) {
+        if let Ok(mut leases) = self.leases.lock() {
+            leases.remove(&(stack.to_string(), cell.to_string()));
+        }
+    }
+
+    /// Where each chunk of every promoted rootfs is (rebuilt when the
+    /// stack table changed, reading only chunk maps not read before).
+    async fn chunk_lookup(
+        &self,
+        state: &StateStore,
+    ) -> std::result::Result<Arc<crate::chunks::store::ChunkLookup>, StackError> {
+        let table = self.table(state).await?;
+        let snap = state.snapshot().await?;
+        let digest = snap
+            .state
+            .as_ref()
+            .and_then(|s| s.documents.get(super::table::DOC_NAME).cloned());
+        let mut cached = self.chunks.lock().await;
+        let previous = cached.clone();
+        if let Some((seen, lookup)) = &previous
+            && Some(seen) == digest.as_ref()
+        {
+            return Ok(lookup.clone());
+        }
+        let maps = table.chunk_map_set();
+        let store = state.blobstore().clone();
+        let load = crate::chunks::store::ChunkLookup::load(store, maps, previous.map(|(_, l)| l));
+        let lookup = Arc::new(load.await?);
+        if let Some(d) = digest {
+            *cached = Some((d, lookup.clone()));
+        }
+        Ok(lookup)
+    }
+
+    /// Rootfs downloads of `stack` in flight now (delta downloads included).
     pub fn in_flight(&self, stack: &str) -> u32 {
+        if let Ok(mut leases) = self.leases.lock() {
+            expire(&mut leases);
+        }
         self.downloads
             .lock()
             .ok()
@@ -166,7 +264,14 @@ impl StacksServer {
     }
 }
 
+/// Drops the leases idle for longer than [`LEASE_IDLE`] (a cell that died
+/// or went away mid-delta gives its slot back).
+fn expire(leases: &mut HashMap<(String, String), Lease>) {
+    leases.retain(|_, l| l.touched.elapsed() < LEASE_IDLE);
+}
+
 /// One download slot, given back when the response body is dropped.
+#[derive(Debug)]
 struct Slot(Arc<AtomicU32>);
 
 impl Drop for Slot {
@@ -284,9 +389,18 @@ async fn dispatch(
             Some(cell) => resolve(ctx, &name, cell, query.get("platform")).await,
             None => show(ctx, &name).await,
         },
-        Route::Rootfs(name) if read => {
-            rootfs(ctx, &name, &query, headers, *method == Method::HEAD).await
+        Route::Rootfs(name, artifact) if read => {
+            rootfs(
+                ctx,
+                &name,
+                artifact,
+                &query,
+                headers,
+                *method == Method::HEAD,
+            )
+            .await
         }
+        Route::Chunk(id) if read => chunk(ctx, &id, &query, headers, *method == Method::HEAD).await,
         Route::Status(name) if read => status(ctx, &name).await,
         Route::Lifecycle(digest) if read => {
             let table = ctx.stacks().table(ctx.state()).await?;
@@ -323,7 +437,20 @@ mod tests {
         );
         assert_eq!(
             Route::parse("/stacks/v1/fs4/rootfs.tar").ok(),
-            Some(Route::Rootfs(n("fs4")))
+            Some(Route::Rootfs(n("fs4"), Artifact::Tar))
+        );
+        assert_eq!(
+            Route::parse("/stacks/v1/fs4/rootfs.caibx").ok(),
+            Some(Route::Rootfs(n("fs4"), Artifact::Index))
+        );
+        let id = crate::chunks::ChunkId::of(b"x");
+        assert_eq!(
+            Route::parse(&format!("/stacks/v1/chunks/{}", id.store_path())).ok(),
+            Some(Route::Chunk(id))
+        );
+        assert_eq!(
+            Route::parse("/stacks/v1/chunks/status").ok(),
+            Some(Route::Status(n("chunks")))
         );
         assert_eq!(
             Route::parse("/stacks/v1/fs4/cells/diego-cell%2F0a").ok(),

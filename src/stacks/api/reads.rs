@@ -49,6 +49,13 @@ pub(super) fn rootfs_url(name: &StackName, r: &Rootfs) -> String {
     format!("/stacks/v1/{name}/rootfs.tar?digest={}", r.manifest)
 }
 
+/// The index URL of `r` when it was chunked.
+pub(super) fn rootfs_index_url(name: &StackName, r: &Rootfs) -> Option<String> {
+    r.chunks
+        .as_ref()
+        .map(|_| format!("/stacks/v1/{name}/rootfs.caibx?digest={}", r.manifest))
+}
+
 pub(super) fn platform_missing(
     name: &StackName,
     p: &Promotion,
@@ -86,6 +93,8 @@ pub(super) async fn resolve(
         "image": p.image,
         "platform": r.platform,
         "rootfs_url": rootfs_url(name, r),
+        "rootfs_index_url": rootfs_index_url(name, r),
+        "chunk_store_url": r.chunks.as_ref().map(|_| "/stacks/v1/chunks/"),
         "rootfs_sha256": r.sha256.hex(),
         "rootfs_digest": r.sha256,
         "rootfs_size": r.size,
@@ -140,9 +149,17 @@ pub(super) fn find_rootfs<'a>(
         .ok_or_else(|| platform_missing(name, p, platform))?)
 }
 
+/// `GET/HEAD .../rootfs.tar` and `.../rootfs.caibx`: one path for both
+/// (resolution, download slots, ranges, ETag, cache rules). A URL that
+/// names a digest is immutable (`max-age=31536000`); one resolved by cell
+/// or by the active promotion may change: `no-cache` with its ETag.
+/// Slots: a tar GET takes one (a cell's index lease becomes it, see
+/// [`StacksServer::lease`]); an index GET with `cell=` leases one for the
+/// cell's chunk downloads.
 pub(super) async fn rootfs(
     ctx: &dyn Context,
     name: &StackName,
+    artifact: Artifact,
     query: &QueryParams,
     headers: &HeaderMap,
     head: bool,
@@ -150,41 +167,97 @@ pub(super) async fn rootfs(
     let table = ctx.stacks().table(ctx.state()).await?;
     let stack = table.get(name)?;
     let r = find_rootfs(name, stack, query)?;
+    let digest = match artifact {
+        Artifact::Tar => &r.sha256,
+        Artifact::Index => {
+            &r.chunks
+                .as_ref()
+                .ok_or_else(|| {
+                    StackError::NotFound(format!(
+                        "rootfs {} has no chunk index (promoted before deltas; promote it again)",
+                        r.sha256
+                    ))
+                })?
+                .index
+        }
+    };
     let addressing = caching::Addressing::of(query);
-    if let Some(mut res) = caching::not_modified(headers, &r.sha256, addressing) {
+    if let Some(mut res) = caching::not_modified(headers, digest, addressing) {
         warn(&mut res, name, stack);
         return Ok(res);
     }
     let store = ctx.state().blobstore();
-    let key = blob_key(&r.sha256);
+    let key = blob_key(digest);
     let size = store.stat(&key).await?.ok_or_else(|| {
-        tracing::error!(rootfs = %r.sha256, stack = %name, "promoted rootfs missing from the blobstore");
-        StackError::NotFound(format!("rootfs {} is missing from the store", r.sha256))
+        tracing::error!(blob = %digest, stack = %name, "promoted rootfs blob missing from the blobstore");
+        StackError::NotFound(format!("rootfs blob {digest} is missing from the store"))
     })?;
     // A GET takes a download slot, given back when the body is dropped
     // (sent, or the client went away); HEAD takes none.
-    let slot = match stack.max_in_flight {
-        Some(limit) if !head => Some(
-            ctx.stacks()
-                .acquire(name, limit)
-                .ok_or_else(|| too_many(&ctx.stacks().config, name, limit))?,
-        ),
-        _ => None,
+    let cell = query.get("cell");
+    let (busy, slot) = match (stack.max_in_flight, artifact) {
+        (Some(limit), Artifact::Tar) if !head => {
+            let slot = ctx.stacks().take_slot(name, cell, limit);
+            (slot.is_none().then_some(limit), slot)
+        }
+        (Some(limit), Artifact::Index) if !head => {
+            let leased = cell.is_none_or(|c| ctx.stacks().lease(name, c, limit));
+            ((!leased).then_some(limit), None)
+        }
+        _ => (None, None),
     };
-    let mut res = blob_response(&**store, &r.sha256, size, headers, head, move |stream| {
+    if let Some(limit) = busy {
+        return Err(too_many(&ctx.stacks().config, name, limit));
+    }
+    let mut res = blob_response(&**store, digest, size, headers, head, move |stream| {
         Box::pin(stream.map(move |chunk| {
             let _held = &slot;
             chunk
         }))
     })
     .await?;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-tar"),
-    );
-    caching::apply(&mut res, &r.sha256, addressing);
+    let kind = match artifact {
+        Artifact::Tar => "application/x-tar",
+        Artifact::Index => "application/octet-stream",
+    };
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    caching::apply(&mut res, digest, addressing);
     warn(&mut res, name, stack);
     Ok(res)
+}
+
+/// `GET/HEAD /stacks/v1/chunks/<4 hex>/<id>.cacnk`: the casync chunk store
+/// over every promoted rootfs (content-addressed: immutable). With
+/// `stack=` and `cell=`, the chunk keeps that cell's download lease alive.
+pub(super) async fn chunk(
+    ctx: &dyn Context,
+    id: &crate::chunks::ChunkId,
+    query: &QueryParams,
+    headers: &HeaderMap,
+    head: bool,
+) -> Result<Response> {
+    if let (Some(stack), Some(cell)) = (query.get("stack"), query.get("cell")) {
+        ctx.stacks().touch_lease(stack, cell);
+    }
+    let lookup = ctx.stacks().chunk_lookup(ctx.state()).await?;
+    let Some(digest) = lookup.get(id) else {
+        return Err(chunk_missing(id).into());
+    };
+    let store = ctx.state().blobstore();
+    let Some(size) = store.stat(&blob_key(digest)).await? else {
+        return Err(chunk_missing(id).into());
+    };
+    let mut res = blob_response(&**store, digest, size, headers, head, |s| s).await?;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    Ok(res)
+}
+
+fn chunk_missing(id: &crate::chunks::ChunkId) -> StackError {
+    StackError::NotFound(format!("chunk {id} is not in any promoted rootfs"))
 }
 
 pub(super) fn too_many(cfg: &StacksConfig, name: &StackName, limit: u32) -> ApiError {

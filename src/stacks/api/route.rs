@@ -8,12 +8,20 @@ use super::*;
 pub(super) enum Route {
     List,
     Stack(StackName),
-    Rootfs(StackName),
+    Rootfs(StackName, Artifact),
+    Chunk(crate::chunks::ChunkId),
     Status(StackName),
     Cell(StackName, String),
     Admin(StackName, Action),
     Register(StackName),
     Lifecycle(Digest),
+}
+
+/// What a rootfs download sends: the tar, or its casync blob index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Artifact {
+    Tar,
+    Index,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,10 +76,16 @@ impl Route {
         {
             return Ok(Route::Lifecycle(d));
         }
+        if name == "chunks"
+            && let Some(id) = tail.and_then(crate::chunks::parse_store_path)
+        {
+            return Ok(Route::Chunk(id));
+        }
         let name: StackName = name.parse()?;
         Ok(match tail {
             None | Some("") => Route::Stack(name),
-            Some("rootfs.tar") => Route::Rootfs(name),
+            Some("rootfs.tar") => Route::Rootfs(name, Artifact::Tar),
+            Some("rootfs.caibx") => Route::Rootfs(name, Artifact::Index),
             Some("status") => Route::Status(name),
             Some("promote") => Route::Admin(name, Action::Promote),
             Some("rollout") => Route::Admin(name, Action::Rollout),

@@ -23,6 +23,8 @@ pub(super) struct ReportBody {
     pub(super) digest: Digest,
     #[serde(default)]
     pub(super) platform: Option<String>,
+    #[serde(default)]
+    pub(super) transfer: Option<cells::Transfer>,
 }
 
 pub(super) async fn report(
@@ -38,7 +40,9 @@ pub(super) async fn report(
         digest: b.digest,
         platform: b.platform,
         time: now_rfc3339(),
+        transfer: b.transfer,
     };
+    ctx.stacks().release_lease(name, &r.cell);
     cells::record(&**ctx.state().blobstore(), name, &r).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

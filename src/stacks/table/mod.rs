@@ -126,14 +126,33 @@ impl StackTable {
     }
 
     /// Every blob the table keeps: the flattened rootfs of every promotion
-    /// (rolled back or not: a rollback may bring it back). For garbage
-    /// collection, which marks them ([`crate::ops::gc`]).
+    /// (rolled back or not: a rollback may bring it back), with its chunk
+    /// index and chunk map. For garbage collection, which marks them
+    /// ([`crate::ops::gc`]); the chunks a map names are [`StackTable::chunk_maps`].
     pub fn blobs(&self) -> impl Iterator<Item = &Digest> {
+        self.rootfs().flat_map(|r| {
+            std::iter::once(&r.sha256).chain(r.chunks.iter().flat_map(|c| [&c.index, &c.map]))
+        })
+    }
+
+    /// Every rootfs of every promotion.
+    pub fn rootfs(&self) -> impl Iterator<Item = &Rootfs> {
         self.stacks
             .values()
             .flat_map(|s| &s.promotions)
             .flat_map(|p| &p.rootfs)
-            .map(|r| &r.sha256)
+    }
+
+    /// The chunk maps of every rootfs ([`crate::chunks::map`]): the
+    /// `.cacnk` blobs they name are kept too.
+    pub fn chunk_maps(&self) -> impl Iterator<Item = &Digest> {
+        self.rootfs()
+            .filter_map(|r| r.chunks.as_ref().map(|c| &c.map))
+    }
+
+    /// [`StackTable::chunk_maps`], each once.
+    pub fn chunk_map_set(&self) -> std::collections::HashSet<Digest> {
+        self.chunk_maps().cloned().collect()
     }
 
     /// The stack `name`. Errors: [`StackError::NotFound`].

@@ -14,6 +14,10 @@ pub struct Rootfs {
     pub sha256: Digest,
     /// Its size in bytes.
     pub size: u64,
+    /// Its casync blob index and chunk map ([`crate::chunks`]), for deltas;
+    /// `None` for a rootfs promoted before chunking existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<crate::chunks::ChunkRefs>,
 }
 
 /// One promotion of a stack.
