@@ -14,7 +14,8 @@
 //! the access layer); `config` reads the serve config file and builds the
 //! server from it; `http_client` is the outgoing HTTP(S) client that
 //! `bundle` (registry sources) and `cell` (the cell-side stack installer, a
-//! client of `/stacks/v1`) share.
+//! client of `/stacks/v1`) share; `sbom` is what is inside images and
+//! stacks (inventories, SBOM referrers, stack diffs, vulnerability feeds).
 //! Lower layers never call higher ones.
 
 pub mod admin;
@@ -30,6 +31,7 @@ pub mod names;
 pub mod oci;
 pub mod ops;
 pub mod registry;
+pub mod sbom;
 pub mod server;
 pub mod stacks;
 pub mod state;

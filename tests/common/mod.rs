@@ -6,6 +6,7 @@ pub mod backend;
 pub mod ca;
 pub mod listener;
 pub mod objects;
+pub mod pkgdb;
 pub mod router;
 pub mod site;
 pub mod synth;
@@ -34,7 +35,7 @@ pub fn require_installed(tool: &str, install: &str) {
 }
 
 /// A directory that lives for the whole test binary.
-fn shared_dir() -> &'static Path {
+pub fn shared_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| tempfile::tempdir().expect("tempdir"))
         .path()

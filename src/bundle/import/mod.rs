@@ -179,12 +179,15 @@ async fn import_journaled(
         ops.extend(image_ops(&*store, img).await?);
     }
     ops.extend(crate::torcx::bundle::import_op(&store, &doc).await?);
+    let feeds = crate::sbom::feed::import::prepare(state, &doc.id, &doc.feeds).await?;
+    ops.extend(feeds.ops());
     if !doc.stacks.is_empty() {
         ops.push(stack_candidates(&doc, who)?);
     }
     let commit = state
         .commit(&format!("import bundle {}", doc.id), who, &ops)
         .await?;
+    feeds.notify(state, commit.generation, who).await;
     crate::events::emit_logged(
         &*store,
         "import.completed",

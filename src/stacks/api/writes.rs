@@ -86,7 +86,8 @@ pub(super) async fn admin(
     let who = who.as_str();
     let extra = match action {
         Action::Promote => {
-            let req: PromoteRequest = json_body(body).await?;
+            let mut req: PromoteRequest = json_body(body).await?;
+            req.diff = crate::sbom::compare::promotion_diff(state, name, &req.image).await;
             let p = ops::promote(state, name, &req, who).await?;
             json!({ "promotion": p.promotion, "percent": p.percent, "generation": p.generation })
         }

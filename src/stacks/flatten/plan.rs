@@ -203,8 +203,20 @@ pub(super) fn with_layer(
     layer: &Layer,
     f: &mut dyn FnMut(&mut tar::Archive<&mut dyn Read>) -> Result<()>,
 ) -> Result<()> {
-    let comp = compression(&layer.media_type)?;
     let blob = open_blob(store, handle, &layer.digest)?;
+    read_layer(layer, blob, f)
+}
+
+/// Runs `f` over the entries of `layer`'s tar read from `blob` (its stored,
+/// compressed bytes), then checks the blob digest and size and (when known)
+/// the diff_id. Errors: an unsupported media type, a digest, size or
+/// diff_id mismatch, a malformed tar, or `f`'s error.
+pub(crate) fn read_layer(
+    layer: &Layer,
+    blob: impl Read,
+    f: &mut dyn FnMut(&mut tar::Archive<&mut dyn Read>) -> Result<()>,
+) -> Result<()> {
+    let comp = compression(&layer.media_type)?;
     let mut outer = Tap::new(
         std::io::BufReader::with_capacity(1 << 20, blob),
         Some(layer.digest.algorithm()),
