@@ -154,7 +154,7 @@ async fn ids_by_platform(
 /// digest: advisories affecting the superseded image and not the active
 /// one (same platform), and the reason line
 /// `superseded (restage required: fixes CVE-2026-1234, ...; data from ...)`.
-/// `None` for other statuses.
+/// `None` for other statuses, and when no feed is imported.
 pub async fn lifecycle_reason(
     state: &StateStore,
     l: &Lifecycle,
@@ -169,10 +169,7 @@ pub async fn lifecycle_reason(
     };
     let feeds_table = load_feeds(state).await?;
     if feeds_table.feeds.is_empty() {
-        return Ok(Some((
-            "superseded (restage required; no vulnerability data imported)".into(),
-            Vec::new(),
-        )));
+        return Ok(None);
     }
     let before = ids_by_platform(state, &feeds_table, &old.image).await?;
     let after = ids_by_platform(state, &feeds_table, &new.image).await?;
@@ -205,6 +202,22 @@ pub async fn lifecycle_reason(
         ),
         fixes,
     )))
+}
+
+/// `l` as JSON (`GET /stacks/v1/lifecycle/<digest>`, `stack lifecycle
+/// --json`), with `reason` and `fixes` when [`lifecycle_reason`] has them
+/// (a failure to compute them is logged and leaves them out).
+pub async fn lifecycle_json(state: &StateStore, l: &Lifecycle) -> serde_json::Value {
+    let mut v = serde_json::to_value(l).unwrap_or_default();
+    match lifecycle_reason(state, l).await {
+        Ok(Some((reason, fixes))) => {
+            v["reason"] = reason.into();
+            v["fixes"] = fixes.into();
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "lifecycle reason not computed"),
+    }
+    v
 }
 
 type GaugeKey = (crate::digest::Digest, Vec<crate::digest::Digest>);

@@ -466,15 +466,10 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
         StackCmd::Lifecycle { data, digest, json } => {
             let state = data.existing_state()?;
             let l = lifecycle(&ops::load(&state).await?, &digest);
-            let reason = airlock::sbom::report::lifecycle_reason(&state, &l).await?;
+            let v = airlock::sbom::report::lifecycle_json(&state, &l).await;
             if json {
-                let mut v = serde_json::to_value(&l)?;
-                if let Some((reason, fixes)) = &reason {
-                    v["reason"] = reason.clone().into();
-                    v["fixes"] = fixes.clone().into();
-                }
                 print_json(&v)?;
-            } else if let Some((reason, _)) = &reason {
+            } else if let Some(reason) = v["reason"].as_str() {
                 println!(
                     "{} {reason}{}{}",
                     l.digest,

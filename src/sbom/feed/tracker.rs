@@ -119,3 +119,42 @@ pub fn read(reader: impl Read, emit: &mut dyn FnMut(Advisory) -> Result<()>) -> 
         .map_err(|e| anyhow::anyhow!("trailing data after the tracker JSON: {e}"))?;
     Ok(top.packages)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn releases_become_advisories() {
+        let json = br#"{
+          "openssl": {
+            "CVE-2026-1": {"description": "d", "scope": "remote", "releases": {
+              "bookworm": {"status": "resolved", "fixed_version": "3.0.11-1~deb12u2", "urgency": "high",
+                           "repositories": {"bookworm": "3.0.11-1~deb12u2"}},
+              "trixie": {"status": "resolved", "fixed_version": "0", "urgency": "unimportant"},
+              "sid": {"status": "open", "urgency": "low**"}}},
+            "TEMP-0000001-1": {"releases": {"bookworm": {"status": "undetermined"}}}
+          },
+          "zlib": {}
+        }"#;
+        let mut got = Vec::new();
+        let n = super::read(&json[..], &mut |a| {
+            got.push(a);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 2);
+        let line = |a: &super::Advisory| {
+            format!(
+                "{} {} {} {:?} {}",
+                a.id, a.ecosystem, a.package, a.ranges[0].fixed, a.severity
+            )
+        };
+        assert_eq!(
+            got.iter().map(line).collect::<Vec<_>>(),
+            [
+                "CVE-2026-1 Debian:bookworm openssl Some(\"3.0.11-1~deb12u2\") high",
+                "CVE-2026-1 Debian:sid openssl None low",
+            ]
+        );
+        assert!(super::read(&b"[1, 2]"[..], &mut |_| Ok(())).is_err());
+    }
+}
