@@ -50,28 +50,8 @@ need python3 python3
 need jq jq
 [ "$(id -u)" -eq 0 ] || die "must run as root (umoci unpack keeps owners; the page cache drop needs root)"
 
-if [ -n "${AIRLOCK_BIN:-}" ]; then
-    AIRLOCK=$AIRLOCK_BIN
-else
-    note "cargo build --release"
-    build_airlock
-    AIRLOCK=$airlock
-fi
-
-if [ $# -eq 1 ]; then
-    LAYOUT=${1%%:*}
-    REF=latest
-    [ "$LAYOUT" = "$1" ] || REF=${1#*:}
-else
-    LAYOUT=$repo/build/stack
-    REF=latest
-    if [ ! -f "$LAYOUT/index.json" ]; then
-        note "building the bookworm stack image into $LAYOUT (debootstrap, a few minutes)"
-        "$repo/scripts/make-stack-image.sh" "$LAYOUT" >&2 || die "make-stack-image.sh failed"
-    fi
-fi
-[ -f "$LAYOUT/index.json" ] || die "$LAYOUT is not an OCI image layout"
-LAYOUT=$(cd "$LAYOUT" && pwd)
+airlock_bin
+stack_layout "$@"
 
 WORK=$work
 

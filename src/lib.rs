@@ -14,7 +14,8 @@
 //! the access layer); `config` reads the serve config file and builds the
 //! server from it; `http_client` is the outgoing HTTP(S) client that
 //! `bundle` (registry sources) and `cell` (the cell-side stack installer, a
-//! client of `/stacks/v1`) share.
+//! client of `/stacks/v1`) share; `sbom` is what is inside images and
+//! stacks (inventories, SBOM referrers, stack diffs, vulnerability feeds).
 //! `chunks` is casync's chunker, blob index and chunk stores (rootfs deltas:
 //! `stacks` chunks and serves, `cell` assembles).
 //! Lower layers never call higher ones.
@@ -33,6 +34,7 @@ pub mod names;
 pub mod oci;
 pub mod ops;
 pub mod registry;
+pub mod sbom;
 pub mod server;
 pub mod stacks;
 pub mod state;

@@ -55,6 +55,15 @@ pub struct ErrorLabels {
     pub kind: &'static str,
 }
 
+/// Labels of `airlock_stack_vulnerabilities` ([`crate::sbom::report`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StackSeverityLabels {
+    /// The stack.
+    pub stack: String,
+    /// `critical`, `high`, `medium`, `low`, `negligible`, `unknown`.
+    pub severity: &'static str,
+}
+
 /// Every metric of the process.
 pub struct Metrics {
     registry: Registry,
@@ -78,6 +87,9 @@ pub struct Metrics {
     pub store_errors: Family<ErrorLabels, Counter>,
     /// `airlock_state_generation`: the generation last read.
     pub generation: Gauge<u64, AtomicU64>,
+    /// `airlock_stack_vulnerabilities{stack,severity}`: known vulnerabilities
+    /// of each stack's active promotion, refreshed on each scrape.
+    pub stack_vulnerabilities: Family<StackSeverityLabels, Gauge>,
 }
 
 /// A metric of any kind, so that one table can register every family.
@@ -117,10 +129,11 @@ impl Metrics {
             gc_freed_bytes: Counter::default(),
             store_errors: Family::default(),
             generation: Gauge::default(),
+            stack_vulnerabilities: Family::default(),
             registry: Registry::default(),
         };
         // (name without the `airlock_` prefix, help, metric): the kind is the metric's type.
-        let families: [(&str, &str, Box<dyn Metric>); 10] = [
+        let families: [(&str, &str, Box<dyn Metric>); 11] = [
             (
                 "http_requests",
                 "HTTP requests by route class, method and status",
@@ -170,6 +183,11 @@ impl Metrics {
                 "state_generation",
                 "The state generation last read",
                 Box::new(m.generation.clone()),
+            ),
+            (
+                "stack_vulnerabilities",
+                "Known vulnerabilities of each stack's active promotion, by severity (imported feeds)",
+                Box::new(m.stack_vulnerabilities.clone()),
             ),
         ];
         for (name, help, metric) in families {

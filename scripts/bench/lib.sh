@@ -108,6 +108,37 @@ YML
     wait_up docker-registry "$registry_pid" "http://$1/v2/" "$work/registry.log"
 }
 
+# airlock_bin: $AIRLOCK_BIN when set, else build_airlock; path in $AIRLOCK.
+airlock_bin() {
+    if [ -n "${AIRLOCK_BIN:-}" ]; then
+        AIRLOCK=$AIRLOCK_BIN
+    else
+        note "cargo build --release"
+        build_airlock
+        AIRLOCK=$airlock
+    fi
+}
+
+# stack_layout [LAYOUT[:REF]]: sets LAYOUT (absolute) and REF (default
+# `latest`): the argument, else the bookworm stack image of
+# scripts/make-stack-image.sh in build/stack (built when absent).
+stack_layout() {
+    if [ $# -eq 1 ]; then
+        LAYOUT=${1%%:*}
+        REF=latest
+        [ "$LAYOUT" = "$1" ] || REF=${1#*:}
+    else
+        LAYOUT=$repo/build/stack
+        REF=latest
+        if [ ! -f "$LAYOUT/index.json" ]; then
+            note "building the bookworm stack image into $LAYOUT (debootstrap, a few minutes)"
+            "$repo/scripts/make-stack-image.sh" "$LAYOUT" >&2 || die "make-stack-image.sh failed"
+        fi
+    fi
+    [ -f "$LAYOUT/index.json" ] || die "$LAYOUT is not an OCI image layout"
+    LAYOUT=$(cd "$LAYOUT" && pwd)
+}
+
 # nginx_conf DIR WORKERS LISTEN < SERVER_BODY: writes DIR/nginx.conf for
 # `nginx -c DIR/nginx.conf -g 'daemon off;'`: WORKERS worker processes,
 # sendfile, tcp_nopush, tcp_nodelay, access log off, keep-alive without a

@@ -8,7 +8,7 @@
 //! rewrites a manifest, so digests never change. Every blob is hashed while it
 //! is copied; a mismatch aborts and removes the partial output.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -61,6 +61,9 @@ pub struct MirrorConfig {
     /// System stack candidates.
     #[serde(default)]
     pub stack: Vec<StackSource>,
+    /// Vulnerability feeds to carry (see [`crate::sbom::feed::FeedSource`]).
+    #[serde(default)]
+    pub feed: Vec<crate::sbom::feed::FeedSource>,
 }
 
 /// One `[[stack]]` of the mirror config: a candidate for an admin to promote.
@@ -149,6 +152,10 @@ pub struct ImageSource {
     /// platforms (`OS/ARCH[/VARIANT]`), keeping the index bytes unchanged.
     #[serde(default)]
     pub platforms: Vec<String>,
+    /// Attach an SPDX SBOM of each platform image as a referrer (default
+    /// `true`; see [`crate::sbom::bundle`]).
+    #[serde(default)]
+    pub sbom: Option<bool>,
 }
 
 impl MirrorConfig {
@@ -158,8 +165,15 @@ impl MirrorConfig {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let cfg: MirrorConfig =
             toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.message()))?;
-        if cfg.image.is_empty() && cfg.addon.is_empty() && cfg.torcx_contents.is_empty() {
-            bail!("{}: no [[image]] or [[addon]] entries", path.display());
+        if cfg.image.is_empty()
+            && cfg.addon.is_empty()
+            && cfg.torcx_contents.is_empty()
+            && cfg.feed.is_empty()
+        {
+            bail!(
+                "{}: no [[image]], [[addon]] or [[feed]] entries",
+                path.display()
+            );
         }
         for img in &cfg.image {
             if img.tags.is_empty() && img.tag_pattern.is_none() {
@@ -425,6 +439,21 @@ fn tar_header(size: u64) -> tar::Header {
 
 /// Creates a bundle. On any error, removes every file it wrote.
 pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Result<Created> {
+    // Generated blobs (SBOMs, packed feeds) wait here, beside the output,
+    // until they are in the tar.
+    let mut name = opts.out.file_name().unwrap_or_default().to_os_string();
+    name.push(".airlock-tmp");
+    let scratch = opts.out.with_file_name(name);
+    let result = create_in(opts, &scratch, progress);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+fn create_in(
+    opts: &CreateOptions<'_>,
+    scratch: &Path,
+    progress: &indicatif::ProgressBar,
+) -> Result<Created> {
     let cfg = MirrorConfig::load(opts.config)?;
     let base = opts.config.parent().unwrap_or(Path::new("."));
     let have: HashSet<&Digest> = opts
@@ -438,6 +467,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
     let mut seen = HashSet::new();
     // Every blob gathered, carried or not, for the stack candidates' check.
     let mut local = crate::stacks::candidates::LocalBlobs::default();
+    let mut no_sbom: HashSet<RepositoryName> = HashSet::new();
     let mut remote = if cfg.image.iter().any(|i| source::is_registry(&i.source)) {
         let dir = match opts.cache {
             Some(d) => d.to_path_buf(),
@@ -462,6 +492,9 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
                 ..img.clone()
             };
             let r = resolve(&one, base, remote.as_mut(), &have, progress)?;
+            if img.sbom == Some(false) {
+                no_sbom.insert(img.repository.clone());
+            }
             images.push(r.entry);
             images.extend(r.referrers);
             for (blob, path) in r.blobs {
@@ -472,6 +505,31 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
                     carried.push((blob, path));
                 }
             }
+        }
+    }
+    // The SBOMs read the layers at hand (a blob the other side has may not be).
+    let at_hand: HashMap<Digest, PathBuf> = local
+        .0
+        .iter()
+        .filter(|(_, p)| p.exists())
+        .map(|(d, p)| (d.clone(), p.clone()))
+        .collect();
+    let added = crate::sbom::bundle::additions(
+        &images,
+        &|i| no_sbom.contains(&i.repository),
+        &at_hand,
+        &cfg.feed,
+        base,
+        scratch,
+        progress,
+    )?;
+    images.extend(added.images);
+    for (blob, path) in added.blobs {
+        local.0.insert(blob.digest.clone(), path.clone());
+        if have.contains(&blob.digest) {
+            required.insert((blob.digest, blob.size));
+        } else if seen.insert(blob.digest.clone()) {
+            carried.push((blob, path));
         }
     }
     super::format::check_tags(&images).map_err(|e| anyhow!("{}: {e}", opts.config.display()))?;
@@ -509,6 +567,7 @@ pub fn create(opts: &CreateOptions<'_>, progress: &indicatif::ProgressBar) -> Re
         addons: torcx.addons,
         torcx_contents: torcx.vendor,
         stacks,
+        feeds: added.feeds,
     };
     progress.set_message("checking stack candidates");
     let checked = check_candidates(&local, &doc)?;

@@ -59,6 +59,10 @@ pub struct BundleDoc {
     /// records them; only an admin promotes them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stacks: Vec<StackEntry>,
+    /// Vulnerability feeds carried (`[[feed]]`; their blobs are in `blobs`):
+    /// import normalizes and records them ([`crate::sbom::feed`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feeds: Vec<crate::sbom::feed::FeedEntry>,
 }
 
 /// A system stack candidate: images of this bundle, pinned by digest.

@@ -18,6 +18,7 @@ mod ls;
 mod ops;
 #[cfg(test)]
 mod reference;
+mod sbom;
 mod serve;
 mod stack;
 mod torcx;
@@ -102,6 +103,10 @@ enum Command {
     /// System stacks: promote, roll out, roll back, states, cells' status.
     #[command(subcommand)]
     Stack(stack::StackCmd),
+    /// Print an image's SBOM (SPDX 2.3 or CycloneDX 1.5 JSON); `--attach` attaches it as a referrer.
+    Sbom(sbom::SbomArgs),
+    /// Known vulnerabilities of an image or a promoted stack (imported feeds).
+    Vulns(sbom::VulnsArgs),
     /// Remove what no kept generation reaches (blobs, documents, links, temporary files).
     Gc(ops::GcArgs),
     /// Check the state and the stored content; `--deep` re-hashes every blob.
@@ -170,6 +175,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::History(args) => data::history(args).await,
         Command::Events(args) => events::run(args).await,
         Command::Stack(cmd) => stack::run(cmd).await,
+        Command::Sbom(args) => sbom::sbom(args).await,
+        Command::Vulns(args) => sbom::vulns(args).await,
         Command::Serve(args) => serve::run(*args).await,
         Command::User(cmd) => user::run(cmd).await,
         Command::Cell(cmd) => cell::run(cmd).await,

@@ -30,12 +30,14 @@ use bytes::Bytes;
 use crate::store::{self, Blobstore, StoreError};
 
 /// The event types: `stack.promoted`, `stack.rolled_back`,
-/// `stack.state_changed`, `import.completed`.
-pub const KINDS: [&str; 4] = [
+/// `stack.state_changed`, `import.completed`, and `stack.vulnerable` (an
+/// imported vulnerability feed affects a promoted stack, [`crate::sbom`]).
+pub const KINDS: [&str; 5] = [
     "stack.promoted",
     "stack.rolled_back",
     "stack.state_changed",
     "import.completed",
+    "stack.vulnerable",
 ];
 
 /// Most events waiting in `events/queue/`; beyond it the oldest are dropped

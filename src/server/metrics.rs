@@ -164,6 +164,7 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
     match app.state.snapshot().await {
         Ok(snap) => {
             global().generation.set(snap.generation());
+            crate::sbom::report::refresh_metrics(&app.state).await;
         }
         Err(e) => tracing::warn!(error = %e, "metrics: state cannot be read"),
     }

@@ -137,6 +137,12 @@ impl crate::admin::Context for App {
     }
 }
 
+impl crate::sbom::api::Context for App {
+    fn state(&self) -> &StateStore {
+        &self.state
+    }
+}
+
 impl crate::torcx::api::Context for App {
     fn state(&self) -> &StateStore {
         &self.state
@@ -177,6 +183,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(crate::torcx::api::router(app.clone()))
         .merge(stacks::api::router(app.clone()))
         .merge(crate::admin::router(app.clone()))
+        .merge(crate::sbom::api::router(app.clone()))
         .merge(registry::router(app.clone()))
         .layer(axum::middleware::from_fn_with_state(app, front))
 }

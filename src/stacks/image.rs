@@ -130,25 +130,7 @@ async fn platform_image<S: ImageSource + ?Sized>(
     let config_bytes = store.small(&config_desc.digest).await?;
     let config: serde_json::Value = serde_json::from_slice(&config_bytes)
         .map_err(|e| StackError::Image(format!("config {}: {e}", config_desc.digest)))?;
-    let diff_ids: Vec<Option<Digest>> = config["rootfs"]["diff_ids"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|d| d.as_str().and_then(|s| s.parse().ok()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let layers = m
-        .layers
-        .iter()
-        .enumerate()
-        .map(|(i, l)| Layer {
-            media_type: l.media_type.clone(),
-            digest: l.digest.clone(),
-            size: l.size,
-            diff_id: diff_ids.get(i).cloned().flatten(),
-        })
-        .collect();
+    let layers = layers_of(&m, &config);
     let platform = platform_string(
         config["os"].as_str().unwrap_or("linux"),
         config["architecture"].as_str().unwrap_or("unknown"),
@@ -160,6 +142,29 @@ async fn platform_image<S: ImageSource + ?Sized>(
         layers,
         config,
     })
+}
+
+/// The layers of image manifest `m`, bottom first, each with its diff_id
+/// from the image `config` (`rootfs.diff_ids`, by position) when it has one.
+pub fn layers_of(m: &Manifest, config: &serde_json::Value) -> Vec<Layer> {
+    let diff_ids: Vec<Option<Digest>> = config["rootfs"]["diff_ids"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| d.as_str().and_then(|s| s.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    m.layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Layer {
+            media_type: l.media_type.clone(),
+            digest: l.digest.clone(),
+            size: l.size,
+            diff_id: diff_ids.get(i).cloned().flatten(),
+        })
+        .collect()
 }
 
 /// Every platform image of `image`: the image itself, or each image

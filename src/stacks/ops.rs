@@ -149,6 +149,11 @@ pub struct PromoteRequest {
     /// Why.
     #[serde(default)]
     pub reason: Option<String>,
+    /// The package diff from the active promotion (set by the caller, never
+    /// read from the request body): stored with the promotion and sent in
+    /// the `stack.promoted` event ([`crate::sbom::diff`]).
+    #[serde(skip)]
+    pub diff: Option<serde_json::Value>,
 }
 
 /// The result of a promotion.
@@ -349,6 +354,7 @@ pub async fn promote(
         max_in_flight: req.max_in_flight,
         description: req.description.clone(),
         reason: reason.clone(),
+        diff: req.diff.clone(),
     };
     let n = name.clone();
     let w = who.to_string();
@@ -376,6 +382,7 @@ pub async fn promote(
             "percent": percent,
             "rootfs": rootfs,
             "reason": reason,
+            "diff": req.diff,
         }),
     )
     .await;

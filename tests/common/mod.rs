@@ -8,6 +8,7 @@ pub mod deltas;
 pub mod images;
 pub mod listener;
 pub mod objects;
+pub mod pkgdb;
 pub mod router;
 pub mod site;
 pub mod synth;
@@ -36,7 +37,7 @@ pub fn require_installed(tool: &str, install: &str) {
 }
 
 /// A directory that lives for the whole test binary.
-fn shared_dir() -> &'static Path {
+pub fn shared_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| tempfile::tempdir().expect("tempdir"))
         .path()

@@ -255,6 +255,8 @@ async fn import_journaled(
     ops.extend(
         crate::torcx::bundle::import_op(&store, &doc, opts.allow_downgrade.is_some()).await?,
     );
+    let feeds = crate::sbom::feed::import::prepare(state, &doc.id, &doc.feeds).await?;
+    ops.extend(feeds.ops());
     if !doc.stacks.is_empty() {
         ops.push(stack_candidates(&doc, who, opts.allow_downgrade.is_some())?);
     }
@@ -278,6 +280,7 @@ async fn import_journaled(
         // Nothing changed: nothing to tell a webhook, nothing written.
         return Ok((doc, tags, Some(commit)));
     }
+    feeds.notify(state, commit.generation, who).await;
     let w = &*written;
     crate::events::emit_logged(
         &*store,

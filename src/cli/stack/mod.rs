@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 
+use airlock::sbom::compare;
 use airlock::stacks::cells;
 use airlock::stacks::cf::{self, CcForm};
 use airlock::stacks::custom::{Actor, CustomPolicy};
@@ -38,8 +39,23 @@ pub enum StackCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Promote an image held by the registry as the stack's rootfs (flattens it once).
+    /// Promote an image held by the registry as the stack's rootfs (flattens
+    /// it once); prints what changes from the active promotion first.
     Promote(PromoteArgs),
+    /// Packages added, removed, upgraded, downgraded and os-release changes:
+    /// `diff FROM TO` (REPO:TAG or REPO@DIGEST), or `diff NAME` (the
+    /// stack's previous promotion vs its active one).
+    Diff {
+        #[command(flatten)]
+        data: DataArg,
+        /// A stack name, or the image before.
+        from: String,
+        /// The image after (absent: FROM is a stack name).
+        to: Option<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Widen the rollout of the active promotion to PERCENT of cells (it only widens).
     Rollout {
         #[command(flatten)]
@@ -217,6 +233,9 @@ pub struct PromoteArgs {
     /// JSON output.
     #[arg(long)]
     json: bool,
+    /// Print what the promotion would change (the stack diff) and stop.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 fn parse_percent(s: &str) -> Result<u8, String> {
@@ -267,7 +286,23 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                 stack_id: a.stack_id,
                 description: a.description,
                 reason: a.reason,
+                diff: None,
             };
+            let diff = compare::promotion(&state, &a.name, &req.image).await;
+            let mut req = req;
+            req.diff = diff.as_ref().and_then(|d| serde_json::to_value(d).ok());
+            if let Some(d) = &diff {
+                if a.json && a.dry_run {
+                    print_json(d)?;
+                } else if !a.json {
+                    print!("{}", d.text());
+                }
+            } else if a.dry_run {
+                println!("stack {}: no active promotion to compare with", a.name);
+            }
+            if a.dry_run {
+                return Ok(());
+            }
             let p = ops::promote(&state, &a.name, &req, &who).await?;
             if a.json {
                 print_json(&p)?;
@@ -422,12 +457,51 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                 c.generation
             );
         }
+        StackCmd::Diff {
+            data,
+            from,
+            to,
+            json,
+        } => {
+            let state = data.existing_state()?;
+            let d = match to {
+                Some(to) => {
+                    let (f, t) = (
+                        compare::pin(&state, &from).await?,
+                        compare::pin(&state, &to).await?,
+                    );
+                    compare::images(&state, &f, &t).await?
+                }
+                None => {
+                    let name: StackName = from.parse()?;
+                    compare::stack(&state, &name).await?
+                }
+            };
+            if json {
+                print_json(&d)?;
+            } else {
+                print!("{}", d.text());
+            }
+        }
         StackCmd::Lifecycle { data, digest, json } => {
-            let table = ops::load(&data.existing_state()?).await?;
+            let state = data.existing_state()?;
+            let table = ops::load(&state).await?;
             let digest = crate::cli::digests::resolve(&digest, lifecycle::known(&table))?;
             let l = lifecycle::lifecycle(&table, &digest);
+            let v = airlock::sbom::report::lifecycle_json(&state, &l).await;
             if json {
-                print_json(&l)?;
+                print_json(&v)?;
+            } else if let Some(reason) = v["reason"].as_str() {
+                println!(
+                    "{} {reason}{}{}",
+                    l.digest,
+                    l.stack
+                        .as_ref()
+                        .map_or(String::new(), |s| format!(" stack {s}")),
+                    l.superseded_by
+                        .as_ref()
+                        .map_or(String::new(), |d| format!(" superseded by {d}"))
+                );
             } else {
                 println!("{}", lifecycle_line(&l));
             }

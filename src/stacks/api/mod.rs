@@ -10,7 +10,7 @@
 //! | `GET /stacks/v1/<name>/status` | `stack status --json` |
 //! | `POST /stacks/v1/<name>/{promote,rollout,rollback,state,default}` | admin: as the CLI; 403 `DENIED` unless `serve --allow-admin` |
 //! | `POST /stacks/v1/<name>/register` `{"image", "description"?}` | a custom stack ([`super::custom`]), if the `custom_stacks` policy allows the caller |
-//! | `GET /stacks/v1/lifecycle/<digest>` | [`super::lifecycle::Lifecycle`]: `current` (with `rolling_out_to` during a rollout), `canary`, `superseded`, `rolled_back`, `custom` or `unknown`; `restage_required` |
+//! | `GET /stacks/v1/lifecycle/<digest>` | [`super::lifecycle::Lifecycle`]: `current` (with `rolling_out_to` during a rollout), `canary`, `superseded`, `rolled_back`, `custom` or `unknown`; `restage_required`; with vulnerability feeds imported, `reason` and `fixes` ([`crate::sbom::report::lifecycle_reason`]) |
 //!
 //! Cells are served in every state; DEPRECATED, RESTRICTED and DISABLED
 //! add `Warning: 299 - "<Cloud Controller's warning>"`. A stack with
@@ -404,11 +404,14 @@ async fn dispatch(
         Route::Status(name) if read => status(ctx, &name).await,
         Route::Lifecycle(digest) if read => {
             let table = ctx.stacks().table(ctx.state()).await?;
-            let answer = lifecycle::lifecycle(&table, &digest);
-            if let Some(stack) = &answer.stack {
+            let l = lifecycle::lifecycle(&table, &digest);
+            if let Some(stack) = &l.stack {
                 caller.may(&table, stack, Permission::Pull, &[])?;
             }
-            Ok(axum::Json(answer).into_response())
+            Ok(
+                axum::Json(crate::sbom::report::lifecycle_json(ctx.state(), &l).await)
+                    .into_response(),
+            )
         }
         Route::Register(name) if *method == Method::POST => {
             register(ctx, &name, caller.scope, body).await

@@ -95,7 +95,7 @@ pub(super) async fn admin(
     let table = ctx.stacks().table(state).await?;
     let extra = match action {
         Action::Promote => {
-            let req: PromoteRequest = json_body(body).await?;
+            let mut req: PromoteRequest = json_body(body).await?;
             let named: Vec<String> = [
                 Some(&req.image),
                 req.build_image.as_ref(),
@@ -106,6 +106,7 @@ pub(super) async fn admin(
             .map(|r| image_repository(r))
             .collect();
             caller.may(&table, name, Permission::Admin, &named)?;
+            req.diff = crate::sbom::compare::promotion_diff(state, name, &req.image).await;
             let p = ops::promote(state, name, &req, who).await?;
             json!({ "promotion": p.promotion, "percent": p.percent, "generation": p.generation })
         }

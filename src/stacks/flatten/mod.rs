@@ -35,9 +35,11 @@
 //! known to flatten at `bundle create` and at import
 //! ([`crate::stacks::candidates`]).
 //!
-//! Files: `entry.rs` (one tar entry and whiteouts), `layer.rs` (reading one
-//! layer), `plan.rs` (pass 1), `out.rs` (pass 2's writer), `check.rs`
-//! (reading without writing); this file holds the entry point [`flatten`].
+//! Files: `blob.rs` (a blob written from a blocking writer), `entry.rs`
+//! (one tar entry and whiteouts), `layer.rs` (reading one layer), `plan.rs`
+//! (pass 1), `out.rs` (pass 2's writer), `check.rs` (reading without
+//! writing), `pick.rs` (a few files of the flattened file system without
+//! flattening it: [`pick_files`]); this file holds the entry point [`flatten`].
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -50,15 +52,19 @@ use tokio::sync::mpsc;
 use crate::digest::{Algorithm, Digest, Hasher};
 use crate::store::{Blobstore, blob_key};
 
+mod blob;
 mod check;
 mod entry;
 mod layer;
 mod out;
+mod pick;
 mod plan;
+pub use blob::write_blocking;
 pub use check::{check_layer_file, check_stored};
 use entry::*;
 use layer::*;
 use out::*;
+pub use pick::{Wanted, pick_files, pick_from_store};
 use plan::*;
 
 /// One layer as its manifest describes it.
@@ -81,34 +87,6 @@ pub struct Flattened {
     pub digest: Digest,
     /// Size in bytes.
     pub size: u64,
-}
-
-/// A `Write` that sends 1 MiB chunks to the async side.
-struct ChannelWriter {
-    buf: Vec<u8>,
-    tx: mpsc::Sender<Bytes>,
-}
-
-const OUT_CHUNK: usize = 1 << 20;
-
-impl Write for ChannelWriter {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        if self.buf.len() >= OUT_CHUNK {
-            self.flush()?;
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(OUT_CHUNK));
-        self.tx
-            .blocking_send(Bytes::from(chunk))
-            .map_err(|_| std::io::Error::other("rootfs writer stopped"))
-    }
 }
 
 /// Flattens `layers` (bottom first) into one tar stored as a blob; returns
@@ -135,49 +113,14 @@ async fn flatten_once(
     layers: Vec<Layer>,
     scan_from: usize,
 ) -> Result<Flattened> {
-    let (tx, mut rx) = mpsc::channel::<Bytes>(4);
     let handle = tokio::runtime::Handle::current();
     let st = store.clone();
-    let producer = tokio::task::spawn_blocking(move || -> Result<()> {
+    let ((), digest, size) = write_blocking(store, move |w| {
         let plan = scan(&st, &handle, &layers, scan_from)?;
-        let w = ChannelWriter {
-            buf: Vec::with_capacity(OUT_CHUNK),
-            tx,
-        };
-        let mut w = write_all(&st, &handle, &layers, &plan, w)?;
-        w.flush()?;
+        write_all(&st, &handle, &layers, &plan, w)?;
         Ok(())
-    });
-    let scratch = format!("stacks/scratch/{}", uuid::Uuid::new_v4());
-    let mut writer = store.writer(&scratch).await?;
-    let mut hasher = Hasher::new(Algorithm::Sha256);
-    let mut size = 0u64;
-    let mut failed = None;
-    while let Some(chunk) = rx.recv().await {
-        size += chunk.len() as u64;
-        let (written, ()) =
-            tokio::join!(writer.write(chunk.clone()), async { hasher.update(&chunk) });
-        if let Err(e) = written {
-            failed = Some(anyhow::Error::from(e));
-            break;
-        }
-    }
-    drop(rx);
-    let produced = producer
-        .await
-        .map_err(|e| anyhow!("flattening failed: {e}"))?;
-    if let Some(e) = failed.or(produced.err()) {
-        let _ = writer.cancel().await;
-        return Err(e);
-    }
-    writer.commit().await?;
-    let digest = hasher.finish();
-    let key = blob_key(&digest);
-    if store.stat(&key).await? == Some(size) {
-        store.delete(&scratch).await?;
-    } else {
-        store.rename(&scratch, &key).await?;
-    }
+    })
+    .await?;
     Ok(Flattened { digest, size })
 }
 

@@ -90,6 +90,8 @@ pub struct PromotionInput {
     pub description: Option<String>,
     /// Why.
     pub reason: String,
+    /// The package diff from the active promotion, kept with the promotion.
+    pub diff: Option<serde_json::Value>,
 }
 
 impl StackTable {
@@ -228,6 +230,7 @@ impl StackTable {
             import,
             replaces,
             rolled_back: None,
+            diff: input.diff.clone(),
         });
         stack.rollout = Some(Rollout {
             promotion: id,
@@ -442,6 +445,7 @@ pub(crate) mod tests {
             max_in_flight: None,
             description: None,
             reason: "test".into(),
+            diff: None,
         }
     }
 

@@ -50,6 +50,10 @@ pub struct Promotion {
     /// When it was rolled back, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_back: Option<String>,
+    /// What changed from the promotion it replaced: packages and
+    /// `os-release` per platform ([`crate::sbom::diff`]), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<serde_json::Value>,
 }
 
 impl Promotion {
