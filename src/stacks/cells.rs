@@ -50,7 +50,9 @@ pub struct CellReport {
     pub time: String,
 }
 
-fn prefix(stack: &StackName) -> String {
+/// Where `stack`'s reports are: `stacks/cells/<stack>/` (one object per
+/// cell below it).
+pub fn prefix(stack: &StackName) -> String {
     format!("stacks/cells/{stack}/")
 }
 
