@@ -14,7 +14,8 @@
 //! the access layer); `config` reads the serve config file and builds the
 //! server from it; `http_client` is the outgoing HTTP(S) client that
 //! `bundle` (registry sources) and `cell` (the cell-side stack installer, a
-//! client of `/stacks/v1`) share.
+//! client of `/stacks/v1`) share; `ui` is the web console (`/ui/`,
+//! `/api/v1/`), a view over all of them.
 //! Lower layers never call higher ones.
 
 pub mod admin;
@@ -35,3 +36,4 @@ pub mod stacks;
 pub mod state;
 pub mod store;
 pub mod torcx;
+pub mod ui;

@@ -3,6 +3,8 @@
 //! | surface | request | needs |
 //! | --- | --- | --- |
 //! | probes | `/healthz`, `/readyz`, `/metrics` | nothing |
+//! | console | `/ui/login`, `/ui/logout`, `/ui/assets/...` | nothing (the form checks the password, `server::access::password_login`) |
+//! | console | other `/ui/...`, `/api/v1/...` | `Pull` (then 404 when `[ui]` is off); admin forms check the admin role themselves |
 //! | registry | `/v2/` GET/HEAD | `Pull` (so clients learn the auth scheme from its 401) |
 //! | registry | `/v2/...` GET/HEAD | `Pull`; the repository actually read (after `?ns=` and the mirror namespace chose it) is checked by the registry against the user's scope (`registry::scope`) |
 //! | registry | blob uploads (POST/PATCH/PUT/DELETE of `.../blobs/uploads/...`), manifest PUT | `Push` on the repository written (`?ns=` applied as the registry applies it) |
@@ -43,6 +45,10 @@ pub fn required(method: &Method, uri: &Uri) -> Option<Requirement> {
     let path = uri.path();
     let read = matches!(*method, Method::GET | Method::HEAD);
     if matches!(path, "/healthz" | "/readyz" | "/metrics") {
+        return None;
+    }
+    if matches!(path, "/ui/login" | "/ui/logout") || path.starts_with("/ui/assets/") {
+        // The console's login form and its compiled-in assets.
         return None;
     }
     if path == "/v2" || path.starts_with("/v2/") {

@@ -6,7 +6,8 @@
 //! `Arc<App>`; cross-cutting concerns applied once to every route (request
 //! logs, [`access`] control), TLS ([`tls`]). Never implements an API itself:
 //! `/v2` lives in `registry`, `/torcx` in `torcx`, `/stacks/v1` in
-//! `stacks::api`, `/admin/v1` in `admin`, liveness and readiness in [`health`].
+//! `stacks::api`, `/admin/v1` in `admin`, `/ui/` and `/api/v1/` in `ui`,
+//! liveness and readiness in [`health`].
 
 pub mod access;
 mod body;
@@ -54,6 +55,8 @@ pub struct App {
     pub auth: Arc<crate::auth::Policy>,
     /// Keyring trusted for `POST /admin/v1/imports`; `None`: off.
     pub import_keyring: Option<std::path::PathBuf>,
+    /// The web console (`/ui/`, `/api/v1/`); `None`: off (`[ui] enabled`).
+    pub ui: Option<Arc<crate::ui::Console>>,
 }
 
 impl App {
@@ -77,6 +80,7 @@ impl App {
             stacks: StacksServer::default(),
             auth: Arc::new(crate::auth::Policy::open()),
             import_keyring: None,
+            ui: None,
         }
     }
 
@@ -121,6 +125,24 @@ impl crate::admin::Context for App {
     }
 }
 
+impl crate::ui::Context for App {
+    fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    fn stacks(&self) -> &StacksServer {
+        &self.stacks
+    }
+
+    fn policy(&self) -> &crate::auth::Policy {
+        &self.auth
+    }
+
+    fn console(&self) -> Option<&crate::ui::Console> {
+        self.ui.as_deref()
+    }
+}
+
 impl crate::torcx::api::Context for App {
     fn state(&self) -> &StateStore {
         &self.state
@@ -152,10 +174,14 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
 }
 
 /// The whole HTTP surface: `/healthz`, `/readyz`, `/metrics`, the OCI `/v2`
-/// API, the torcx remote `/torcx`, the `/stacks/v1` API and the `/admin/v1`
-/// API, behind the [`access`] layer (users and roles), with a request log
+/// API, the torcx remote `/torcx`, the `/stacks/v1` API, the `/admin/v1`
+/// API and, when on, the console (`/ui/`, `/api/v1/`), behind the [`access`] layer (users and roles), with a request log
 /// (method, path, status, duration) around every route.
 pub fn router(app: Arc<App>) -> Router {
+    let console = match app.ui {
+        Some(_) => crate::ui::router(app.clone()),
+        None => Router::new(),
+    };
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -164,6 +190,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(crate::torcx::api::router(app.clone()))
         .merge(stacks::api::router(app.clone()))
         .merge(crate::admin::router(app.clone()))
+        .merge(console)
         .merge(registry::router(app.clone()))
         .layer(axum::middleware::from_fn_with_state(app, front))
 }
@@ -272,6 +299,7 @@ pub async fn serve(
         None => None,
     };
     let sweeper = spawn_upload_sweeper(app.clone());
+    let sampler = crate::ui::spawn_sampler(app.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     let shared = conn::Shared::new(app, limits, tls);
@@ -304,6 +332,9 @@ pub async fn serve(
     }
     tracing::info!("server stopped");
     sweeper.abort();
+    if let Some(s) = sampler {
+        s.abort();
+    }
     if let Some(r) = reloader {
         r.abort();
     }
