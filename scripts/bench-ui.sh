@@ -50,14 +50,7 @@ need python3 python3
 need curl curl
 [ -r "$site" ] || die "$site missing"
 
-if [ -n "${AIRLOCK_BIN:-}" ]; then
-    airlock=$AIRLOCK_BIN
-    [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
-else
-    need cargo "cargo (or rustup)"
-    note "building airlock (cargo build --release)"
-    build_airlock
-fi
+airlock_from_env
 
 port=$(free_port)
 data=$work/data
@@ -78,6 +71,9 @@ note "filled in $((SECONDS - t0)) s"
 note "$CELLS cells resolve and report"
 counts=$(python3 "$site" cells "$HOST" "$port" bench "$CELLS") || die "cells failed"
 note "cells per digest: $counts"
+# Widened after the reports: the cells told the new promotion only now lag
+# (about 40 % of them), so the lagging list has pages.
+"$airlock" stack rollout bench 50 --data "$data" >/dev/null || die "rollout 50 failed"
 for _ in $(seq 1 60); do
     seen=$(curl -sf "http://$HOST:$port/api/v1/stacks/bench" |
         python3 -c 'import json,sys; l=json.load(sys.stdin)["live"]; print(l["cells"] if l else 0)')
@@ -97,13 +93,13 @@ pages = json.load(open(sys.argv[1]))
 tags, cells, load, rss = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 ref = next(p for p in pages if p["page"].startswith("reference"))
 print(f"console pages at {int(tags):,} tags and {int(cells):,} cells (load average {load} while measuring; peak RSS {rss // 1024} MiB)")
-print(f"{'page':32} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'x ref':>6} {'bytes':>8} {'+assets':>8}  targets")
+print(f"{'page':32} {'first':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'x ref':>6} {'bytes':>8} {'+assets':>8}  targets")
 ok = True
 for p in pages:
     is_ref = p is ref
-    fine = is_ref or (p["p50_ms"] <= 5 and p["max_ms"] < 200 and p["with_assets"] < 200_000)
+    fine = is_ref or (p["p50_ms"] <= 5 and max(p["max_ms"], p["first_ms"]) < 200 and p["with_assets"] < 200_000)
     ok &= fine
     ratio = p["p50_ms"] / ref["p50_ms"] if ref["p50_ms"] else 0
-    print(f"{p['page']:32} {p['p50_ms']:7.2f} {p['p99_ms']:7.2f} {p['max_ms']:7.2f} {ratio:6.2f} {p['bytes']:8} {p['with_assets']:8}  {'-' if is_ref else ('ok' if fine else 'MISSED')}")
+    print(f"{p['page']:32} {p['first_ms']:7.2f} {p['p50_ms']:7.2f} {p['p99_ms']:7.2f} {p['max_ms']:7.2f} {ratio:6.2f} {p['bytes']:8} {p['with_assets']:8}  {'-' if is_ref else ('ok' if fine else 'MISSED')}")
 print("all targets met" if ok else "some targets missed")
 EOF

@@ -56,6 +56,19 @@ build_airlock() {
     airlock=$repo/target/release/airlock
 }
 
+# airlock_from_env: $AIRLOCK_BIN when set (it must be executable), else
+# build_airlock; path in $airlock.
+airlock_from_env() {
+    if [ -n "${AIRLOCK_BIN:-}" ]; then
+        airlock=$AIRLOCK_BIN
+        [ -x "$airlock" ] || die "AIRLOCK_BIN=$airlock is not executable"
+    else
+        need cargo "cargo (or rustup)"
+        note "building airlock (cargo build --release)"
+        build_airlock
+    fi
+}
+
 # nginx_conf DIR WORKERS LISTEN < SERVER_BODY: writes DIR/nginx.conf for
 # `nginx -c DIR/nginx.conf -g 'daemon off;'`: WORKERS worker processes,
 # sendfile, tcp_nopush, tcp_nodelay, access log off, keep-alive without a

@@ -231,6 +231,7 @@ pub async fn sample_all(ctx: &dyn Context) -> Result<(), StackError> {
     let store = state.blobstore();
     let table = ctx.stacks().table(state).await?;
     let stale_after = ctx.stacks().config.stale_after;
+    let started = std::time::Instant::now();
     let seq = sampler.seq.fetch_add(1, Ordering::Relaxed) + 1;
     let interval = console.config.sample_interval.as_secs();
     let mut problems = Vec::new();
@@ -280,6 +281,11 @@ pub async fn sample_all(ctx: &dyn Context) -> Result<(), StackError> {
     if let Ok(mut p) = sampler.problems.lock() {
         *p = problems;
     }
+    tracing::debug!(
+        stacks = table.stacks.len(),
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "console: cell reports sampled"
+    );
     Ok(())
 }
 

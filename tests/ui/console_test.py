@@ -43,13 +43,17 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import Select
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 BASE = os.environ["UI_BASE"]
 CA = os.environ["UI_CA"]
 AIRLOCK = os.environ["AIRLOCK"]
 DATA = os.environ["AIRLOCK_DATA"]
 SHOTS = os.environ["UI_SCREENSHOTS"]
+# When set (UI_DOCS_IMAGES=docs/images), the documentation's screenshots
+# are written there too, at a smaller size.
+DOCS = os.environ.get("UI_DOCS_IMAGES")
 ADMIN = os.environ["UI_ADMIN"].split(":", 1)
 READER = os.environ["UI_READER"].split(":", 1)
 CELL = os.environ["UI_CELL"].split(":", 1)
@@ -163,6 +167,16 @@ def browser():
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
 
 
+def wait_url(d, part, what):
+    """Waits (10 s at most) until the page's URL holds `part`: a click
+    returns before the navigation it starts has finished."""
+    try:
+        WebDriverWait(d, 10).until(lambda d: part in d.current_url)
+    except TimeoutException:
+        main = d.find_elements(By.TAG_NAME, "main")
+        fail(f"{what}: {d.current_url}: {main[0].text if main else ''}")
+
+
 def console_errors(d, where):
     errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
     check(not errors, f"{where}: console errors: {errors}")
@@ -174,10 +188,10 @@ def login(d, user):
     d.find_element(By.ID, "username").send_keys(user[0])
     d.find_element(By.ID, "password").send_keys(user[1])
     d.find_element(By.CSS_SELECTOR, "form.stack button[type=submit]").click()
-    check(
-        d.current_url.endswith("/ui/"),
-        f"login as {user[0]} failed: {d.current_url}: {d.find_element(By.TAG_NAME, 'main').text}",
-    )
+    try:
+        WebDriverWait(d, 10).until(lambda d: d.current_url.endswith("/ui/"))
+    except TimeoutException:
+        fail(f"login as {user[0]} failed: {d.current_url}: {d.find_element(By.TAG_NAME, 'main').text}")
     console_errors(d, "login")
 
 
@@ -233,7 +247,7 @@ def confirm_effect(d, expect_text):
     console_errors(d, "confirmation")
     labelled(d, "confirmation")
     d.find_element(By.CSS_SELECTOR, "form button.danger").click()
-    check("done=" in d.current_url, f"no confirmation of the change: {d.current_url}")
+    wait_url(d, "done=", "no confirmation of the change")
 
 
 def keyboard(d):
@@ -246,7 +260,7 @@ def keyboard(d):
         d.switch_to.active_element.send_keys(Keys.TAB)
     check(d.switch_to.active_element.text == "Stacks", "Tab never reached the Stacks link")
     d.switch_to.active_element.send_keys(Keys.ENTER)
-    check(d.current_url.endswith("/ui/stacks"), f"Enter on Stacks: {d.current_url}")
+    wait_url(d, "/ui/stacks", "Enter on the Stacks link")
     d.get(f"{BASE}/ui/stacks/{STACK}")
     d.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
     for _ in range(120):
@@ -357,6 +371,10 @@ def main():
         for n in expected.values():
             check(f": {n} cells now" in svg, f"chart bands {svg!r} lack {n} cells")
         check("10 %" in d.find_element(By.ID, "rollout-percent").text, "rollout percentage not shown")
+        if DOCS:
+            d.set_window_size(1100, 980)
+            d.save_screenshot(os.path.join(DOCS, "console-stack.png"))
+            d.set_window_size(1280, 1500)
         pages = [
             ("/ui/", "overview"),
             ("/ui/imports", "imports"),
@@ -386,8 +404,13 @@ def main():
         d.get(f"{BASE}/ui/stacks/{STACK}")
         Select(d.find_element(By.ID, "widen-percent")).select_by_value("50")
         d.find_element(By.CSS_SELECTOR, "form[action$='/rollout'] button").click()
+        WebDriverWait(d, 10).until(lambda d: d.find_elements(By.ID, "effect"))
         moving = sum(1 for c in CELLS if selected(2, c, 50) and not selected(2, c, 10))
         d.save_screenshot(os.path.join(SHOTS, "confirm-widen.png"))
+        if DOCS:
+            d.set_window_size(1100, 420)
+            d.save_screenshot(os.path.join(DOCS, "console-confirm.png"))
+            d.set_window_size(1280, 1500)
         confirm_effect(d, f"{moving} of 200 reporting cells will move to promotion 2")
         r = stack_show()["rollout"]
         check(r == {"promotion": 2, "percent": 50, "previous": 1}, f"after widen, the CLI shows {r}")
@@ -395,6 +418,7 @@ def main():
         d.get(f"{BASE}/ui/stacks/{STACK}")
         d.find_element(By.ID, "rollback-reason").send_keys("console test: <b>bad</b> build")
         d.find_element(By.CSS_SELECTOR, "form[action$='/rollback'] button").click()
+        WebDriverWait(d, 10).until(lambda d: d.find_elements(By.ID, "effect"))
         back = sum(1 for c in CELLS if selected(2, c, 50))
         d.save_screenshot(os.path.join(SHOTS, "confirm-rollback.png"))
         confirm_effect(d, f"{back} of 200 reporting cells will move back to promotion 1")

@@ -13,7 +13,7 @@ use crate::ui::Context;
 use crate::ui::http::UiError;
 
 /// State documents read at most for one page of imports.
-const MAX_SCAN: usize = 2_000;
+const MAX_SCAN: usize = 500;
 
 /// Generations looked at for the overview's last import.
 const LAST_IMPORT_SCAN: usize = 200;
@@ -46,6 +46,9 @@ pub struct Imports {
     pub all: bool,
     /// The current generation.
     pub current: u64,
+    /// The newest and oldest generation this page looked at (at most 500
+    /// per page: a page of imports among many pushes may be short or empty).
+    pub seen: (u64, u64),
 }
 
 /// One generation.
@@ -178,6 +181,7 @@ pub async fn build(
         end: None,
         all,
         current: 0,
+        seen: (0, 0),
     };
     let mut next = root;
     let mut scanned = 0;
@@ -202,6 +206,10 @@ pub async fn build(
             continue;
         }
         scanned += 1;
+        if scanned == 1 {
+            out.seen.0 = g;
+        }
+        out.seen.1 = g;
         let v = view(&d, &doc);
         if all || v.kind == "import" {
             out.generations.push(v);
@@ -215,7 +223,9 @@ pub async fn build(
 }
 
 /// The newest import at or before the state document `root` (looking at
-/// most 200 generations back), cached per `root`.
+/// most 200 generations back). The answer is kept for every generation
+/// walked, so after a push only the new generation is read: its parent's
+/// answer is known.
 ///
 /// Errors: the first document cannot be read.
 pub async fn last_import(ctx: &dyn Context, root: &Digest) -> Result<Option<GenerationView>> {
@@ -223,13 +233,15 @@ pub async fn last_import(ctx: &dyn Context, root: &Digest) -> Result<Option<Gene
         .console()
         .ok_or_else(|| UiError::not_found("console off"))?
         .cache;
-    if let Some(found) = cache.last_import.get(root) {
-        return Ok((*found).clone());
-    }
+    let mut walked = Vec::new();
     let mut found = None;
     let mut next = Some(root.clone());
     for _ in 0..LAST_IMPORT_SCAN {
         let Some(d) = next else { break };
+        if let Some(known) = cache.last_import.get(&d) {
+            found = (*known).clone();
+            break;
+        }
         let doc = match document(ctx, &d).await {
             Ok(doc) => doc,
             Err(e) if e.status == axum::http::StatusCode::NOT_FOUND => break,
@@ -237,13 +249,17 @@ pub async fn last_import(ctx: &dyn Context, root: &Digest) -> Result<Option<Gene
             Err(_) => break,
         };
         let v = view(&d, &doc);
+        walked.push(d);
         if v.kind == "import" {
             found = Some(v);
             break;
         }
         next = parent(&doc);
     }
-    cache.last_import.put(root.clone(), Arc::new(found.clone()));
+    let answer = Arc::new(found.clone());
+    for d in walked {
+        cache.last_import.put(d, answer.clone());
+    }
     Ok(found)
 }
 

@@ -69,7 +69,10 @@ pub fn page(viewer: &Viewer, h: &Imports) -> Markup {
             }
         }
         @if h.generations.is_empty() {
-            p.muted { "Nothing on this page." }
+            p.muted {
+                @if h.seen.0 > 0 { "No import among generations " (h.seen.1) " to " (h.seen.0) "." }
+                @else { "Nothing on this page." }
+            }
         } @else {
             table {
                 thead { tr {
