@@ -50,7 +50,8 @@ need python3 python3
 need jq jq
 [ "$(id -u)" -eq 0 ] || die "must run as root (umoci unpack keeps owners; the page cache drop needs root)"
 
-airlock_bin
+airlock_binary
+AIRLOCK=$airlock
 stack_layout "$@"
 
 WORK=$work

@@ -53,7 +53,8 @@ need /usr/bin/time time
 need python3 python3
 need jq jq
 
-airlock_bin
+airlock_binary
+AIRLOCK=$airlock
 stack_layout "$@"
 WORK=$work
 

@@ -18,6 +18,7 @@
 //! stacks (inventories, SBOM referrers, stack diffs, vulnerability feeds).
 //! `chunks` is casync's chunker, blob index and chunk stores (rootfs deltas:
 //! `stacks` chunks and serves, `cell` assembles).
+//! `ui` is the web console (`/ui/`, `/api/v1/`), a view over all of them.
 //! Lower layers never call higher ones.
 
 pub mod admin;
@@ -40,3 +41,4 @@ pub mod stacks;
 pub mod state;
 pub mod store;
 pub mod torcx;
+pub mod ui;

@@ -108,17 +108,6 @@ YML
     wait_up docker-registry "$registry_pid" "http://$1/v2/" "$work/registry.log"
 }
 
-# airlock_bin: $AIRLOCK_BIN when set, else build_airlock; path in $AIRLOCK.
-airlock_bin() {
-    if [ -n "${AIRLOCK_BIN:-}" ]; then
-        AIRLOCK=$AIRLOCK_BIN
-    else
-        note "cargo build --release"
-        build_airlock
-        AIRLOCK=$airlock
-    fi
-}
-
 # stack_layout [LAYOUT[:REF]]: sets LAYOUT (absolute) and REF (default
 # `latest`): the argument, else the bookworm stack image of
 # scripts/make-stack-image.sh in build/stack (built when absent).

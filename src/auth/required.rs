@@ -4,6 +4,8 @@
 //! | --- | --- | --- |
 //! | probes | `/healthz`, `/readyz` | nothing |
 //! | metrics | `/metrics` | `Metrics` (the `metrics` or `admin` role), nothing with `[auth] public_metrics` |
+//! | console | `/ui/login`, `/ui/logout`, `/ui/assets/...` | nothing (the form checks the password, `server::access::password_login`) |
+//! | console | other `/ui/...`, `/api/v1/...` | `Pull` (then 404 when `[ui]` is off); admin forms check the admin role themselves |
 //! | registry | `/v2/` GET/HEAD | `Pull` (so clients learn the auth scheme from its 401) |
 //! | registry | `/v2/...` GET/HEAD | `Pull`; the repository actually read (after `?ns=` and the mirror namespace chose it) is checked by the registry against the user's scope (`registry::scope`) |
 //! | registry | blob uploads (POST/PATCH/PUT/DELETE of `.../blobs/uploads/...`), manifest PUT | `Push` on the repository written (`?ns=` applied as the registry applies it) |
@@ -48,6 +50,10 @@ pub fn required(method: &Method, uri: &Uri) -> Option<Requirement> {
     }
     if path == "/metrics" {
         return Requirement::any(Permission::Metrics);
+    }
+    if matches!(path, "/ui/login" | "/ui/logout") || path.starts_with("/ui/assets/") {
+        // The console's login form and its compiled-in assets.
+        return None;
     }
     if path == "/v2" || path.starts_with("/v2/") {
         return Some(registry(method, uri));

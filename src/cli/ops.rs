@@ -108,6 +108,8 @@ pub async fn gc(args: GcArgs) -> Result<()> {
     let opened = args.data.open(false)?;
     let state = airlock::state::StateStore::new(opened.blobstore());
     let report = gc::run(&opened, &state, &args.policy.options(args.dry_run)).await?;
+    let who = airlock::state::user_at_host();
+    airlock::ops::reports::record_logged(&**state.blobstore(), "gc", &who, &report).await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -119,6 +121,8 @@ pub async fn gc(args: GcArgs) -> Result<()> {
 pub async fn fsck(args: FsckArgs) -> Result<()> {
     let state = args.data.existing_state()?;
     let report = fsck::run(&state, args.deep).await?;
+    let who = airlock::state::user_at_host();
+    airlock::ops::reports::record_logged(&**state.blobstore(), "fsck", &who, &report).await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -52,6 +52,8 @@ pub struct Resolved {
     /// Garbage collection inside the server: its options and interval
     /// (`None`: never).
     pub gc: Option<(crate::ops::gc::GcOptions, Duration)>,
+    /// The web console (`None`: off).
+    pub ui: Option<crate::ui::UiConfig>,
 }
 
 /// Which blobstore to open and how ([`StoreSection::target`]).
@@ -308,6 +310,27 @@ impl Settings {
             dry_run: false,
         };
         let gc = (!interval.is_zero()).then_some((gc_options, interval));
+        let ui = match self.ui.enabled {
+            Some(true) => {
+                let sample_interval =
+                    duration("ui.sample_interval", &self.ui.sample_interval, "1m")?;
+                let session_lifetime =
+                    duration("ui.session_lifetime", &self.ui.session_lifetime, "8h")?;
+                if sample_interval.is_zero() {
+                    return Err(ConfigError::value("ui.sample_interval", "at least 1s"));
+                }
+                if session_lifetime < Duration::from_secs(60) {
+                    return Err(ConfigError::value("ui.session_lifetime", "at least 1m"));
+                }
+                Some(crate::ui::UiConfig {
+                    sample_interval,
+                    session_lifetime,
+                    tls: tls.is_some(),
+                    store: crate::ui::StoreInfo::of(&store.url),
+                })
+            }
+            _ => None,
+        };
         for (i, w) in self.webhooks.iter().enumerate() {
             w.check()
                 .map_err(|e| ConfigError::value(&format!("webhook[{i}]"), e))?;
@@ -342,6 +365,7 @@ impl Settings {
             webhooks: self.webhooks,
             root_refresh,
             gc,
+            ui,
             cache_size: l
                 .cache_size
                 .map_or(crate::state::DEFAULT_CACHE_BYTES, |s| s.0),
@@ -360,6 +384,7 @@ impl Resolved {
         app.torcx = self.torcx;
         app.auth = arc_swap::ArcSwap::from_pointee(self.policy);
         app.import_keyring = arc_swap::ArcSwap::from_pointee(self.import_keyring);
+        app.ui = self.ui.map(|c| Arc::new(crate::ui::Console::new(c)));
         (app, self.limits, self.listen, self.tls)
     }
 }

@@ -77,6 +77,9 @@ pub struct Settings {
     #[arg(skip)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
+    #[command(flatten)]
+    #[serde(default)]
+    pub ui: UiSection,
     /// `[[webhook]]` entries (file only): where events are POSTed.
     #[arg(skip)]
     #[serde(default, rename = "webhook", skip_serializing_if = "Vec::is_empty")]
@@ -162,6 +165,25 @@ pub struct GcSection {
     #[arg(skip)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keep_tags: Vec<crate::ops::retention::KeepTags>,
+}
+
+/// `[ui]`: the web console under `/ui/` and its JSON API under `/api/v1/`
+/// (same listener, TLS, users and roles).
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UiSection {
+    /// Serve the web console (`/ui/`) and its JSON API (`/api/v1/`)
+    /// [default: false].
+    #[arg(long = "ui", env = "AIRLOCK_UI", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub enabled: Option<bool>,
+    /// How often the console samples every stack's cell reports into its
+    /// rollout chart (one small write per stack and sample, whatever the
+    /// number of cells: `30s`, `1m`, `5m`) [default: 1m].
+    #[arg(long = "ui-sample-interval", env = "AIRLOCK_UI_SAMPLE_INTERVAL")]
+    pub sample_interval: Option<String>,
+    /// How long a console login lasts (`8h`, `1d`) [default: 8h].
+    #[arg(long = "ui-session-lifetime", env = "AIRLOCK_UI_SESSION_LIFETIME")]
+    pub session_lifetime: Option<String>,
 }
 
 /// `[tls]`: serve HTTPS.

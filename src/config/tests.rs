@@ -83,3 +83,41 @@ fn defaults_match_the_flags_of_old() {
     assert_eq!(r.limits.max_connections, 4096);
     assert!(r.tls.is_none() && r.policy.is_open());
 }
+
+#[test]
+fn console_section() {
+    let off = parse("", "t").unwrap().resolve().unwrap();
+    assert!(off.ui.is_none(), "off by default");
+    let on = parse(
+        "[store]\npath = \"/srv/d\"\n[ui]\nenabled = true\nsample_interval = \"30s\"\n",
+        "t",
+    )
+    .unwrap()
+    .resolve()
+    .unwrap()
+    .ui
+    .unwrap();
+    assert_eq!(on.sample_interval, std::time::Duration::from_secs(30));
+    assert_eq!(
+        on.session_lifetime,
+        std::time::Duration::from_secs(8 * 3600)
+    );
+    assert!(!on.tls);
+    assert_eq!(
+        (on.store.backend.as_str(), on.store.location.as_str()),
+        ("filesystem", "/srv/d")
+    );
+    for (bad, key) in [
+        ("sample_interval = \"0s\"", "ui.sample_interval"),
+        ("session_lifetime = \"30s\"", "ui.session_lifetime"),
+        ("sample_interval = \"soon\"", "ui.sample_interval"),
+    ] {
+        let e = parse(&format!("[ui]\nenabled = true\n{bad}\n"), "t")
+            .unwrap()
+            .resolve()
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.starts_with(key), "{bad}: {e}");
+    }
+}

@@ -182,6 +182,32 @@ async fn finish(store: &dyn Blobstore, queue_key: &str, q: &Queued) -> store::Re
     Ok(())
 }
 
+/// The newest `n` events, queued or logged, newest first (the console's
+/// overview): lists both prefixes and reads only those `n`. Entries that
+/// do not parse are skipped with a warning.
+///
+/// Errors: the store failed.
+pub async fn recent(store: &dyn Blobstore, n: usize) -> store::Result<Vec<Queued>> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for prefix in [QUEUE, LOG] {
+        for key in store.list(prefix).await? {
+            let name = key.strip_prefix(prefix).unwrap_or(&key).to_string();
+            keys.push((name, key));
+        }
+    }
+    // Names start with the time in nanoseconds, 20 digits: they sort by time.
+    keys.sort();
+    let mut out = Vec::new();
+    for (_, key) in keys.iter().rev().take(n) {
+        match get(store, key).await {
+            Ok(q) => out.push(q),
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => tracing::warn!(key, error = %e, "unreadable event record"),
+        }
+    }
+    Ok(out)
+}
+
 /// Every queued (waiting) event and every logged one, oldest first, for
 /// `airlock events`. Entries that do not parse are skipped with a warning.
 pub async fn list(store: &dyn Blobstore) -> store::Result<(Vec<Queued>, Vec<Queued>)> {

@@ -564,7 +564,10 @@ pub fn spawn_periodic(
         loop {
             tick.tick().await;
             match run(&opened, &state, &opts).await {
-                Ok(r) => tracing::info!(report = %r, "periodic gc"),
+                Ok(r) => {
+                    tracing::info!(report = %r, "periodic gc");
+                    super::reports::record_logged(&**state.blobstore(), "gc", "serve", &r).await;
+                }
                 Err(e) => tracing::warn!(error = %format!("{e:#}"), "periodic gc failed"),
             }
         }

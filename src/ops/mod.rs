@@ -2,7 +2,8 @@
 //! consistency check ([`fsck`]) and whole-state rollback ([`rollback`]).
 //!
 //! Owns: what is kept (the retention policy, [`Retention`]), what the rooms
-//! built on the registry keep ([`rooms`]), and the commands' reports. Runs
+//! built on the registry keep ([`rooms`]), and the commands' reports (the
+//! last of each kept in the store, [`reports`]). Runs
 //! over every blobstore through [`crate::store::Blobstore`] (object times
 //! from [`crate::store::Blobstore::list_meta`]); only the sweep of writers'
 //! scratch differs per backend (filesystem `tmp/`, S3 multipart uploads). Never
@@ -13,6 +14,7 @@ pub mod fsck;
 pub mod gc;
 pub mod recover;
 pub mod retention;
+pub mod reports;
 pub mod rollback;
 pub mod rooms;
 

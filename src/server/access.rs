@@ -16,6 +16,9 @@
 //! with the user and the client address, so every state change it makes
 //! records them (registry reads, `GET`/`HEAD` under `/v2/`, never change
 //! state and skip it when no users are configured).
+//! A console request (`/ui/`, `/api/v1/`) may also name its user with the
+//! console's session cookie ([`crate::ui::session::user`]); an anonymous
+//! request for a console page is sent to its login form.
 //! Never decides a permission itself ([`crate::auth::Policy::allows`], [`auth::required`]).
 
 use std::sync::Arc;
@@ -76,12 +79,32 @@ where
     let ip = client.map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     let names = req.extensions().get::<ClientCertNames>().cloned();
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
-    let principal = match Box::pin(identify(&app, names, authorization, &ip)).await {
-        Ok(p) => p,
-        Err(res) => return finish(res, req.uri().path()),
+    let console = match &app.ui {
+        Some(ui) if crate::ui::session::is_console_path(req.uri().path()) => {
+            Box::pin(crate::ui::session::user(
+                &ui.sessions,
+                policy,
+                &app.state,
+                req.headers(),
+                req.uri().path(),
+            ))
+            .await
+        }
+        _ => None,
+    };
+    let principal = match console {
+        Some(u) => Principal::User(u),
+        None => match Box::pin(identify(&app, names, authorization, &ip)).await {
+            Ok(p) => p,
+            Err(res) => return finish(res, req.uri().path()),
+        },
     };
     if !policy.allows(&principal, &need) {
         let res = match &principal {
+            // A console page sends the browser to its login form instead.
+            Principal::Anonymous if app.ui.is_some() && crate::ui::is_page(req.uri().path()) => {
+                crate::ui::login_redirect(req.uri())
+            }
             Principal::Anonymous => unauthorized("authentication required"),
             Principal::User(u) => {
                 tracing::info!(user = %u.name, client = %ip, path = %req.uri().path(), "access denied");
@@ -255,18 +278,45 @@ async fn identify(
         // send for "no credentials".
         return Ok(Principal::Anonymous);
     }
+    match password_login(policy, &app.state, &user, &password, ip).await {
+        Ok(u) => Ok(Principal::User(u)),
+        Err(LoginRefused::Throttled(wait)) => Err(too_many_failures(wait)),
+        Err(LoginRefused::Invalid) => Err(unauthorized("invalid username or password")),
+    }
+}
+
+/// Why [`password_login`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoginRefused {
+    /// Too many failed attempts from this address or for this user: try
+    /// again after this long.
+    Throttled(Duration),
+    /// Unknown user or wrong password.
+    Invalid,
+}
+
+/// The user `user` if `password` is theirs ([`crate::auth::Policy::login`]), with
+/// failed logins throttled per client address `ip` and per user name: the
+/// one password check of HTTP Basic and of the console's login form.
+pub async fn password_login(
+    policy: &crate::auth::Policy,
+    state: &crate::state::StateStore,
+    user: &str,
+    password: &str,
+    ip: &str,
+) -> Result<auth::User, LoginRefused> {
     let keys = [format!("addr:{ip}"), format!("user:{user}")];
     let keys: [&str; 2] = [&keys[0], &keys[1]];
     if let Some(wait) = policy.throttle.blocked(&keys) {
         tracing::warn!(user = %user, client = %ip, "login refused: too many failed attempts");
-        return Err(too_many_failures(wait));
+        return Err(LoginRefused::Throttled(wait));
     }
-    if let Some(u) = policy.login(&app.state, &user, &password).await {
-        return Ok(Principal::User(u));
+    if let Some(u) = policy.login(state, user, password).await {
+        return Ok(u);
     }
     policy.throttle.fail(&keys);
     tracing::warn!(user = %user, client = %ip, "login failed");
-    Err(unauthorized("invalid username or password"))
+    Err(LoginRefused::Invalid)
 }
 
 /// `(user, password)` of an `Authorization: Basic ...` header (RFC 7617).

@@ -6,7 +6,8 @@
 //! `Arc<App>`; cross-cutting concerns applied once to every route (request
 //! logs, [`access`] control), TLS ([`tls`]). Never implements an API itself:
 //! `/v2` lives in `registry`, `/torcx` in `torcx`, `/stacks/v1` in
-//! `stacks::api`, `/admin/v1` in `admin`, liveness and readiness in [`health`].
+//! `stacks::api`, `/admin/v1` in `admin`, `/ui/` and `/api/v1/` in `ui`,
+//! liveness and readiness in [`health`].
 
 pub mod access;
 mod body;
@@ -57,6 +58,8 @@ pub struct App {
     pub auth: ArcSwap<crate::auth::Policy>,
     /// Keyring trusted for `POST /admin/v1/imports`; `None`: off.
     pub import_keyring: ArcSwap<Option<std::path::PathBuf>>,
+    /// The web console (`/ui/`, `/api/v1/`); `None`: off (`[ui] enabled`).
+    pub ui: Option<Arc<crate::ui::Console>>,
 }
 
 impl App {
@@ -80,6 +83,7 @@ impl App {
             stacks: StacksServer::default(),
             auth: ArcSwap::from_pointee(crate::auth::Policy::open()),
             import_keyring: ArcSwap::from_pointee(None),
+            ui: None,
         }
     }
 
@@ -143,6 +147,24 @@ impl crate::sbom::api::Context for App {
     }
 }
 
+impl crate::ui::Context for App {
+    fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    fn stacks(&self) -> &StacksServer {
+        &self.stacks
+    }
+
+    fn policy(&self) -> &crate::auth::Policy {
+        &self.auth
+    }
+
+    fn console(&self) -> Option<&crate::ui::Console> {
+        self.ui.as_deref()
+    }
+}
+
 impl crate::torcx::api::Context for App {
     fn state(&self) -> &StateStore {
         &self.state
@@ -171,10 +193,14 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
 }
 
 /// The whole HTTP surface: `/healthz`, `/readyz`, `/metrics`, the OCI `/v2`
-/// API, the torcx remote `/torcx`, the `/stacks/v1` API and the `/admin/v1`
-/// API, behind the [`access`] layer (users and roles), with a request log
+/// API, the torcx remote `/torcx`, the `/stacks/v1` API, the `/admin/v1`
+/// API and, when on, the console (`/ui/`, `/api/v1/`), behind the [`access`] layer (users and roles), with a request log
 /// (method, path, status, duration) around every route.
 pub fn router(app: Arc<App>) -> Router {
+    let console = match app.ui {
+        Some(_) => crate::ui::router(app.clone()),
+        None => Router::new(),
+    };
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -184,6 +210,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(stacks::api::router(app.clone()))
         .merge(crate::admin::router(app.clone()))
         .merge(crate::sbom::api::router(app.clone()))
+        .merge(console)
         .merge(registry::router(app.clone()))
         .layer(axum::middleware::from_fn_with_state(app, front))
 }
@@ -296,6 +323,7 @@ pub async fn serve(
     }
     let reloader = spawn_hangup(app.clone(), tls.clone(), hangup)?;
     let sweeper = spawn_upload_sweeper(app.clone());
+    let sampler = crate::ui::spawn_sampler(app.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     let shared = conn::Shared::new(app, limits, tls);
@@ -329,6 +357,9 @@ pub async fn serve(
     tracing::info!("server stopped");
     sweeper.abort();
     reloader.abort();
+    if let Some(s) = sampler {
+        s.abort();
+    }
     result
 }
 

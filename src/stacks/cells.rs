@@ -78,7 +78,9 @@ pub struct Transfer {
     pub rootfs_size: u64,
 }
 
-fn prefix(stack: &StackName) -> String {
+/// Where `stack`'s reports are: `stacks/cells/<stack>/` (one object per
+/// cell below it).
+pub fn prefix(stack: &StackName) -> String {
     format!("stacks/cells/{stack}/")
 }
 

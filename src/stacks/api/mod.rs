@@ -131,7 +131,12 @@ impl StacksServer {
 
     /// The stack table in the current state: one read of the root, the
     /// document parsed only when its digest changed.
-    async fn table(&self, state: &StateStore) -> std::result::Result<Arc<StackTable>, StackError> {
+    ///
+    /// Errors: the state or the document cannot be read.
+    pub async fn table(
+        &self,
+        state: &StateStore,
+    ) -> std::result::Result<Arc<StackTable>, StackError> {
         let snap = state.snapshot().await?;
         let Some(digest) = snap
             .state
