@@ -205,6 +205,7 @@ pub async fn attach(state: &StateStore, image: &ImageRef, who: &str) -> Result<V
                 artifact_type: Some(spdx::MEDIA_TYPE.into()),
             },
             tags: Vec::new(),
+            guard: Default::default(),
         });
         made.push(a.digest);
     }

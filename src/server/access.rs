@@ -83,7 +83,7 @@ where
         Some(ui) if crate::ui::session::is_console_path(req.uri().path()) => {
             Box::pin(crate::ui::session::user(
                 &ui.sessions,
-                policy,
+                &policy,
                 &app.state,
                 req.headers(),
                 req.uri().path(),
@@ -278,7 +278,7 @@ async fn identify(
         // send for "no credentials".
         return Ok(Principal::Anonymous);
     }
-    match password_login(policy, &app.state, &user, &password, ip).await {
+    match password_login(&policy, &app.state, &user, &password, ip).await {
         Ok(u) => Ok(Principal::User(u)),
         Err(LoginRefused::Throttled(wait)) => Err(too_many_failures(wait)),
         Err(LoginRefused::Invalid) => Err(unauthorized("invalid username or password")),

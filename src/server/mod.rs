@@ -156,8 +156,8 @@ impl crate::ui::Context for App {
         &self.stacks
     }
 
-    fn policy(&self) -> &crate::auth::Policy {
-        &self.auth
+    fn policy(&self) -> Arc<crate::auth::Policy> {
+        self.auth.load_full()
     }
 
     fn console(&self) -> Option<&crate::ui::Console> {

@@ -130,6 +130,7 @@ fn apply(
                 max_in_flight: None,
                 description: None,
                 reason: reason.clone(),
+                diff: None,
             };
             t.promote(name, &input, &now, "preview")?;
         }

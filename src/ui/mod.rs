@@ -128,8 +128,8 @@ pub trait Context: Send + Sync + 'static {
     fn state(&self) -> &StateStore;
     /// The stacks API's switches and cached stack table.
     fn stacks(&self) -> &StacksServer;
-    /// Users and roles.
-    fn policy(&self) -> &Policy;
+    /// Users and roles, as loaded now (a SIGHUP may replace them).
+    fn policy(&self) -> std::sync::Arc<Policy>;
     /// The console (`None` when `[ui]` is off: every console route is 404).
     fn console(&self) -> Option<&Console>;
 }

@@ -382,7 +382,7 @@ async fn dispatch(
     let query = QueryParams::from_uri(uri);
     let read = matches!(*method, Method::GET | Method::HEAD);
     // Reads and cell reports need read rights on the stack's images.
-    if let Route::Stack(name) | Route::Rootfs(name) | Route::Status(name) | Route::Cell(name, _) =
+    if let Route::Stack(name) | Route::Rootfs(name, _) | Route::Status(name) | Route::Cell(name, _) =
         &route
     {
         let table = ctx.stacks().table(ctx.state()).await?;

@@ -81,44 +81,41 @@ pub fn pick_files<'a>(
     for layer in layers {
         let mut removals = Vec::new();
         let mut added = BTreeMap::new();
-        read_layer(layer, open(layer)?, &mut |archive| {
-            for entry in archive.entries()? {
-                let mut entry = entry?;
-                match name_of(&entry.path_bytes())? {
-                    Name::Root => {}
-                    Name::Opaque(d) => removals.push(Removal::Below(d)),
-                    Name::Whiteout(p) => removals.push(Removal::At(p)),
-                    Name::Path(p) => {
-                        let kind = Kind::of(entry.header().entry_type())?;
-                        if wanted.keeps(&p) {
-                            let found = match kind {
-                                Kind::Regular => {
-                                    let size = entry.size();
-                                    if size > max_file {
-                                        bail!("{p}: {size} bytes, over the {max_file} byte limit");
-                                    }
-                                    let mut bytes = Vec::with_capacity(size as usize);
-                                    entry.read_to_end(&mut bytes)?;
-                                    Some(Found::File(bytes))
+        read_layer(open(layer)?, layer, &mut |entry| {
+            match name_of(&entry.path_bytes())? {
+                Name::Root => {}
+                Name::Opaque(d) => removals.push(Removal::Below(d)),
+                Name::Whiteout(p) => removals.push(Removal::At(p)),
+                Name::Path(p) => {
+                    let kind = Kind::of(entry.header().entry_type())?;
+                    if wanted.keeps(&p) {
+                        let found = match kind {
+                            Kind::Regular => {
+                                let size = entry.size();
+                                if size > max_file {
+                                    bail!("{p}: {size} bytes, over the {max_file} byte limit");
                                 }
-                                Kind::Symlink | Kind::Hardlink => {
-                                    let m = meta_of(&mut entry)?;
-                                    let target = m.link.unwrap_or_default();
-                                    Some(if kind == Kind::Symlink {
-                                        Found::Symlink(target)
-                                    } else {
-                                        Found::Hardlink(target)
-                                    })
-                                }
-                                _ => None,
-                            };
-                            removals.push(Removal::At(p.clone()));
-                            if let Some(f) = found {
-                                added.insert(p, f);
+                                let mut bytes = Vec::with_capacity(size as usize);
+                                entry.read_to_end(&mut bytes)?;
+                                Some(Found::File(bytes))
                             }
-                        } else if kind != Kind::Dir && wanted.above(&p) {
-                            removals.push(Removal::At(p));
+                            Kind::Symlink | Kind::Hardlink => {
+                                let m = meta_of(entry)?;
+                                let target = m.link.unwrap_or_default();
+                                Some(if kind == Kind::Symlink {
+                                    Found::Symlink(target)
+                                } else {
+                                    Found::Hardlink(target)
+                                })
+                            }
+                            _ => None,
+                        };
+                        removals.push(Removal::At(p.clone()));
+                        if let Some(f) = found {
+                            added.insert(p, f);
                         }
+                    } else if kind != Kind::Dir && wanted.above(&p) {
+                        removals.push(Removal::At(p));
                     }
                 }
             }

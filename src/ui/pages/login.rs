@@ -78,7 +78,7 @@ pub async fn submit(
     if user.is_empty() {
         return refused(StatusCode::BAD_REQUEST, "Enter a user name and a password.");
     }
-    match password_login(ctx.policy(), ctx.state(), user, password, &ip).await {
+    match password_login(&ctx.policy(), ctx.state(), user, password, &ip).await {
         Ok(u) => match console
             .sessions
             .start(&**ctx.state().blobstore(), Some(&u.name))
