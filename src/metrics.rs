@@ -90,6 +90,16 @@ pub struct Metrics {
     /// `airlock_stack_vulnerabilities{stack,severity}`: known vulnerabilities
     /// of each stack's active promotion, refreshed on each scrape.
     pub stack_vulnerabilities: Family<StackSeverityLabels, Gauge>,
+    /// `airlock_scrub_blobs`: blobs rehashed by the current (or last) scrub pass.
+    pub scrub_blobs: Gauge,
+    /// `airlock_scrub_bytes`: bytes rehashed by the current (or last) scrub pass.
+    pub scrub_bytes: Gauge,
+    /// `airlock_scrub_corrupt`: blobs the current (or last) pass quarantined.
+    pub scrub_corrupt: Gauge,
+    /// `airlock_scrub_last_finished_seconds`: when the last pass ended (Unix time).
+    pub scrub_last_finished: Gauge,
+    /// `airlock_scrub_corrupt_found_total`: corrupt blobs this process's scrub quarantined.
+    pub scrub_corrupt_found: Counter,
 }
 
 /// A metric of any kind, so that one table can register every family.
@@ -130,10 +140,15 @@ impl Metrics {
             store_errors: Family::default(),
             generation: Gauge::default(),
             stack_vulnerabilities: Family::default(),
+            scrub_blobs: Gauge::default(),
+            scrub_bytes: Gauge::default(),
+            scrub_corrupt: Gauge::default(),
+            scrub_last_finished: Gauge::default(),
+            scrub_corrupt_found: Counter::default(),
             registry: Registry::default(),
         };
         // (name without the `airlock_` prefix, help, metric): the kind is the metric's type.
-        let families: [(&str, &str, Box<dyn Metric>); 11] = [
+        let families: [(&str, &str, Box<dyn Metric>); 16] = [
             (
                 "http_requests",
                 "HTTP requests by route class, method and status",
@@ -188,6 +203,31 @@ impl Metrics {
                 "stack_vulnerabilities",
                 "Known vulnerabilities of each stack's active promotion, by severity (imported feeds)",
                 Box::new(m.stack_vulnerabilities.clone()),
+            ),
+            (
+                "scrub_blobs",
+                "Blobs rehashed by the current or last scrub pass",
+                Box::new(m.scrub_blobs.clone()),
+            ),
+            (
+                "scrub_bytes",
+                "Bytes rehashed by the current or last scrub pass",
+                Box::new(m.scrub_bytes.clone()),
+            ),
+            (
+                "scrub_corrupt",
+                "Blobs the current or last scrub pass found corrupt and quarantined",
+                Box::new(m.scrub_corrupt.clone()),
+            ),
+            (
+                "scrub_last_finished_seconds",
+                "When the last scrub pass ended (Unix time)",
+                Box::new(m.scrub_last_finished.clone()),
+            ),
+            (
+                "scrub_corrupt_found",
+                "Corrupt blobs this process's scrub found and quarantined",
+                Box::new(m.scrub_corrupt_found.clone()),
             ),
         ];
         for (name, help, metric) in families {

@@ -214,7 +214,7 @@ fn max_in_flight_counts_delta_downloads_and_the_index_follows_the_tars_cache_rul
         let (s, h, _) = http(addr, "HEAD", &path, &[]).unwrap();
         assert_eq!(
             (s, header(&h, "cache-control")),
-            (200, Some("max-age=31536000")),
+            (200, Some("public, max-age=31536000, immutable")),
             "{file}"
         );
     }

@@ -359,7 +359,11 @@ async fn walk_reaches_exactly_what_generations_need() {
     let mut reached: BTreeSet<String> = BTreeSet::new();
     let mut current: BTreeSet<String> = BTreeSet::new();
     let history = state.history().await.unwrap();
-    for (i, (d, _)) in history.iter().enumerate() {
+    for (i, (d, doc)) in history.iter().enumerate() {
+        // What each generation changed is kept beside it (history reads it).
+        if let Some(c) = &doc.changes {
+            reached.insert(c.to_string());
+        }
         let mut out = Vec::new();
         state
             .walk_tree(d, &mut seen, &mut |r| {

@@ -111,6 +111,8 @@ enum Command {
     Gc(ops::GcArgs),
     /// Check the state and the stored content; `--deep` re-hashes every blob.
     Fsck(ops::FsckArgs),
+    /// Rehash every blob (resuming an unfinished pass), quarantining corrupt ones: what `serve` does every `[scrub] interval`.
+    Scrub(ops::ScrubArgs),
     /// Make an earlier generation current again (as a new generation).
     Rollback(ops::RollbackArgs),
     /// Serve the OCI distribution API (and stacks, torcx, admin) over HTTP or HTTPS.
@@ -183,6 +185,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Chunk(cmd) => chunk::run(cmd).await,
         Command::Gc(args) => ops::gc(args).await,
         Command::Fsck(args) => ops::fsck(args).await,
+        Command::Scrub(args) => ops::scrub(args).await,
         Command::Rollback(args) => ops::rollback(args).await,
         Command::Torcx(cmd) => torcx::run(cmd).await,
     }
@@ -339,6 +342,15 @@ mod tests {
         assert!(log_colour(true, Some(OsStr::new(""))));
         assert!(!log_colour(true, Some(OsStr::new("1"))));
         assert!(!log_colour(false, None));
+    }
+
+    /// clap's own checks of every command: unique argument ids (two
+    /// sections' `interval` fields once shared one, so `--scrub-interval`
+    /// set the gc interval), valid defaults, no conflicting flags.
+    #[test]
+    fn every_command_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
     }
 
     #[test]

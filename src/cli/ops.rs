@@ -93,6 +93,18 @@ pub struct FsckArgs {
 }
 
 #[derive(clap::Args)]
+pub struct ScrubArgs {
+    #[command(flatten)]
+    data: DataArg,
+    /// Read at most this many MB (10^6 bytes) per second (0 = no limit).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Print the pass as JSON (`reports/scrub.json`).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
 pub struct RollbackArgs {
     #[command(flatten)]
     data: DataArg,
@@ -116,6 +128,37 @@ pub async fn gc(args: GcArgs) -> Result<()> {
         println!("{report}");
     }
     Ok(())
+}
+
+pub async fn scrub(args: ScrubArgs) -> Result<()> {
+    let state = args.data.existing_state()?;
+    let opts = airlock::ops::scrub::ScrubOptions {
+        rate: args.rate.saturating_mul(1_000_000),
+        ..Default::default()
+    };
+    let p = airlock::ops::scrub::pass(state.blobstore(), &opts).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+    } else {
+        for d in &p.corrupt {
+            println!("corrupt, quarantined: {d}");
+        }
+        println!(
+            "scrubbed {} blobs ({}) since {}; {} corrupt",
+            p.blobs,
+            airlock::config::format_size(p.bytes),
+            p.started,
+            p.corrupt.len()
+        );
+    }
+    if p.corrupt.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "{} corrupt blobs quarantined (a re-import or push of the same content repairs them)",
+            p.corrupt.len()
+        )
+    }
 }
 
 pub async fn fsck(args: FsckArgs) -> Result<()> {

@@ -70,6 +70,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     };
     tasks.start_webhooks(&resolved.webhooks);
     tasks.start_gc(resolved.gc.clone());
+    let _scrub = resolved
+        .scrub
+        .map(|o| AbortOnDrop(airlock::ops::scrub::spawn(state.blobstore().clone(), o)));
     tracing::info!(target: STARTUP, "{}", startup_line(&resolved));
     let (app, limits, listen, tls) = resolved.into_app(state);
     let mut reloader = config::reload::Reloader::new(args.config.clone(), args.settings, settings);
@@ -109,6 +112,15 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         }
     });
     airlock::server::serve(&listen, Arc::new(app), limits, tls, Some(hangup)).await
+}
+
+/// A task stopped when the server stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The server's background tasks that a config reload may restart.

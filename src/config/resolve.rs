@@ -54,6 +54,8 @@ pub struct Resolved {
     pub gc: Option<(crate::ops::gc::GcOptions, Duration)>,
     /// The web console (`None`: off).
     pub ui: Option<crate::ui::UiConfig>,
+    /// The scrub inside the server (`None`: never).
+    pub scrub: Option<crate::ops::scrub::ScrubOptions>,
 }
 
 /// Which blobstore to open and how ([`StoreSection::target`]).
@@ -310,6 +312,11 @@ impl Settings {
             dry_run: false,
         };
         let gc = (!interval.is_zero()).then_some((gc_options, interval));
+        let scrub_interval = duration("scrub.interval", &self.scrub.interval, "7d")?;
+        let scrub = (!scrub_interval.is_zero()).then_some(crate::ops::scrub::ScrubOptions {
+            interval: scrub_interval,
+            rate: self.scrub.rate.unwrap_or(20).saturating_mul(1_000_000),
+        });
         let ui = match self.ui.enabled {
             Some(true) => {
                 let sample_interval =
@@ -366,6 +373,7 @@ impl Settings {
             root_refresh,
             gc,
             ui,
+            scrub,
             cache_size: l
                 .cache_size
                 .map_or(crate::state::DEFAULT_CACHE_BYTES, |s| s.0),

@@ -80,6 +80,9 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default)]
     pub ui: UiSection,
+    #[command(flatten)]
+    #[serde(default)]
+    pub scrub: ScrubSection,
     /// `[[webhook]]` entries (file only): where events are POSTed.
     #[arg(skip)]
     #[serde(default, rename = "webhook", skip_serializing_if = "Vec::is_empty")]
@@ -165,6 +168,22 @@ pub struct GcSection {
     #[arg(skip)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keep_tags: Vec<crate::ops::retention::KeepTags>,
+}
+
+/// `[scrub]`: rehash every blob once per interval inside the server, so
+/// silent media corruption is found within one interval (reads skip
+/// hashing a blob verified at an unchanged file identity).
+#[derive(Debug, Clone, Default, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrubSection {
+    /// Start a scrub pass this long after the last one started (`7d`,
+    /// `24h`; `0` = never) [default: 7d].
+    #[arg(id = "scrub_interval", long = "scrub-interval", env = "AIRLOCK_SCRUB_INTERVAL")]
+    pub interval: Option<String>,
+    /// Read at most this many MB (10^6 bytes) per second while scrubbing
+    /// (`0` = no limit) [default: 20].
+    #[arg(id = "scrub_rate", long = "scrub-rate", env = "AIRLOCK_SCRUB_RATE")]
+    pub rate: Option<u64>,
 }
 
 /// `[ui]`: the web console under `/ui/` and its JSON API under `/api/v1/`

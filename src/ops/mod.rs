@@ -13,10 +13,11 @@
 pub mod fsck;
 pub mod gc;
 pub mod recover;
-pub mod retention;
 pub mod reports;
+pub mod retention;
 pub mod rollback;
 pub mod rooms;
+pub mod scrub;
 
 use std::time::{Duration, SystemTime};
 

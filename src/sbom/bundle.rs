@@ -160,7 +160,9 @@ fn sbom_of(
 /// SBOM referrers for the tagged `images` (except `skip`ped repositories)
 /// and the packed `feeds`. `paths` maps every blob available locally to
 /// its file; `base` is the config's directory; `scratch` receives the
-/// generated blobs. Errors: an unreadable layer, a malformed feed.
+/// generated blobs. An image whose packages cannot be read (layers that
+/// are not tars, or not at hand) gets no SBOM and a warning. Errors: a
+/// root manifest that does not parse, a malformed feed.
 pub fn additions(
     images: &[ImageEntry],
     skip: &dyn Fn(&ImageEntry) -> bool,
@@ -174,13 +176,33 @@ pub fn additions(
     let upstream = upstream_sboms(images, paths);
     let mut done = std::collections::HashSet::new();
     for img in images.iter().filter(|i| !i.tags.is_empty() && !skip(i)) {
-        for pm in platform_manifests(img, paths)? {
+        let platforms = match platform_manifests(img, paths) {
+            Ok(p) => p,
+            Err(e) => {
+                // A delta bundle's index the other side has is not at hand.
+                tracing::warn!(image = %img.repository, cause = %format!("{e:#}"), "no SBOM for this image: its manifests are not at hand");
+                continue;
+            }
+        };
+        for pm in platforms {
             if upstream.contains(&pm.0) || !done.insert((img.repository.clone(), pm.0.clone())) {
                 continue;
             }
             progress.set_message(format!("SBOM of {}@{}", img.repository, pm.0));
-            if sbom_of(img.repository.as_str(), &pm, paths, scratch, &mut out)? {
-                tracing::info!(image = %img.repository, manifest = %pm.0, "SBOM attached");
+            // An SBOM is an addition: an image whose layers are not tars
+            // (an OCI artifact, a layer this side cannot read) crosses
+            // without one, and the bundle says so in the log.
+            match sbom_of(img.repository.as_str(), &pm, paths, scratch, &mut out) {
+                Ok(true) => {
+                    tracing::info!(image = %img.repository, manifest = %pm.0, "SBOM attached")
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    image = %img.repository,
+                    manifest = %pm.0,
+                    cause = %format!("{e:#}"),
+                    "no SBOM for this image: its packages could not be read"
+                ),
             }
         }
     }

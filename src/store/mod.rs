@@ -22,6 +22,7 @@ pub mod hot;
 mod open;
 pub mod s3;
 pub mod space;
+pub mod verified;
 pub mod verify;
 
 use std::pin::Pin;
@@ -165,6 +166,12 @@ pub trait Blobstore: Send + Sync + 'static {
     /// small blob it holds verified in memory).
     async fn stream_sized(&self, key: &str) -> Result<Option<(u64, ByteStream)>> {
         stat_then_stream(self, key).await
+    }
+    /// Forgets that the blob at `key` was verified ([`verified`]): its next
+    /// full read hashes it again (what a scrub does first, to find bit rot
+    /// under an unchanged file identity). Default: nothing to forget.
+    fn forget_verified(&self, key: &str) {
+        let _ = key;
     }
     /// Starts writing the object at `key`.
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>>;

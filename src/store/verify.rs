@@ -61,22 +61,24 @@ pub fn corrupt_error(expected: &Digest, actual: &Digest) -> std::io::Error {
     )
 }
 
-/// Called once with the actual digest when a streamed blob does not match.
-pub type OnMismatch = Box<dyn FnOnce(&Digest) + Send>;
+/// Called once with the actual digest when a streamed blob has been read
+/// in full: the backend quarantines it when it is not the expected one, and
+/// records it verified ([`super::verified`]) when it is.
+pub type OnVerdict = Box<dyn FnOnce(&Digest) + Send>;
 
 /// Hashes `stream` (all `size` bytes of the blob `digest`) as it is
 /// consumed; the chunk that completes the blob is held back until the
-/// digest is checked, and replaced by an `InvalidData` error (after
-/// calling `on_mismatch`) when it does not match.
+/// digest is checked, and replaced by an `InvalidData` error when it does
+/// not match; `on_verdict` is called with the actual digest either way.
 pub fn hashing_stream(
     stream: ByteStream,
     digest: Digest,
     size: u64,
-    on_mismatch: OnMismatch,
+    on_verdict: OnVerdict,
 ) -> ByteStream {
     let mut hasher = Some(Hasher::new(digest.algorithm()));
     let mut seen = 0u64;
-    let mut on_mismatch = Some(on_mismatch);
+    let mut on_verdict = Some(on_verdict);
     Box::pin(stream.map(move |chunk| {
         let chunk = chunk?;
         seen += chunk.len() as u64;
@@ -87,10 +89,10 @@ pub fn hashing_stream(
             && let Some(h) = hasher.take()
         {
             let actual = h.finish();
+            if let Some(f) = on_verdict.take() {
+                f(&actual);
+            }
             if actual != digest || seen != size {
-                if let Some(f) = on_mismatch.take() {
-                    f(&actual);
-                }
                 return Err(corrupt_error(&digest, &actual));
             }
         }
@@ -100,13 +102,14 @@ pub fn hashing_stream(
 
 /// An [`AsyncRead`] over all `size` bytes of the blob `digest` that hashes
 /// what it returns and fails at the end (before reporting end of file) when
-/// the digest does not match, after calling `on_mismatch`.
-pub fn hashing_reader(inner: BoxRead, digest: Digest, on_mismatch: OnMismatch) -> BoxRead {
+/// the digest does not match; `on_verdict` is called with the actual
+/// digest either way.
+pub fn hashing_reader(inner: BoxRead, digest: Digest, on_verdict: OnVerdict) -> BoxRead {
     Box::pin(HashingRead {
         inner,
         hasher: Some(Hasher::new(digest.algorithm())),
         digest,
-        on_mismatch: Some(on_mismatch),
+        on_verdict: Some(on_verdict),
     })
 }
 
@@ -114,7 +117,7 @@ struct HashingRead {
     inner: BoxRead,
     hasher: Option<Hasher>,
     digest: Digest,
-    on_mismatch: Option<OnMismatch>,
+    on_verdict: Option<OnVerdict>,
 }
 
 impl AsyncRead for HashingRead {
@@ -136,10 +139,10 @@ impl AsyncRead for HashingRead {
                 // End of file: the verdict comes before the caller sees it.
                 if let Some(h) = self.hasher.take() {
                     let actual = h.finish();
+                    if let Some(f) = self.on_verdict.take() {
+                        f(&actual);
+                    }
                     if actual != self.digest {
-                        if let Some(f) = self.on_mismatch.take() {
-                            f(&actual);
-                        }
                         return Poll::Ready(Err(corrupt_error(&self.digest, &actual)));
                     }
                 }
@@ -179,11 +182,12 @@ mod tests {
         assert!(good.iter().all(|c| c.is_ok()));
         let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let f = flag.clone();
+        let d2 = d.clone();
         let bad: Vec<_> = hashing_stream(
             chunks(b"hello ", b"worle"),
             d,
             11,
-            Box::new(move |_| f.store(true, std::sync::atomic::Ordering::SeqCst)),
+            Box::new(move |actual| f.store(actual != &d2, std::sync::atomic::Ordering::SeqCst)),
         )
         .collect()
         .await;

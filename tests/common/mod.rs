@@ -188,6 +188,20 @@ pub fn layout_ref_digest(layout: &Path, ref_name: &str) -> String {
         .unwrap()
 }
 
+/// The generation rows of `airlock history`'s text: not its header, nor
+/// the lines under each row saying what the generation changed.
+pub fn history_rows(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| {
+            let mut t = l.split_whitespace();
+            let (Some(g), Some(time)) = (t.next(), t.next()) else {
+                return false;
+            };
+            g.parse::<u64>().is_ok() && time.ends_with('Z') && time.contains('T')
+        })
+        .collect()
+}
+
 /// The content of `refs/root` (the state digest), or "" for an empty store.
 pub fn root_of(data: &Path) -> String {
     std::fs::read_to_string(data.join("refs/root"))
@@ -482,6 +496,9 @@ macro_rules! forwarding_store {
             }
             async fn delete(&self, key: &str) -> airlock::store::Result<()> {
                 self.inner.delete(key).await
+            }
+            fn forget_verified(&self, key: &str) {
+                self.inner.forget_verified(key)
             }
             async fn rename(&self, from: &str, to: &str) -> airlock::store::Result<()> {
                 self.inner.rename(from, to).await

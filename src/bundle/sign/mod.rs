@@ -135,7 +135,12 @@ fn one_line(e: &dyn std::fmt::Display) -> String {
 /// document or its signature was altered), or the signature packet is
 /// malformed.
 fn signature_failure(e: &pgp::errors::Error) -> String {
-    let text = one_line(e);
+    let mut text = one_line(e);
+    // Some errors print as `Kind { message: "...", backtrace: ... }`: the
+    // message is what they say.
+    if let Some((_, m)) = text.split_once("message: \"") {
+        text = m.split('"').next().unwrap_or(m).replace("\\n", " ");
+    }
     if text.contains("invalid signed hash value") {
         return "the signed text does not match the signature (the document or its signature was altered after signing)".into();
     }

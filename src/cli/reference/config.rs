@@ -257,9 +257,10 @@ fn flag_of(serve: &clap::Command, ident: &str, attrs: &[Attribute]) -> String {
     if arg_skipped(attrs) {
         return "file only".into();
     }
+    let id = arg_id(attrs).unwrap_or_else(|| ident.to_string());
     let arg = serve
         .get_arguments()
-        .find(|a| a.get_id() == ident)
+        .find(|a| a.get_id() == id.as_str())
         .unwrap_or_else(|| panic!("serve config field {ident} is no `airlock serve` argument"));
     let long = arg
         .get_long()
@@ -272,6 +273,23 @@ fn flag_of(serve: &clap::Command, ident: &str, attrs: &[Attribute]) -> String {
 }
 
 /// `#[arg(skip)]`: a field clap does not parse.
+/// The `id = "..."` of `#[arg(...)]`, when the field names its argument
+/// (two sections' fields of one name need distinct ids).
+fn arg_id(attrs: &[Attribute]) -> Option<String> {
+    attrs.iter().filter(|a| a.path().is_ident("arg")).find_map(|a| {
+        let mut id = None;
+        let _ = a.parse_nested_meta(|m| {
+            if m.path.is_ident("id") {
+                id = Some(m.value()?.parse::<syn::LitStr>()?.value());
+            } else if m.input.peek(syn::Token![=]) {
+                let _: syn::Expr = m.value()?.parse()?;
+            }
+            Ok(())
+        });
+        id
+    })
+}
+
 fn arg_skipped(attrs: &[Attribute]) -> bool {
     attrs
         .iter()

@@ -382,8 +382,10 @@ async fn dispatch(
     let query = QueryParams::from_uri(uri);
     let read = matches!(*method, Method::GET | Method::HEAD);
     // Reads and cell reports need read rights on the stack's images.
-    if let Route::Stack(name) | Route::Rootfs(name, _) | Route::Status(name) | Route::Cell(name, _) =
-        &route
+    if let Route::Stack(name)
+    | Route::Rootfs(name, _)
+    | Route::Status(name)
+    | Route::Cell(name, _) = &route
     {
         let table = ctx.stacks().table(ctx.state()).await?;
         caller.may(&table, name, Permission::Pull, &[])?;

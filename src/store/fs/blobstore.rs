@@ -21,7 +21,8 @@ impl crate::store::Blobstore for FsStore {
             Opened::Small { part, .. } => return Ok(Box::pin(std::io::Cursor::new(part))),
             Opened::File(f) => f,
         };
-        let (file, size, blob) = (opened.file, opened.size, opened.blob);
+        let verdict = self.verdict_for(&opened);
+        let file = opened.file;
         let (start, end) = (opened.start, opened.end);
         if end - start <= INLINE_READ_MAX {
             return Ok(Box::pin(std::io::Cursor::new(read_at(&file, start, end)?)));
@@ -32,12 +33,9 @@ impl crate::store::Blobstore for FsStore {
             file.seek(SeekFrom::Start(start)).await?;
         }
         let reader = tokio::io::BufReader::with_capacity(256 * 1024, file.take(end - start));
-        match blob {
-            Some((digest, id)) if (start, end) == (0, size) => {
-                let check = self.on_mismatch(digest.clone(), id);
-                Ok(verify::hashing_reader(Box::pin(reader), digest, check))
-            }
-            _ => Ok(Box::pin(reader)),
+        match verdict {
+            Some((digest, check)) => Ok(verify::hashing_reader(Box::pin(reader), digest, check)),
+            None => Ok(Box::pin(reader)),
         }
     }
 
@@ -71,6 +69,13 @@ impl crate::store::Blobstore for FsStore {
             final_path,
             store: self.clone(),
         }))
+    }
+
+    fn forget_verified(&self, key: &str) {
+        self.hot.remove(key);
+        if let Some(d) = verify::blob_digest(key) {
+            self.verified.forget(&d);
+        }
     }
 
     async fn delete(&self, key: &str) -> Result<()> {

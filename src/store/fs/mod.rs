@@ -26,6 +26,7 @@ use self::root::CachedRoot;
 use self::writer::FsWriter;
 use super::hot::{FileId, HotBlobs};
 use super::space::FreeSpaceFloor;
+use super::verified::{Identity, VerifiedBlobs};
 use super::verify::{self, VERIFY_WHOLE_MAX};
 use super::{
     BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, blob_key, check_key,
@@ -72,6 +73,9 @@ pub struct FsStore {
     min_free: FreeSpaceFloor,
     /// Small blobs verified by earlier reads ([`super::hot`]).
     hot: Arc<HotBlobs>,
+    /// Large blobs hashed in full and found whole, with their file's
+    /// identity ([`super::verified`]).
+    verified: Arc<VerifiedBlobs>,
     /// The root epoch: how many times [`super::Blobstore::read_root`] found
     /// `refs/root` replaced (by another process, or at the first read). A
     /// small blob in [`HotBlobs`] whose path was checked in the current
@@ -93,6 +97,7 @@ impl FsStore {
             root_cache: Arc::new(Mutex::new(None)),
             min_free: FreeSpaceFloor::Off,
             hot: Arc::default(),
+            verified: Arc::default(),
             epoch: Arc::default(),
         })
     }
@@ -219,6 +224,17 @@ fn span(range: Option<(u64, u64)>, size: u64) -> Result<(u64, u64)> {
 fn file_id(meta: &std::fs::Metadata) -> FileId {
     use std::os::unix::fs::MetadataExt;
     (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
+}
+
+/// The identity a verified large blob is remembered with: device, inode,
+/// size, mtime and ctime (any write moves the ctime).
+fn identity(meta: &std::fs::Metadata) -> Identity {
+    use std::os::unix::fs::MetadataExt;
+    Identity::of((
+        (meta.dev(), meta.ino(), meta.len()),
+        (meta.mtime(), meta.mtime_nsec()),
+        (meta.ctime(), meta.ctime_nsec()),
+    ))
 }
 
 fn not_found(key: &str, e: std::io::Error) -> StoreError {

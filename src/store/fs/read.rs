@@ -14,6 +14,7 @@ impl FsStore {
         let to = self.root.join(verify::quarantine_key(digest));
         let same = std::fs::metadata(&from).is_ok_and(|m| (m.dev(), m.ino()) == (id.0, id.1));
         self.hot.remove(&super::blob_key(digest));
+        self.verified.forget(digest);
         if !same {
             return;
         }
@@ -87,10 +88,54 @@ impl FsStore {
         }
     }
 
-    /// What to do when a streamed blob turns out corrupt: quarantine it.
-    pub(super) fn on_mismatch(&self, digest: Digest, id: FileId) -> verify::OnMismatch {
+    /// What a full hashed read of a large blob ends with: when it matched,
+    /// the blob is remembered verified at the identity it was opened with
+    /// ([`super::super::verified`]); when not, it is quarantined.
+    pub(super) fn on_verdict(&self, digest: Digest, id: FileId, at: Identity) -> verify::OnVerdict {
         let store = self.clone();
-        Box::new(move |actual| store.quarantine(&digest, actual, id))
+        Box::new(move |actual| {
+            if actual == &digest {
+                store.verified.record(digest, at);
+            } else {
+                store.quarantine(&digest, actual, id);
+            }
+        })
+    }
+
+    /// Whether the blob `key` is remembered verified at the identity its
+    /// file has now (tests: what verify-once decides).
+    #[cfg(test)]
+    pub(crate) fn verified_now(&self, key: &str) -> bool {
+        let (Some(d), Ok(m)) = (
+            verify::blob_digest(key),
+            std::fs::metadata(self.root.join(key)),
+        ) else {
+            return false;
+        };
+        self.verified.is_verified(&d, identity(&m))
+    }
+
+    /// Records the blob `key` verified at its file's identity now, whatever
+    /// its bytes (tests: bit rot under an unchanged identity).
+    #[cfg(test)]
+    pub(crate) fn pretend_verified(&self, key: &str) {
+        if let (Some(d), Ok(m)) = (
+            verify::blob_digest(key),
+            std::fs::metadata(self.root.join(key)),
+        ) {
+            self.verified.record(d, identity(&m));
+        }
+    }
+
+    /// For a whole read of a large blob: `None` when it was verified at
+    /// this identity before (no hashing), else what the hashing reports to.
+    pub(super) fn verdict_for(&self, f: &OpenFile) -> Option<(Digest, verify::OnVerdict)> {
+        let (digest, id, at) = f.blob.clone()?;
+        if (f.start, f.end) != (0, f.size) || self.verified.is_verified(&digest, at) {
+            return None;
+        }
+        let check = self.on_verdict(digest.clone(), id, at);
+        Some((digest, check))
     }
 }
 
@@ -103,12 +148,13 @@ pub(super) enum Opened {
     File(OpenFile),
 }
 
-/// An opened object: its size and, for a blob, its digest and file
-/// identity for verification; `start..end` is the range to read.
+/// An opened object: its size and, for a blob, its digest, file id (for
+/// quarantine) and identity (for verify-once); `start..end` is the range
+/// to read.
 pub(super) struct OpenFile {
     pub(super) file: std::fs::File,
     pub(super) size: u64,
-    pub(super) blob: Option<(Digest, FileId)>,
+    pub(super) blob: Option<(Digest, FileId, Identity)>,
     pub(super) start: u64,
     pub(super) end: u64,
 }
@@ -143,7 +189,7 @@ impl FsStore {
         Ok(Opened::File(OpenFile {
             file,
             size,
-            blob,
+            blob: blob.map(|(d, id)| (d, id, identity(&meta))),
             start,
             end,
         }))
@@ -167,7 +213,8 @@ impl FsStore {
             }
             Opened::File(f) => f,
         };
-        let (file, size, blob) = (opened.file, opened.size, opened.blob);
+        let verdict = self.verdict_for(&opened);
+        let (file, size) = (opened.file, opened.size);
         let (start, end) = (opened.start, opened.end);
         if end - start <= INLINE_READ_MAX {
             let chunk = Bytes::from(read_at(&file, start, end)?);
@@ -200,13 +247,13 @@ impl FsStore {
             Ok(Bytes::from_owner(map).slice(skip..))
         });
         let stream: ByteStream = Box::pin(futures_util::stream::iter(chunks));
-        // A whole large blob is hashed as it is sent; ranges are not verified.
-        match blob {
-            Some((digest, id)) if (start, end) == (0, size) => {
-                let check = self.on_mismatch(digest.clone(), id);
+        // A whole large blob is hashed as it is sent, until it was once
+        // (verify once per file identity); ranges are not verified.
+        match verdict {
+            Some((digest, check)) => {
                 Ok((size, verify::hashing_stream(stream, digest, size, check)))
             }
-            _ => Ok((size, stream)),
+            None => Ok((size, stream)),
         }
     }
 }

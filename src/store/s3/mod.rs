@@ -48,6 +48,7 @@ use aws_sdk_s3::Client;
 use bytes::Bytes;
 
 use super::hot::HotBlobs;
+use super::verify;
 use super::{
     Blobstore, BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, check_key,
 };
@@ -82,6 +83,9 @@ pub struct S3Store {
     unconditional: bool,
     /// Small blobs verified by earlier reads, by full key.
     hot: std::sync::Arc<HotBlobs>,
+    /// Large blobs hashed in full and found whole, with their object's
+    /// ETag and size ([`super::verified`]).
+    verified: std::sync::Arc<super::verified::VerifiedBlobs>,
 }
 
 /// The file identity [`HotBlobs`] keeps: none on S3 (blob keys are
@@ -205,6 +209,15 @@ impl Blobstore for S3Store {
     async fn delete(&self, key: &str) -> Result<()> {
         let full = self.full(key)?;
         self.delete_full(&full).await
+    }
+
+    fn forget_verified(&self, key: &str) {
+        if let Ok(full) = self.full(key) {
+            self.hot.remove(&full);
+        }
+        if let Some(d) = verify::blob_digest(key) {
+            self.verified.forget(&d);
+        }
     }
 
     async fn rename(&self, from: &str, to: &str) -> Result<()> {

@@ -53,9 +53,11 @@ impl S3Store {
             let part = bytes.slice(start as usize..end as usize);
             return Ok(Box::pin(futures_util::stream::once(async { Ok(part) })));
         }
-        if range.is_none() {
-            // A whole large blob is hashed as it is sent; ranges are not verified.
-            let check = self.on_mismatch(digest.clone(), etag);
+        let at = super::super::verified::Identity::of((&etag, size));
+        if range.is_none() && !self.verified.is_verified(&digest, at) {
+            // A whole large blob is hashed as it is sent, until it was once
+            // at this ETag (verify once); ranges are not verified.
+            let check = self.on_verdict(digest.clone(), etag, at);
             return Ok(verify::hashing_stream(
                 body_stream(body, key),
                 digest,
@@ -160,9 +162,22 @@ impl S3Store {
         }
     }
 
-    fn on_mismatch(&self, digest: crate::digest::Digest, etag: String) -> verify::OnMismatch {
+    /// What a full hashed read of a large blob ends with: remembered
+    /// verified at `at` (its ETag and size) when it matched, quarantined
+    /// when not.
+    fn on_verdict(
+        &self,
+        digest: crate::digest::Digest,
+        etag: String,
+        at: super::super::verified::Identity,
+    ) -> verify::OnVerdict {
         let store = self.clone();
         Box::new(move |actual| {
+            if actual == &digest {
+                store.verified.record(digest, at);
+                return;
+            }
+            store.verified.forget(&digest);
             let actual = actual.clone();
             tokio::spawn(async move { store.quarantine(&digest, &actual, &etag).await });
         })

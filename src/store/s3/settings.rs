@@ -135,6 +135,7 @@ impl S3Store {
             parallel_parts: settings.parallel_parts.max(1),
             unconditional: false,
             hot: Default::default(),
+            verified: Default::default(),
         })
     }
 }
