@@ -164,6 +164,27 @@ macro_rules! string_newtype {
 string_newtype!(RepositoryName);
 string_newtype!(Tag);
 
+/// Whether `name` matches `pattern`: `*` matches within one path segment
+/// (no `/`), `**` across segments, anything else itself (retention rules,
+/// immutable tags).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some((b'*', rest)) if rest.first() == Some(&b'*') => {
+                let rest = &rest[1..];
+                (0..=n.len()).any(|i| go(rest, &n[i..]))
+            }
+            Some((b'*', rest)) => {
+                let seg = n.iter().position(|&c| c == b'/').unwrap_or(n.len());
+                (0..=seg).any(|i| go(rest, &n[i..]))
+            }
+            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,25 +220,4 @@ mod tests {
         assert!("".parse::<Tag>().is_err());
         assert!("a/b".parse::<Tag>().is_err());
     }
-}
-
-/// Whether `name` matches `pattern`: `*` matches within one path segment
-/// (no `/`), `**` across segments, anything else itself (retention rules,
-/// immutable tags).
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        match p.split_first() {
-            None => n.is_empty(),
-            Some((b'*', rest)) if rest.first() == Some(&b'*') => {
-                let rest = &rest[1..];
-                (0..=n.len()).any(|i| go(rest, &n[i..]))
-            }
-            Some((b'*', rest)) => {
-                let seg = n.iter().position(|&c| c == b'/').unwrap_or(n.len());
-                (0..=seg).any(|i| go(rest, &n[i..]))
-            }
-            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
-        }
-    }
-    go(pattern.as_bytes(), name.as_bytes())
 }

@@ -184,6 +184,9 @@ fn request(surface: &str, place: &str) -> (&'static str, String, Vec<u8>) {
             format!("/torcx/{place}/amd64-usr/1.0.0/torcx_remote_contents.json.asc"),
             vec![],
         ),
+        "vulns-image" => ("GET", format!("/api/v1/vulns?image={place}/x:v1"), vec![]),
+        "vulns-stack" => ("GET", format!("/api/v1/vulns?stack=s{place}"), vec![]),
+        "vulns-lifecycle" => ("GET", format!("/api/v1/vulns?digest={digest}"), vec![]),
         _ => unreachable!("{surface}"),
     }
 }
@@ -202,6 +205,9 @@ const ALLOWED_INSIDE: &[(&str, &[&str])] = &[
     ("lifecycle", &["cell", "admin"]),
     ("cell-report", &["cell", "admin"]),
     ("torcx", &["reader", "cell", "admin"]),
+    ("vulns-image", &["reader", "cell", "admin"]),
+    ("vulns-stack", &["reader", "cell", "admin"]),
+    ("vulns-lifecycle", &["reader", "cell", "admin"]),
 ];
 
 #[tokio::test(flavor = "multi_thread")]

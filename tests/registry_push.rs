@@ -1016,8 +1016,7 @@ async fn root_of(f: &Fixture) -> Option<String> {
     f.store.read_root().await.unwrap().map(|r| r.value)
 }
 
-/// The config and layer [`push_image`] pushes for `seed`.
-
+/// A manifest pushed again keeps the media type it was first stored with.
 async fn repushed_manifest_keeps_its_first_media_type(b: Backend) {
     let f = fixture(b).await;
     let (m, d) = push_image(&f.router, "img", "latest", 10).await;

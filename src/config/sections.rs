@@ -178,7 +178,11 @@ pub struct GcSection {
 pub struct ScrubSection {
     /// Start a scrub pass this long after the last one started (`7d`,
     /// `24h`; `0` = never) [default: 7d].
-    #[arg(id = "scrub_interval", long = "scrub-interval", env = "AIRLOCK_SCRUB_INTERVAL")]
+    #[arg(
+        id = "scrub_interval",
+        long = "scrub-interval",
+        env = "AIRLOCK_SCRUB_INTERVAL"
+    )]
     pub interval: Option<String>,
     /// Read at most this many MB (10^6 bytes) per second while scrubbing
     /// (`0` = no limit) [default: 20].

@@ -10,9 +10,10 @@
 //!
 //! Errors: `{"code","message"}`: 400 `INVALID` (no or several of
 //! image/stack/digest, a malformed digest), 404 `NOT_FOUND` (unknown
-//! image or stack), 500 `INTERNAL`. Readers may ask (the access layer
-//! treats `/api/v1` as it treats reads). Thin: each request is one call of
-//! [`super::report`].
+//! image or stack), 403 `DENIED` (the image, or an image the stack
+//! names, is in a repository the user may not pull: [`crate::auth::Grant`]),
+//! 500 `INTERNAL`. Readers may ask (the access layer treats `/api/v1` as it
+//! treats reads). Thin: each request is one call of [`super::report`].
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
+use crate::auth::Grant;
 use crate::state::StateStore;
 
 /// What the router needs from the composition root.
@@ -66,10 +68,39 @@ fn failed(e: anyhow::Error) -> Response {
     }
 }
 
+/// 403 unless `grant` may pull every repository of `repos`.
+fn check(grant: &Grant, what: &str, repos: &[String]) -> Result<(), Box<Response>> {
+    if grant.allows(crate::auth::Permission::Pull, repos) {
+        return Ok(());
+    }
+    Err(Box::new(error(
+        StatusCode::FORBIDDEN,
+        "DENIED",
+        format!(
+            "{what} names repositories outside this user's: {}",
+            repos.join(", ")
+        ),
+    )))
+}
+
+/// The repositories the stack `name` names (none for an unknown stack:
+/// the report then answers 404).
+async fn stack_repositories(state: &StateStore, name: &str) -> Vec<String> {
+    let (Ok(name), Ok(table)) = (
+        name.parse::<crate::stacks::StackName>(),
+        crate::stacks::ops::load(state).await,
+    ) else {
+        return Vec::new();
+    };
+    table.repositories(&name)
+}
+
 async fn vulns<C: Context>(
     State(app): State<Arc<C>>,
+    grant: Option<axum::Extension<Grant>>,
     q: Result<Query<VulnsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let grant = grant.map(|g| g.0).unwrap_or_default();
     let Ok(Query(q)) = q else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -84,6 +115,18 @@ async fn vulns<C: Context>(
             Err(e) => failed(e),
         },
         (Some(t), None, None) | (None, Some(t), None) => {
+            let repos = match super::report::resolve(state, &t).await {
+                Ok((image, Some((name, _)))) => {
+                    let mut r = stack_repositories(state, name.as_str()).await;
+                    r.push(image.repository.to_string());
+                    r
+                }
+                Ok((image, None)) => vec![image.repository.to_string()],
+                Err(e) => return failed(e),
+            };
+            if let Err(denied) = check(&grant, &t, &repos) {
+                return *denied;
+            }
             match super::report::vulns(state, &t).await {
                 Ok(r) => axum::Json(r).into_response(),
                 Err(e) => failed(e),
@@ -102,6 +145,11 @@ async fn vulns<C: Context>(
                 Err(e) => return failed(e.into()),
             };
             let l = crate::stacks::lifecycle::lifecycle(&table, &digest);
+            if let Some(stack) = &l.stack
+                && let Err(denied) = check(&grant, stack.as_str(), &table.repositories(stack))
+            {
+                return *denied;
+            }
             match super::report::lifecycle_reason(state, &l).await {
                 Ok(r) => {
                     let mut v = serde_json::to_value(&l).unwrap_or_default();

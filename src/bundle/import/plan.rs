@@ -14,6 +14,9 @@
 use super::*;
 use crate::state::{BundleMark, Repository, TagGuard};
 
+/// Whether the importer may write a repository ([`ImportOptions::may_write`]).
+pub type MayWrite = Arc<dyn Fn(&crate::names::RepositoryName) -> bool + Send + Sync>;
+
 /// How an import may change what the site serves.
 #[derive(Clone, Default)]
 pub struct ImportOptions {
@@ -27,7 +30,7 @@ pub struct ImportOptions {
     /// Whether the importer may write each repository (a user limited to
     /// some repository prefixes); checked on the signed document, before
     /// any blob is written. `None`: every repository.
-    pub may_write: Option<Arc<dyn Fn(&crate::names::RepositoryName) -> bool + Send + Sync>>,
+    pub may_write: Option<MayWrite>,
 }
 
 impl std::fmt::Debug for ImportOptions {

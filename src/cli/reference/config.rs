@@ -276,18 +276,21 @@ fn flag_of(serve: &clap::Command, ident: &str, attrs: &[Attribute]) -> String {
 /// The `id = "..."` of `#[arg(...)]`, when the field names its argument
 /// (two sections' fields of one name need distinct ids).
 fn arg_id(attrs: &[Attribute]) -> Option<String> {
-    attrs.iter().filter(|a| a.path().is_ident("arg")).find_map(|a| {
-        let mut id = None;
-        let _ = a.parse_nested_meta(|m| {
-            if m.path.is_ident("id") {
-                id = Some(m.value()?.parse::<syn::LitStr>()?.value());
-            } else if m.input.peek(syn::Token![=]) {
-                let _: syn::Expr = m.value()?.parse()?;
-            }
-            Ok(())
-        });
-        id
-    })
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("arg"))
+        .find_map(|a| {
+            let mut id = None;
+            let _ = a.parse_nested_meta(|m| {
+                if m.path.is_ident("id") {
+                    id = Some(m.value()?.parse::<syn::LitStr>()?.value());
+                } else if m.input.peek(syn::Token![=]) {
+                    let _: syn::Expr = m.value()?.parse()?;
+                }
+                Ok(())
+            });
+            id
+        })
 }
 
 fn arg_skipped(attrs: &[Attribute]) -> bool {
