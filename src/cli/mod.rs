@@ -236,6 +236,9 @@ pub fn main() {
     // `bundle create` talks to registries: a server closing a TLS socket must be
     // an error to retry, not a SIGPIPE (rustls writes with writev, which has no
     // MSG_NOSIGNAL), so it keeps the default too.
+    if !matches!(cli.command, Command::Serve(_)) {
+        crate::purge_freed_memory_at_once();
+    }
     let network = matches!(
         cli.command,
         Command::Serve(_) | Command::Cell(_) | Command::Bundle(bundle::BundleCmd::Create { .. })
