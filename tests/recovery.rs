@@ -40,13 +40,18 @@ fn three_generations(b: &Backend) -> Vec<(u64, String)> {
 
 /// Commits a `stacks` room document (in process, as `stack promote` would).
 fn write_stacks_document(b: &Backend) {
+    commit_stacks_document(b, "stacks document", br#"{"stacks":{},"custom":{}}"#);
+}
+
+/// Commits `doc` as the `stacks` room document with `reason`.
+fn commit_stacks_document(b: &Backend, reason: &str, doc: &[u8]) {
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let doc = doc.to_vec();
     rt.block_on(async {
         let state = airlock::state::StateStore::new(b.open_store().await);
-        let doc = br#"{"stacks":{},"custom":{}}"#.to_vec();
         state
             .commit(
-                "stacks document",
+                reason,
                 "test",
                 &[airlock::state::Op::Document {
                     name: "stacks".into(),
@@ -184,20 +189,9 @@ fn serve_keeps_the_last_good_generation() {
 
 /// A fourth generation (another document), as another process commits it.
 fn write_stacks_document_other(b: &Backend) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let state = airlock::state::StateStore::new(b.open_store().await);
-        let doc = br#"{"stacks":{},"custom":{},"default":null}"#.to_vec();
-        state
-            .commit(
-                "stacks document 2",
-                "test",
-                &[airlock::state::Op::Document {
-                    name: "stacks".into(),
-                    change: airlock::state::DocumentChange::bytes(move |_| Ok(Some(doc.clone()))),
-                }],
-            )
-            .await
-            .unwrap();
-    });
+    commit_stacks_document(
+        b,
+        "stacks document 2",
+        br#"{"stacks":{},"custom":{},"default":null}"#,
+    );
 }

@@ -176,6 +176,18 @@ pub fn now_rfc3339() -> String {
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
 }
 
+/// RFC 3339 (UTC) of `secs` since the Unix epoch, for messages; the
+/// number itself when it is out of range.
+pub fn rfc3339_of(secs: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(secs as i64)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| secs.to_string())
+}
+
 /// `user@host` of the current process, for `who` and `creator` fields:
 /// `$USER` (else `$LOGNAME`, else the uid's name in /etc/passwd) and /etc/hostname.
 pub fn user_at_host() -> String {

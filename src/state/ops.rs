@@ -118,17 +118,6 @@ impl TagMark {
     }
 }
 
-/// An RFC 3339 rendering of `secs` for messages.
-fn when(secs: u64) -> String {
-    time::OffsetDateTime::from_unix_timestamp(secs as i64)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| secs.to_string())
-}
-
 /// Seconds since the Unix epoch, now.
 fn now_unix() -> u64 {
     std::time::SystemTime::now()
@@ -232,9 +221,9 @@ impl TagGuard {
             return Err(StateError::Rejected(format!(
                 "downgrade refused: {repo}:{tag} was set by bundle {} created {}; bundle {} was created {}, earlier (import --allow-downgrade --reason TEXT to move it back)",
                 prev.id,
-                when(prev.created),
+                super::rfc3339_of(prev.created),
                 new.id,
-                when(new.created)
+                super::rfc3339_of(new.created)
             )));
         }
         Ok(())

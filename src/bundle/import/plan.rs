@@ -206,7 +206,7 @@ pub(super) async fn plan_tags(
                 downgrade = Some(format!(
                     "set by bundle {} created {}",
                     prev.id,
-                    rfc3339(prev.created)
+                    crate::state::rfc3339_of(prev.created)
                 ));
             }
             plan.push(TagPlan {
@@ -251,15 +251,4 @@ pub(super) async fn plan_tags(
         ))));
     }
     Ok(plan)
-}
-
-/// RFC 3339 of `secs` since the Unix epoch.
-fn rfc3339(secs: u64) -> String {
-    time::OffsetDateTime::from_unix_timestamp(secs as i64)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| secs.to_string())
 }
