@@ -96,18 +96,7 @@ open(os.path.join(root, "var/lib/dpkg/status"), "w").write("\n".join(status))
 PY
     SOURCE="a generated tree (60 packages of 20 files)"
 else
-    if [ $# -eq 1 ]; then
-        LAYOUT=${1%%:*}
-        REF=latest
-        [ "$LAYOUT" = "$1" ] || REF=${1#*:}
-    else
-        LAYOUT=$repo/build/stack
-        REF=latest
-        if [ ! -f "$LAYOUT/index.json" ]; then
-            note "building the bookworm stack image into $LAYOUT (debootstrap, a few minutes)"
-            "$repo/scripts/make-stack-image.sh" "$LAYOUT" >&2 || die "make-stack-image.sh failed"
-        fi
-    fi
+    stack_layout "$@"
     note "v1: umoci unpack $LAYOUT:$REF"
     umoci unpack --image "$LAYOUT:$REF" "$W/unpacked" >/dev/null
     mv "$W/unpacked/rootfs" "$W/v1"
