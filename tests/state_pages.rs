@@ -1,7 +1,7 @@
 //! The paged state layout (issue 8 §1): a push into a big repository
 //! writes a bounded amount of metadata, listings come back in order across
-//! pages, the page cache stays within its bytes, a store written by the
-//! first layout (whole documents) still reads and converts, `walk` reaches
+//! pages, the page cache stays within its bytes, a state of a layout this
+//! version does not read is refused, `walk` reaches
 //! exactly what a generation needs, and the referrers list is paged with
 //! `Link`. Digests are computed here with `sha2`; expected orders with
 //! `sort`.
@@ -162,11 +162,12 @@ async fn one_push_into_3000_tags_writes_little_and_lists_in_order() {
     assert!(state.cache_bytes() <= 256 * 1024, "{}", state.cache_bytes());
 }
 
-/// A store written by the first layout (one whole document per repository,
-/// `airlock.state.v1`), written here as raw JSON, reads through the new API
-/// and the registry; the next commit converts it and keeps everything.
+/// A state document of a layout this version does not read (the first
+/// layout, `airlock.state.v1`, was never released; a newer one may come)
+/// is refused with an error naming the layout: reads and commits fail
+/// cleanly, nothing panics and the root stays where it was.
 #[tokio::test]
-async fn first_layout_store_reads_and_converts_on_the_next_commit() {
+async fn a_state_of_an_unknown_layout_is_refused_not_misread() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Blobstore> = Arc::new(FsStore::open(dir.path()).unwrap());
     let put = async |v: serde_json::Value| {
@@ -176,26 +177,7 @@ async fn first_layout_store_reads_and_converts_on_the_next_commit() {
             .unwrap()
             .to_string()
     };
-    let m1 = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[]}"#;
-    let m2 = br#"{"schemaVersion":2,"note":"a signature"}"#;
-    let (d1, d2) = (sha256(m1), sha256(m2));
-    airlock::store::put_bytes(&*store, m1).await.unwrap();
-    airlock::store::put_bytes(&*store, m2).await.unwrap();
-    let layer = sha256(b"layer");
-    let repo_doc = put(serde_json::json!({
-        "tags": {"latest": d1, "v1": d1},
-        "manifests": {
-            d1.clone(): {"mediaType": OCI_MANIFEST, "size": m1.len()},
-            d2.clone(): {"mediaType": OCI_MANIFEST, "size": m2.len(), "subject": d1, "artifactType": "application/x.sig"}
-        },
-        "blobs": {layer.clone(): 5}
-    }))
-    .await;
-    let other_doc =
-        put(serde_json::json!({"tags": {}, "manifests": {}, "blobs": {layer.clone(): 5}})).await;
-    let table =
-        put(serde_json::json!({"repositories": {"old/app": repo_doc, "old/other": other_doc}}))
-            .await;
+    let table = put(serde_json::json!({"repositories": {}})).await;
     let state_doc = put(serde_json::json!({
         "kind": "airlock.state.v1", "generation": 1, "parent": null,
         "time": "2026-11-01T00:00:00Z", "reason": "import", "who": "t",
@@ -203,105 +185,19 @@ async fn first_layout_store_reads_and_converts_on_the_next_commit() {
     }))
     .await;
     assert!(store.swap_root(None, &state_doc).await.unwrap());
-
     let state = StateStore::new(store.clone());
-    let check = async |state: &StateStore| {
-        let snap = state.snapshot().await.unwrap();
-        let names = state.repositories(&snap, None, 10).await.unwrap();
-        assert_eq!(names, vec![name("old/app"), name("old/other")]);
-        assert_eq!(
-            state
-                .repositories(&snap, Some("old/app"), 10)
-                .await
-                .unwrap(),
-            vec![name("old/other")]
-        );
-        let r = state
-            .repository(&snap, &name("old/app"))
-            .await
-            .unwrap()
-            .unwrap();
-        let d1: Digest = d1.parse().unwrap();
-        let d2: Digest = d2.parse().unwrap();
-        assert_eq!(
-            r.tag(&"v1".parse().unwrap()).await.unwrap(),
-            Some(d1.clone())
-        );
-        assert_eq!(
-            r.manifest(&d1).await.unwrap().unwrap().size,
-            m1.len() as u64
-        );
-        assert_eq!(r.blob(&layer.parse().unwrap()).await.unwrap(), Some(5));
-        let refs = r.referrers(&d1, None, 10).await.unwrap();
-        assert_eq!(refs.len(), 1);
-        assert_eq!(refs[0].0, d2);
-        assert_eq!(
-            refs[0].1.artifact_type.as_deref(),
-            Some("application/x.sig")
-        );
-        let tags: Vec<String> = r
-            .tags(None, 10)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|t| t.0.to_string())
-            .collect();
-        assert_eq!(tags[..2], ["latest", "v1"], "{tags:?}");
-        let router = server::router(Arc::new(App::with_config(
-            state.clone(),
-            RegistryConfig::default(),
-        )));
-        let got = get(&router, "/v2/old/app/manifests/latest").await;
-        got.status(200);
-        assert_eq!(got.body, m1.to_vec());
-        let got = get(&router, &format!("/v2/old/app/referrers/{d1}")).await;
-        got.status(200);
-        assert_eq!(got.json()["manifests"][0]["digest"], d2.to_string());
+    let err = state.snapshot().await.err().expect("a snapshot of v1");
+    assert!(format!("{err:?}").contains("airlock.state.v1"), "{err:?}");
+    let op = Op::LinkBlobs {
+        repo: name("a/b"),
+        blobs: vec![(sha256(b"layer").parse().unwrap(), 5)],
     };
-    check(&state).await;
-
-    // The next change converts: kind v2, and everything above still holds.
-    let op = Op::PutManifest {
-        repo: name("old/app"),
-        digest: d1.parse().unwrap(),
-        info: info(m1.len() as u64, None),
-        tags: vec!["v2".parse().unwrap()],
-        guard: airlock::state::TagGuard::default(),
-    };
-    state.commit("tag v2", "t", &[op]).await.unwrap();
-    let snap = state.snapshot().await.unwrap();
-    assert_eq!(snap.state.as_ref().unwrap().kind, "airlock.state.v2");
-    check(&StateStore::new(store.clone())).await;
-    let r = state
-        .repository(&snap, &name("old/app"))
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(r.root().is_some(), "converted to pages");
-    assert_eq!(r.tags(None, 10).await.unwrap().len(), 3);
-    let history = state.history().await.unwrap();
-    assert_eq!(history.len(), 2);
-    assert_eq!(history[1].0.to_string(), state_doc);
-    assert_eq!(history[1].1.kind, "airlock.state.v1");
-    // Deleting the manifest removes its tags too (found through the x/ index).
-    let op = Op::DeleteManifest {
-        repo: name("old/app"),
-        digest: d1.parse().unwrap(),
-    };
-    state.commit("delete", "t", &[op]).await.unwrap();
-    let snap = state.snapshot().await.unwrap();
-    let r = state
-        .repository(&snap, &name("old/app"))
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(r.tags(None, 10).await.unwrap().is_empty());
-    assert!(
-        r.referrers(&d1.parse().unwrap(), None, 10)
-            .await
-            .unwrap()
-            .len()
-            == 1
+    let err = state.commit("link", "t", &[op]).await.unwrap_err();
+    assert!(format!("{err:?}").contains("unknown state layout"), "{err:?}");
+    assert_eq!(
+        store.read_root().await.unwrap().unwrap().value,
+        state_doc,
+        "the root moved"
     );
 }
 

@@ -190,7 +190,7 @@ pub async fn fsck(args: FsckArgs) -> Result<()> {
     }
     if args.repair {
         let who = airlock::state::user_at_host();
-        match ops::recover::recover(&state, args.dry_run, &who).await? {
+        match airlock::state::recover::recover(&state, args.dry_run, &who).await? {
             Some(r) if args.json => println!("{}", serde_json::to_string_pretty(&r)?),
             Some(r) => println!("{r}"),
             None => bail!(

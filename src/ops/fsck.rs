@@ -159,7 +159,7 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
 /// Re-hashes every object under `blobs/`, one fan-out listing at a time;
 /// quarantines the ones that do not match their key.
 async fn rehash_all(store: &dyn Blobstore, report: &mut FsckReport) -> Result<()> {
-    for prefix in super::fan_prefixes() {
+    for prefix in crate::store::fan_prefixes() {
         for m in store.list_meta(&prefix).await? {
             let Some(digest) = verify::blob_digest(&m.key) else {
                 report.problem("unreadable", &m.key, "not a blob name");

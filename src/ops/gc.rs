@@ -479,7 +479,7 @@ async fn sweep_blobs(
 ) -> Result<HashSet<Digest>> {
     let mut failed_young = HashSet::new();
     let mut candidates = Vec::new();
-    for prefix in super::fan_prefixes() {
+    for prefix in crate::store::fan_prefixes() {
         let listed = store
             .list_meta(&prefix)
             .await

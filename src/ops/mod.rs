@@ -12,7 +12,6 @@
 
 pub mod fsck;
 pub mod gc;
-pub mod recover;
 pub mod reports;
 pub mod retention;
 pub mod rollback;
@@ -21,7 +20,7 @@ pub mod scrub;
 
 use std::time::{Duration, SystemTime};
 
-use crate::digest::{Algorithm, Digest};
+use crate::digest::Digest;
 use crate::state::{StateDoc, StateError, StateStore};
 use crate::store::StoreError;
 
@@ -74,15 +73,6 @@ fn younger(doc: &StateDoc, horizon: SystemTime) -> bool {
         Ok(t) => SystemTime::from(t) > horizon,
         Err(_) => true,
     }
-}
-
-/// The fan-out prefixes `blobs/<alg>/<2 hex>/` of every digest algorithm:
-/// GC and `fsck --deep` list one at a time, so one listing is in memory at
-/// a time (on S3, an empty prefix costs one `ListObjectsV2`).
-fn fan_prefixes() -> impl Iterator<Item = String> {
-    [Algorithm::Sha256, Algorithm::Sha512]
-        .into_iter()
-        .flat_map(|alg| (0..=255u8).map(move |fan| format!("blobs/{}/{fan:02x}/", alg.name())))
 }
 
 /// Parses a duration: `90s`, `15m`, `1h`, `7d`, or plain seconds.

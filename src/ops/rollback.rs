@@ -29,7 +29,7 @@ pub struct RolledBack {
 /// `reason` and `who`.
 ///
 /// Works when the current generation is damaged too: the generations are
-/// then found by scanning the store ([`super::recover::scan`]).
+/// then found by scanning the store ([`crate::state::recover::scan`]).
 ///
 /// Errors: `to` is the current generation or not in history (never existed,
 /// or removed by GC); its documents cannot all be read (nothing changes);
@@ -49,7 +49,7 @@ pub async fn rollback(state: &StateStore, to: u64, reason: &str, who: &str) -> R
         let history = if readable {
             history
         } else {
-            super::recover::scan(state).await?
+            crate::state::recover::scan(state).await?
         };
         let newest = history.iter().map(|(_, d)| d.generation).max().unwrap_or(0);
         if readable && to == newest {

@@ -3,8 +3,7 @@
 //! recently used ones first (approximately: the CLOCK algorithm).
 //!
 //! Owns: the byte budget and eviction order. Keys are document digests, so
-//! an entry never goes stale; values are parsed pages (or, for stores
-//! written by the first layout, whole legacy documents), each weighed by
+//! an entry never goes stale; values are parsed pages and room documents, each weighed by
 //! the size of its stored JSON plus a per-entry allowance for the parsed
 //! form ([`weight`]). Never reads the store itself.
 //!
@@ -19,7 +18,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::docs::{RepoTable, RepositoryDoc};
 use super::page::Page;
 use crate::digest::{Digest, DigestMap};
 
@@ -31,10 +29,6 @@ pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 pub(super) enum Cached {
     /// A page of a paged tree.
     Page(Arc<Page>),
-    /// A whole repository document of the first layout.
-    LegacyRepository(Arc<RepositoryDoc>),
-    /// A whole repository table of the first layout.
-    LegacyTable(Arc<RepoTable>),
     /// A named document (`StateDoc.documents`), as stored.
     Document(bytes::Bytes),
 }

@@ -7,8 +7,7 @@
 //! applying each change all-or-nothing on top of the changes before it in
 //! the batch, writing the changed pages and documents and the new
 //! [`StateDoc`] (pages bottom-up, the state document last, all made durable
-//! before the root swap), converting a first-layout snapshot to pages, and
-//! retrying after a compare-and-swap race lost to another process (S3
+//! before the root swap), and retrying after a compare-and-swap race lost to another process (S3
 //! replicas, a CLI import while the server runs) with jittered exponential
 //! backoff. Never decides what a change means: [`Op::apply`] does.
 //!
@@ -26,7 +25,6 @@ use super::ops::Edit;
 use super::page::{self, Delta};
 use super::{
     Commit, Op, Result, STATE_KIND, Snapshot, StateDoc, StateError, StateStore, Table, now_rfc3339,
-    repo,
 };
 use crate::digest::Digest;
 use crate::names::RepositoryName;
@@ -63,14 +61,12 @@ pub(super) struct Queue {
 /// Changes applied on top of a snapshot, not yet written: per repository
 /// the keys changed in its tree, and named documents (`None`: removed).
 struct Working {
-    /// The snapshot's repository table (paged; converted from a first-layout one).
+    /// The snapshot's repository table (its root page).
     table: Digest,
     /// Each repository's root page in `table`, as looked up (`None`: absent).
     bases: BTreeMap<RepositoryName, Option<Digest>>,
     /// Changed keys per repository.
     repos: BTreeMap<RepositoryName, Delta>,
-    /// Repository roots made by converting a first-layout snapshot (to store with the table).
-    converted: Vec<Digest>,
     documents: BTreeMap<String, Option<Vec<u8>>>,
 }
 
@@ -221,10 +217,12 @@ impl StateStore {
         let t0 = Instant::now();
         let snap = self.snapshot_now().await?;
         self.pages.discard();
-        let (table, converted) = self.paged_table(&snap).await?;
+        let table = match snap.table()? {
+            Table::Empty => self.pages.empty().await?,
+            Table::Paged(d) => d,
+        };
         let mut work = Working {
             table,
-            converted,
             bases: BTreeMap::new(),
             repos: BTreeMap::new(),
             documents: BTreeMap::new(),
@@ -411,39 +409,6 @@ impl StateStore {
         Ok(changes)
     }
 
-    /// The paged repository table of `snap`: the empty tree for an empty
-    /// store; for a first-layout snapshot, its documents converted to pages
-    /// (staged now, stored with the commit), with the converted repository roots.
-    async fn paged_table(&self, snap: &Snapshot) -> Result<(Digest, Vec<Digest>)> {
-        let legacy = match snap.table()? {
-            Table::Empty => return Ok((self.pages.empty().await?, Vec::new())),
-            Table::Paged(d) => return Ok((d, Vec::new())),
-            Table::Legacy(d) => d,
-        };
-        let mut roots = Vec::new();
-        let table = self.legacy_table(&legacy).await?;
-        let mut delta = Delta::new();
-        for (name, doc) in &table.repositories {
-            let doc = self.legacy_repository(doc).await?;
-            if let Some(root) = self.pages.apply(None, &repo::legacy_delta(&doc)?).await? {
-                delta.insert(
-                    name.to_string(),
-                    Some(page::string_value(&root.to_string())),
-                );
-                roots.push(root);
-            }
-        }
-        tracing::info!(
-            repositories = delta.len(),
-            "converting first-layout state to pages"
-        );
-        let table = match self.pages.apply(None, &delta).await? {
-            Some(root) => root,
-            None => self.pages.empty().await?,
-        };
-        Ok((table, roots))
-    }
-
     async fn document_bytes(&self, snap: &Snapshot, name: &str) -> Result<Option<Vec<u8>>> {
         match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
             Some(d) => Ok(Some(self.document_blob(d).await?.to_vec())),
@@ -513,7 +478,6 @@ impl StateStore {
             None => self.pages.empty().await?,
         };
         roots.push(table.clone());
-        roots.extend(work.converted.iter().cloned());
         let old_documents = snap
             .state
             .as_ref()

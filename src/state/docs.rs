@@ -6,25 +6,18 @@
 //! `super::repo`). The [`StateDoc`] also names one document per room
 //! (`documents`).
 //!
-//! Layout `airlock.state.v1` (the first one, still read): [`StateDoc`] →
-//! one [`RepoTable`] document → one whole [`RepositoryDoc`] per repository.
-//! The first commit on top of such a generation converts it to v2; older
-//! generations stay readable (history, rollback).
-//!
 //! Every document is stored as a blob under the sha256 of its canonical JSON
 //! (serde_json, maps sorted), so an unchanged document keeps its digest.
 
 use std::collections::BTreeMap;
 
 use crate::digest::Digest;
-use crate::names::{RepositoryName, Tag};
 
 /// One generation of the state (DESIGN.md "State model").
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StateDoc {
-    /// [`STATE_KIND`] (`airlock.state.v2`, paged), or [`STATE_KIND_V1`]
-    /// for generations written by the first layout. A copy of a generation
-    /// (rollback) must keep its `kind`: it says what `repositories` names.
+    /// [`STATE_KIND`] (`airlock.state.v2`, paged): the layout, which says
+    /// what `repositories` names. A copy of a generation (rollback) keeps it.
     pub kind: String,
     /// 1 for the first change, +1 per root swap.
     pub generation: u64,
@@ -41,9 +34,8 @@ pub struct StateDoc {
     /// several joined by `, `); absent for CLI changes and older generations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
-    /// v2: the root page of the repository table (a paged tree of name →
+    /// The root page of the repository table (a paged tree of name →
     /// repository root page; the empty leaf page when there are none).
-    /// v1: the [`RepoTable`] document.
     pub repositories: Digest,
     /// Named documents of the rooms built on the registry (`stacks`,
     /// `torcx`, ...): name → document digest. Each room owns its document's
@@ -59,16 +51,6 @@ pub struct StateDoc {
 
 /// The `kind` of a [`StateDoc`] of the paged layout (written now).
 pub const STATE_KIND: &str = "airlock.state.v2";
-
-/// The `kind` of a [`StateDoc`] of the first layout (whole documents).
-pub const STATE_KIND_V1: &str = "airlock.state.v1";
-
-/// First layout only: repository name → [`RepositoryDoc`] digest.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RepoTable {
-    /// Sorted by name.
-    pub repositories: BTreeMap<RepositoryName, Digest>,
-}
 
 /// What a manifest is, as recorded when it entered the repository.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -88,17 +70,4 @@ pub struct ManifestInfo {
         skip_serializing_if = "Option::is_none"
     )]
     pub artifact_type: Option<String>,
-}
-
-/// First layout only: one whole repository (its tags, manifests and the
-/// blobs linked into it) in one document. Read through
-/// [`super::Repository`]; never written any more.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RepositoryDoc {
-    /// Tag → manifest digest.
-    pub tags: BTreeMap<Tag, Digest>,
-    /// Manifest digest → what it is.
-    pub manifests: BTreeMap<Digest, ManifestInfo>,
-    /// Linked blob digest → size in bytes (configs, layers, other blobs).
-    pub blobs: BTreeMap<Digest, u64>,
 }

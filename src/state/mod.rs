@@ -15,8 +15,6 @@
 //! paths to the keys it changes, O(log N) pages, and shares every other
 //! page with the previous generation, as git shares trees. Pages are read
 //! through a cache bounded in bytes ([`StateStore::with_cache_bytes`]).
-//! Stores written by the first layout (whole documents, `airlock.state.v1`)
-//! are read as they are and converted by the next commit ([`docs`]).
 //! [`StateStore::walk`] enumerates what one generation reaches, for GC.
 
 pub mod audit;
@@ -28,6 +26,7 @@ mod memo;
 mod ops;
 mod page;
 mod reach;
+pub mod recover;
 mod repo;
 mod root;
 pub mod walk;
@@ -38,7 +37,7 @@ use std::time::Duration;
 pub use audit::Actor;
 pub use cache::DEFAULT_CACHE_BYTES;
 pub use changes::{Changes, TagChange};
-pub use docs::{ManifestInfo, RepoTable, RepositoryDoc, STATE_KIND, STATE_KIND_V1, StateDoc};
+pub use docs::{ManifestInfo, STATE_KIND, StateDoc};
 pub use ops::{BundleMark, DocumentChange, Op, TagGuard, TagMark};
 pub use page::{MAX_PAGE_BYTES, PAGE_KIND};
 pub use reach::TreeItem;
@@ -99,8 +98,6 @@ enum Table {
     Empty,
     /// The root page of the paged table (`airlock.state.v2`).
     Paged(Digest),
-    /// A [`RepoTable`] document (`airlock.state.v1`).
-    Legacy(Digest),
 }
 
 impl Snapshot {
@@ -121,7 +118,6 @@ impl Snapshot {
 fn table_of(state: &StateDoc) -> Result<Table> {
     match state.kind.as_str() {
         STATE_KIND => Ok(Table::Paged(state.repositories.clone())),
-        STATE_KIND_V1 => Ok(Table::Legacy(state.repositories.clone())),
         other => Err(StateError::Corrupt {
             digest: state.repositories.to_string(),
             cause: format!("unknown state layout {other:?}"),
@@ -369,13 +365,6 @@ impl StateStore {
                 };
                 Ok(found.map(|d| Repository::paged(self.pages.clone(), d)))
             }
-            Table::Legacy(d) => match self.legacy_table(&d).await?.repositories.get(name) {
-                Some(r) => Ok(Some(Repository::legacy(
-                    self.pages.clone(),
-                    self.legacy_repository(r).await?,
-                ))),
-                None => Ok(None),
-            },
         }
     }
 
@@ -403,49 +392,7 @@ impl StateStore {
                     .map(|(k, _)| k.parse().map_err(|_| corrupt(&k)))
                     .collect()
             }
-            Table::Legacy(d) => Ok(self
-                .legacy_table(&d)
-                .await?
-                .repositories
-                .keys()
-                .filter(|n| last.is_none_or(|l| n.as_str() > l))
-                .take(limit)
-                .cloned()
-                .collect()),
         }
-    }
-
-    async fn legacy_table(&self, digest: &Digest) -> Result<Arc<RepoTable>> {
-        let cached = self.pages.cache.lock().ok().and_then(|mut c| c.get(digest));
-        if let Some(cache::Cached::LegacyTable(t)) = cached {
-            return Ok(t);
-        }
-        let bytes = store::get_verified(&*self.store, digest).await?;
-        let table: Arc<RepoTable> = Arc::new(parse_doc(digest, &bytes)?);
-        let w = cache::weight(bytes.len(), table.repositories.len());
-        if let Ok(mut c) = self.pages.cache.lock() {
-            c.insert(digest.clone(), cache::Cached::LegacyTable(table.clone()), w);
-        }
-        Ok(table)
-    }
-
-    async fn legacy_repository(&self, digest: &Digest) -> Result<Arc<RepositoryDoc>> {
-        let cached = self.pages.cache.lock().ok().and_then(|mut c| c.get(digest));
-        if let Some(cache::Cached::LegacyRepository(r)) = cached {
-            return Ok(r);
-        }
-        let bytes = store::get_verified(&*self.store, digest).await?;
-        let repo: Arc<RepositoryDoc> = Arc::new(parse_doc(digest, &bytes)?);
-        let entries = repo.tags.len() + repo.manifests.len() + repo.blobs.len();
-        if let Ok(mut c) = self.pages.cache.lock() {
-            let w = cache::weight(bytes.len(), entries);
-            c.insert(
-                digest.clone(),
-                cache::Cached::LegacyRepository(repo.clone()),
-                w,
-            );
-        }
-        Ok(repo)
     }
 
     /// The named document `name` (see [`Op::Document`]) in `snap`, parsed as

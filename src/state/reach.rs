@@ -2,8 +2,7 @@
 //!
 //! Owns: [`StateStore::walk`], a streaming enumeration of every metadata
 //! document (the state document, the room documents, every page of the
-//! repository table and of each repository tree; for a first-layout
-//! generation its table and repository documents) and every manifest and
+//! repository table and of each repository tree) and every manifest and
 //! blob digest the generation references. Holds one root-to-leaf path of
 //! pages at a time, plus the caller's set of documents already seen, never
 //! the whole tree. Never reads manifests: a manifest's blobs are linked in
@@ -14,7 +13,7 @@ use std::collections::HashSet;
 use futures_util::future::BoxFuture;
 
 use super::page::{self, Page};
-use super::{RepoTable, RepositoryDoc, Result, StateDoc, StateStore, Table, load_doc, table_of};
+use super::{Result, StateDoc, StateStore, Table, load_doc, table_of};
 use crate::digest::Digest;
 use crate::names::RepositoryName;
 
@@ -22,8 +21,7 @@ use crate::names::RepositoryName;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum TreeItem {
     /// A metadata document stored as a blob: a [`StateDoc`], a page
-    /// (`airlock.page.v1`), a room document (`StateDoc::documents`), or a
-    /// first-layout [`RepoTable`] / [`RepositoryDoc`].
+    /// (`airlock.page.v1`) or a room document (`StateDoc::documents`).
     Document(Digest),
     /// A manifest recorded in `repository` (its bytes are a blob).
     Manifest {
@@ -89,7 +87,6 @@ impl StateStore {
         match table_of(&doc)? {
             Table::Empty => Ok(()),
             Table::Paged(root) => self.walk_pages(root, Tree::Table, seen, f).await,
-            Table::Legacy(d) => self.walk_legacy(&d, seen, f).await,
         }
     }
 
@@ -141,40 +138,6 @@ impl StateStore {
             }
             Ok(())
         })
-    }
-
-    async fn walk_legacy(
-        &self,
-        table: &Digest,
-        seen: &mut HashSet<Digest>,
-        f: &mut (dyn FnMut(TreeItem) -> Result<()> + Send),
-    ) -> Result<()> {
-        if !seen.insert(table.clone()) {
-            return Ok(());
-        }
-        f(TreeItem::Document(table.clone()))?;
-        let table: RepoTable = load_doc(&*self.store, table).await?;
-        for (name, d) in &table.repositories {
-            if !seen.insert(d.clone()) {
-                continue;
-            }
-            f(TreeItem::Document(d.clone()))?;
-            let repo: RepositoryDoc = load_doc(&*self.store, d).await?;
-            for digest in repo.manifests.keys() {
-                f(TreeItem::Manifest {
-                    repository: name.clone(),
-                    digest: digest.clone(),
-                })?;
-            }
-            for (digest, size) in &repo.blobs {
-                f(TreeItem::Blob {
-                    repository: name.clone(),
-                    digest: digest.clone(),
-                    size: *size,
-                })?;
-            }
-        }
-        Ok(())
     }
 }
 

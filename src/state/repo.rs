@@ -3,8 +3,7 @@
 //! Owns: the keys of a repository tree and [`Repository`], a handle on one
 //! repository in one snapshot with lookups (tag, manifest, blob) and ordered
 //! listings from a cursor (tags, referrers of a subject, manifests, blobs),
-//! each reading O(log N) pages. Reads repositories of the first layout
-//! ([`RepositoryDoc`]) the same way. Never writes: `commit` does.
+//! each reading O(log N) pages. Never writes: `commit` does.
 //!
 //! Keys of a repository tree (values are compact JSON):
 //! - `t/<tag>` → the manifest digest (string),
@@ -23,11 +22,9 @@
 //! Tags, digests and repository names never contain `/` after these
 //! prefixes' own, and sort byte-wise, so `tags/list` order is key order.
 
-use std::sync::Arc;
-
-use super::docs::{ManifestInfo, RepositoryDoc};
+use super::docs::ManifestInfo;
 use super::memo::{Answer, Key, Kind};
-use super::page::{self, Delta, Pages, Value};
+use super::page::{self, Pages, Value};
 use super::{Result, StateError};
 use crate::digest::Digest;
 use crate::names::Tag;
@@ -92,28 +89,6 @@ pub(super) fn manifest_entries(
     Ok(out)
 }
 
-/// Every entry of a first-layout repository document, as a delta that
-/// builds its tree from nothing (conversion on the first commit).
-pub(super) fn legacy_delta(doc: &RepositoryDoc) -> Result<Delta> {
-    let mut delta = Delta::new();
-    for (tag, d) in &doc.tags {
-        delta.insert(
-            tag_key(tag.as_str()),
-            Some(page::string_value(&d.to_string())),
-        );
-        delta.insert(tagged_key(d, tag.as_str()), Some(page::null()));
-    }
-    for (d, info) in &doc.manifests {
-        for (k, v) in manifest_entries(d, info)? {
-            delta.insert(k, Some(v));
-        }
-    }
-    for (d, size) in &doc.blobs {
-        delta.insert(blob_key(d), Some(page::json_value(size)?));
-    }
-    Ok(delta)
-}
-
 /// The part of `key` after `prefix`, parsed.
 fn suffix<T: std::str::FromStr>(key: &str, prefix: &str) -> Result<T> {
     key.strip_prefix(prefix)
@@ -129,38 +104,18 @@ fn suffix<T: std::str::FromStr>(key: &str, prefix: &str) -> Result<T> {
 #[derive(Clone)]
 pub struct Repository {
     pages: Pages,
-    body: Body,
-}
-
-#[derive(Clone)]
-enum Body {
     /// The root page of the repository's tree.
-    Paged(Digest),
-    /// A whole repository document of the first layout.
-    Legacy(Arc<RepositoryDoc>),
+    root: Digest,
 }
 
 impl Repository {
     pub(super) fn paged(pages: Pages, root: Digest) -> Repository {
-        Repository {
-            pages,
-            body: Body::Paged(root),
-        }
+        Repository { pages, root }
     }
 
-    pub(super) fn legacy(pages: Pages, doc: Arc<RepositoryDoc>) -> Repository {
-        Repository {
-            pages,
-            body: Body::Legacy(doc),
-        }
-    }
-
-    /// The root page of the repository's tree; `None` for a repository of the first layout.
-    pub fn root(&self) -> Option<&Digest> {
-        match &self.body {
-            Body::Paged(d) => Some(d),
-            Body::Legacy(_) => None,
-        }
+    /// The root page of the repository's tree.
+    pub fn root(&self) -> &Digest {
+        &self.root
     }
 
     /// Entries `prefix<after>` (exclusive; from the start of `prefix` when
@@ -172,9 +127,7 @@ impl Repository {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<(String, Value)>> {
-        let Body::Paged(root) = &self.body else {
-            return Ok(Vec::new());
-        };
+        let root = &self.root;
         let from = match after {
             Some(a) => format!("{prefix}{a}\0"),
             None => prefix.to_string(),
@@ -212,46 +165,34 @@ impl Repository {
 
     /// The manifest digest tag `tag` points at.
     pub async fn tag(&self, tag: &Tag) -> Result<Option<Digest>> {
-        match &self.body {
-            Body::Legacy(doc) => Ok(doc.tags.get(tag).cloned()),
-            Body::Paged(root) => {
-                let key = Key::text(root, Kind::Tag, tag.as_str());
-                let decode = |v: &Value| page::digest_value(v).map(Answer::Digest);
-                match self.memoized(key, || tag_key(tag.as_str()), decode).await? {
-                    Answer::Digest(d) => Ok(Some(d)),
-                    _ => Ok(None),
-                }
-            }
+        let root = &self.root;
+        let key = Key::text(root, Kind::Tag, tag.as_str());
+        let decode = |v: &Value| page::digest_value(v).map(Answer::Digest);
+        match self.memoized(key, || tag_key(tag.as_str()), decode).await? {
+            Answer::Digest(d) => Ok(Some(d)),
+            _ => Ok(None),
         }
     }
 
     /// What the manifest `digest` is, if it is recorded here.
     pub async fn manifest(&self, digest: &Digest) -> Result<Option<ManifestInfo>> {
-        match &self.body {
-            Body::Legacy(doc) => Ok(doc.manifests.get(digest).cloned()),
-            Body::Paged(root) => {
-                let key = Key::digest(root, Kind::Manifest, digest);
-                let decode = |v: &Value| page::parse_value(v).map(Answer::Manifest);
-                match self.memoized(key, || manifest_key(digest), decode).await? {
-                    Answer::Manifest(m) => Ok(Some(m)),
-                    _ => Ok(None),
-                }
-            }
+        let root = &self.root;
+        let key = Key::digest(root, Kind::Manifest, digest);
+        let decode = |v: &Value| page::parse_value(v).map(Answer::Manifest);
+        match self.memoized(key, || manifest_key(digest), decode).await? {
+            Answer::Manifest(m) => Ok(Some(m)),
+            _ => Ok(None),
         }
     }
 
     /// The size in bytes of the blob `digest`, if it is linked here.
     pub async fn blob(&self, digest: &Digest) -> Result<Option<u64>> {
-        match &self.body {
-            Body::Legacy(doc) => Ok(doc.blobs.get(digest).copied()),
-            Body::Paged(root) => {
-                let key = Key::digest(root, Kind::Blob, digest);
-                let decode = |v: &Value| page::parse_value(v).map(Answer::Size);
-                match self.memoized(key, || blob_key(digest), decode).await? {
-                    Answer::Size(n) => Ok(Some(n)),
-                    _ => Ok(None),
-                }
-            }
+        let root = &self.root;
+        let key = Key::digest(root, Kind::Blob, digest);
+        let decode = |v: &Value| page::parse_value(v).map(Answer::Size);
+        match self.memoized(key, || blob_key(digest), decode).await? {
+            Answer::Size(n) => Ok(Some(n)),
+            _ => Ok(None),
         }
     }
 
@@ -263,21 +204,11 @@ impl Repository {
     /// Up to `limit` tags after `last` (exclusive; it need not exist), in
     /// byte-wise order, with the manifest each points at.
     pub async fn tags(&self, last: Option<&str>, limit: usize) -> Result<Vec<(Tag, Digest)>> {
-        match &self.body {
-            Body::Legacy(doc) => Ok(doc
-                .tags
-                .iter()
-                .filter(|(t, _)| last.is_none_or(|l| t.as_str() > l))
-                .take(limit)
-                .map(|(t, d)| (t.clone(), d.clone()))
-                .collect()),
-            Body::Paged(_) => self
-                .scan("t/", last, limit)
-                .await?
-                .into_iter()
-                .map(|(t, v)| Ok((suffix(&t, "")?, page::digest_value(&v)?)))
-                .collect(),
-        }
+        self.scan("t/", last, limit)
+            .await?
+            .into_iter()
+            .map(|(t, v)| Ok((suffix(&t, "")?, page::digest_value(&v)?)))
+            .collect()
     }
 
     /// Up to `limit` manifests whose `subject` is `subject`, after the
@@ -289,15 +220,6 @@ impl Repository {
         last: Option<&Digest>,
         limit: usize,
     ) -> Result<Vec<(Digest, ManifestInfo)>> {
-        if let Body::Legacy(doc) = &self.body {
-            return Ok(doc
-                .manifests
-                .iter()
-                .filter(|(d, i)| i.subject.as_ref() == Some(subject) && last.is_none_or(|l| *d > l))
-                .take(limit)
-                .map(|(d, i)| (d.clone(), i.clone()))
-                .collect());
-        }
         let prefix = format!("r/{subject}/");
         let last = last.map(|d| d.to_string());
         let mut out = Vec::new();
@@ -322,24 +244,6 @@ impl Repository {
         last: Option<(&Digest, &str)>,
         limit: usize,
     ) -> Result<Vec<TagEntry>> {
-        if let Body::Legacy(doc) = &self.body {
-            let mut out: Vec<TagEntry> = doc
-                .tags
-                .iter()
-                .map(|(t, d)| TagEntry {
-                    tag: t.clone(),
-                    manifest: d.clone(),
-                    pushed: None,
-                    bundle: None,
-                })
-                .collect();
-            out.sort_by(|a, b| (&a.manifest, a.tag.as_str()).cmp(&(&b.manifest, b.tag.as_str())));
-            return Ok(out
-                .into_iter()
-                .filter(|e| last.is_none_or(|(d, t)| (&e.manifest, e.tag.as_str()) > (d, t)))
-                .take(limit)
-                .collect());
-        }
         let last = last.map(|(d, t)| format!("{d}/{t}"));
         self.scan("x/", last.as_deref(), limit)
             .await?
@@ -362,14 +266,6 @@ impl Repository {
 
     /// Every tag that points at `manifest`, sorted.
     pub async fn tags_of(&self, manifest: &Digest) -> Result<Vec<String>> {
-        if let Body::Legacy(doc) = &self.body {
-            return Ok(doc
-                .tags
-                .iter()
-                .filter(|(_, d)| *d == manifest)
-                .map(|(t, _)| t.to_string())
-                .collect());
-        }
         Ok(self
             .scan(&tagged_key(manifest, ""), None, usize::MAX)
             .await?
@@ -381,12 +277,9 @@ impl Repository {
     /// What is recorded with `tag` at `manifest` (when and by which
     /// bundle it was set), if the tag points there and a mark was kept.
     pub async fn tag_mark(&self, manifest: &Digest, tag: &str) -> Result<Option<super::TagMark>> {
-        let Body::Paged(root) = &self.body else {
-            return Ok(None);
-        };
         Ok(self
             .pages
-            .get(root, &tagged_key(manifest, tag))
+            .get(&self.root, &tagged_key(manifest, tag))
             .await?
             .as_ref()
             .and_then(super::TagMark::read))
@@ -395,10 +288,7 @@ impl Repository {
     /// Since when `digest` has had no tag (seconds since the Unix epoch),
     /// when known.
     pub async fn untagged_since(&self, digest: &Digest) -> Result<Option<u64>> {
-        let Body::Paged(root) = &self.body else {
-            return Ok(None);
-        };
-        match self.pages.get(root, &untagged_key(digest)).await? {
+        match self.pages.get(&self.root, &untagged_key(digest)).await? {
             Some(v) => Ok(page::parse_value::<u64>(&v).ok()),
             None => Ok(None),
         }
@@ -410,19 +300,13 @@ impl Repository {
         last: Option<&Digest>,
         limit: usize,
     ) -> Result<Vec<(Digest, ManifestInfo)>> {
-        match &self.body {
-            Body::Legacy(doc) => Ok(after(&doc.manifests, last, limit)),
-            Body::Paged(_) => self.digests("m/", last, limit).await,
-        }
+        self.digests("m/", last, limit).await
     }
 
     /// Up to `limit` linked blobs after `last` (exclusive), sorted by
     /// digest, with their sizes in bytes.
     pub async fn blobs(&self, last: Option<&Digest>, limit: usize) -> Result<Vec<(Digest, u64)>> {
-        match &self.body {
-            Body::Legacy(doc) => Ok(after(&doc.blobs, last, limit)),
-            Body::Paged(_) => self.digests("b/", last, limit).await,
-        }
+        self.digests("b/", last, limit).await
     }
 
     /// Up to `limit` entries `<prefix><digest>` after `last`, parsed.
@@ -439,18 +323,4 @@ impl Repository {
             .map(|(d, v)| Ok((suffix(&d, "")?, page::parse_value(&v)?)))
             .collect()
     }
-}
-
-/// Up to `limit` entries of `map` after `last` (exclusive).
-fn after<V: Clone>(
-    map: &std::collections::BTreeMap<Digest, V>,
-    last: Option<&Digest>,
-    limit: usize,
-) -> Vec<(Digest, V)> {
-    use std::ops::Bound;
-    let start = last.map_or(Bound::Unbounded, Bound::Excluded);
-    map.range::<Digest, _>((start, Bound::Unbounded))
-        .take(limit)
-        .map(|(d, v)| (d.clone(), v.clone()))
-        .collect()
 }

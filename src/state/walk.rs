@@ -2,8 +2,8 @@
 //! streamed to a callback (for garbage collection and `fsck`).
 //!
 //! Owns: following one [`StateDoc`] digest through the repository tree
-//! ([`StateStore::walk_tree`]: the pages of the paged layout, or the
-//! first layout's table and repository documents), then each recorded
+//! ([`StateStore::walk_tree`]: the pages of the repository table and of
+//! each repository), then each recorded
 //! manifest (parsed for `config`, `layers`, child `manifests` and
 //! `subject`); the room documents named in `StateDoc.documents` are
 //! reported as documents (what they refer to is each room's business:
@@ -27,7 +27,7 @@ use crate::store::{self, StoreError};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Reached {
     /// A metadata document: the [`StateDoc`] itself, a page of the
-    /// repository tree (or a first-layout table or repository document), or
+    /// repository tree, or
     /// a room document (`StateDoc.documents`).
     Document(Digest),
     /// A manifest or index recorded in a repository, or named as a child or
@@ -122,7 +122,7 @@ impl StateStore {
                 }
             }
         }
-        // The paged tree (or a first-layout table): pages as documents,
+        // The paged tree: pages as documents,
         // linked blobs; recorded manifests are collected to descend below.
         let mut seen = HashSet::new();
         let mut recorded: Vec<(Digest, String)> = Vec::new();

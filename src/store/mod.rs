@@ -295,6 +295,18 @@ pub fn blob_key(digest: &Digest) -> String {
     key
 }
 
+/// The fan-out prefixes `blobs/<alg>/<2 hex>/` of every digest algorithm:
+/// GC, `fsck --deep`, scrub and recovery list one at a time, so one listing is in memory at
+/// a time (on S3, an empty prefix costs one `ListObjectsV2`).
+pub fn fan_prefixes() -> impl Iterator<Item = String> {
+    [
+        crate::digest::Algorithm::Sha256,
+        crate::digest::Algorithm::Sha512,
+    ]
+    .into_iter()
+    .flat_map(|alg| (0..=255u8).map(move |fan| format!("blobs/{}/{fan:02x}/", alg.name())))
+}
+
 /// Classes of key bytes for [`check_key`]: 0 = not allowed.
 const PLAIN: u8 = 1;
 const DOT: u8 = 2;

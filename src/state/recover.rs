@@ -13,8 +13,8 @@
 
 use anyhow::{Context, Result, bail};
 
+use super::{STATE_KIND, StateDoc, StateStore, now_rfc3339};
 use crate::digest::Digest;
-use crate::state::{STATE_KIND, STATE_KIND_V1, StateDoc, StateStore, now_rfc3339};
 
 /// State documents are small: blobs larger than this are not read by the scan.
 const MAX_STATE_DOC: u64 = 256 << 10;
@@ -89,7 +89,7 @@ impl std::fmt::Display for Recovery {
 pub async fn scan(state: &StateStore) -> Result<Vec<(Digest, StateDoc)>> {
     let store = state.blobstore();
     let mut out = Vec::new();
-    for prefix in super::fan_prefixes() {
+    for prefix in crate::store::fan_prefixes() {
         for m in store
             .list_meta(&prefix)
             .await
@@ -104,11 +104,11 @@ pub async fn scan(state: &StateStore) -> Result<Vec<(Digest, StateDoc)>> {
             let Ok(bytes) = crate::store::get_verified(&**store, &digest).await else {
                 continue;
             };
-            if !bytes.starts_with(b"{\"kind\":\"airlock.state.v") {
+            if !bytes.starts_with(b"{\"kind\":\"airlock.state.v2\"") {
                 continue;
             }
             if let Ok(doc) = serde_json::from_slice::<StateDoc>(&bytes)
-                && (doc.kind == STATE_KIND || doc.kind == STATE_KIND_V1)
+                && doc.kind == STATE_KIND
             {
                 out.push((digest, doc));
             }
