@@ -260,3 +260,39 @@ async fn every_surface_role_and_prefix() {
     assert_eq!(r.status.as_u16(), 401, "/metrics anonymous");
     assert!(fixture().dir.exists());
 }
+
+/// An import onto a damaged current generation would first restore the
+/// newest generation that verifies, which changes every repository: an
+/// admin limited to prefixes is refused (403, the root unchanged) even for
+/// a bundle inside its prefix; nothing is repaired behind its back.
+#[tokio::test]
+async fn a_prefix_limited_admin_cannot_repair_by_import() {
+    let (router, tmp) = tokio::task::spawn_blocking(site).await.unwrap();
+    let data = tmp.path().join("data");
+    let root = std::fs::read_to_string(data.join("refs/root")).unwrap();
+    let hex = root.trim().trim_start_matches("sha256:").to_string();
+    let doc = data.join("blobs/sha256").join(&hex[..2]).join(&hex);
+    let mut bytes = std::fs::read(&doc).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    std::fs::write(&doc, &bytes).unwrap();
+    let body = std::fs::read(&fixture().imports["a"]).unwrap();
+    let auth = basic("admin");
+    let r = send_body(
+        &router,
+        "POST",
+        "/admin/v1/imports",
+        &[("authorization", &auth)],
+        body,
+    )
+    .await;
+    let text = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status.as_u16(), 403, "{text}");
+    assert!(text.contains("damaged"), "{text}");
+    assert!(text.contains("fsck --repair"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(data.join("refs/root")).unwrap(),
+        root,
+        "the root moved"
+    );
+}

@@ -193,7 +193,10 @@ async fn a_state_of_an_unknown_layout_is_refused_not_misread() {
         blobs: vec![(sha256(b"layer").parse().unwrap(), 5)],
     };
     let err = state.commit("link", "t", &[op]).await.unwrap_err();
-    assert!(format!("{err:?}").contains("unknown state layout"), "{err:?}");
+    assert!(
+        format!("{err:?}").contains("unknown state layout"),
+        "{err:?}"
+    );
     assert_eq!(
         store.read_root().await.unwrap().unwrap().value,
         state_doc,

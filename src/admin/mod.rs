@@ -3,7 +3,7 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `POST /admin/v1/imports[?dry_run=true][&allow_downgrade=true&reason=TEXT]` (body: the bundle, a tar stream; volumes concatenated in order) | 200 JSON `{id, created, images, blobs_new, blobs_skipped, bytes_new, bytes_read, generation, changed, dry_run, tags: [{repository, tag, old?, new, action, downgrade?}], elapsed_secs, message}`, as `airlock import` prints |
+//! | `POST /admin/v1/imports[?dry_run=true][&allow_downgrade=true&reason=TEXT]` (body: the bundle, a tar stream; volumes concatenated in order) | 200 JSON `{id, created, images, blobs_new, blobs_skipped, bytes_new, bytes_read, generation, changed, dry_run, repaired?, tags: [{repository, tag, old?, new, action, downgrade?}], elapsed_secs, message}` (`repaired`: the damaged generation the import restored first, as `airlock fsck --repair`; 403 for an admin limited to repository prefixes), as `airlock import` prints |
 //!
 //! Errors are `{"code","message"}`: 400 `BUNDLE_INVALID` (bad signature,
 //! digest, format; nothing stored is changed), 409 `REFUSED` (a downgrade
@@ -76,6 +76,7 @@ fn options(req: &axum::extract::Request, ctx: &dyn Context) -> import::ImportOpt
         allow_downgrade: yes("allow_downgrade")
             .then(|| query.get("reason").cloned().unwrap_or_default()),
         immutable_tags: ctx.immutable_tags(),
+        may_repair: grant.allows_everywhere(crate::auth::Permission::Admin),
         may_write: Some(Arc::new(move |r| {
             grant.allows(crate::auth::Permission::Admin, &[r.as_str()])
         })),
@@ -135,6 +136,7 @@ async fn import_bundle(
                 "bytes_read": r.bytes_read,
                 "generation": r.generation,
                 "changed": r.changed,
+                "repaired": r.repaired,
                 "elapsed_secs": r.elapsed.as_secs_f64(),
                 "message": r.to_string(),
             }))

@@ -177,6 +177,18 @@ impl Grant {
         }
     }
 
+    /// Whether the caller may do `permission` on every repository there
+    /// is and will be: the open policy, or a user with a role granting it
+    /// and no repository prefixes (e.g. what repairing the whole state
+    /// needs: it changes every repository at once).
+    pub fn allows_everywhere(&self, permission: Permission) -> bool {
+        match &self.principal {
+            None => true,
+            Some(Principal::Anonymous) => false,
+            Some(Principal::User(u)) => u.may(permission, None) && u.repositories.is_empty(),
+        }
+    }
+
     /// Whether no users are configured.
     pub fn is_open(&self) -> bool {
         self.principal.is_none()

@@ -79,6 +79,7 @@ pub async fn import(args: ImportArgs) -> Result<()> {
             .then(|| args.reason.clone().unwrap_or_default()),
         immutable_tags,
         may_write: None,
+        may_repair: true,
     };
     let pb = progress_bar();
     let reader = std::mem::replace(&mut input.reader, Box::new(std::io::empty()));
@@ -108,6 +109,7 @@ pub async fn import(args: ImportArgs) -> Result<()> {
                 "bytes_read": report.bytes_read,
                 "generation": report.generation,
                 "changed": report.changed,
+                "repaired": report.repaired,
             }))?
         );
     } else {

@@ -76,6 +76,20 @@ pub enum StateError {
     Contention(usize),
 }
 
+impl StateError {
+    /// Whether this is damage to stored metadata (a document or page that
+    /// is missing, fails its digest or does not parse), as opposed to a
+    /// refusal, a race or a failing store: what `airlock fsck --repair`
+    /// and a re-import repair ([`recover`]).
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            StateError::Corrupt { .. }
+                | StateError::Store(StoreError::NotFound(_) | StoreError::Corrupt(_))
+        )
+    }
+}
+
 /// The result type of state operations.
 pub type Result<T> = std::result::Result<T, StateError>;
 
@@ -277,10 +291,7 @@ impl StateStore {
         match self.snapshot_now().await {
             // A damaged current generation: readers keep the last good
             // one, and `/readyz` says so ([`StateStore::damage`]).
-            Err(
-                e @ (StateError::Corrupt { .. }
-                | StateError::Store(StoreError::NotFound(_) | StoreError::Corrupt(_))),
-            ) => {
+            Err(e) if e.is_damage() => {
                 let root = self.store.read_root().await.ok().flatten();
                 let held = root
                     .as_ref()

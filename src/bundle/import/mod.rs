@@ -43,6 +43,7 @@ mod ops;
 mod plan;
 mod read;
 mod reclaim;
+mod repair;
 mod write;
 use ops::*;
 pub use plan::{AccessDenied, ImportOptions, Refused, TagPlan};
@@ -82,11 +83,17 @@ pub struct ImportReport {
     pub tags: Vec<TagPlan>,
     /// A dry run: verified and planned, nothing committed.
     pub dry_run: bool,
+    /// The current generation was damaged: what the import restored
+    /// before committing on top of it ([`ImportOptions::may_repair`]).
+    pub repaired: Option<crate::state::recover::Recovery>,
 }
 
 impl std::fmt::Display for ImportReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let secs = self.elapsed.as_secs_f64().max(1e-6);
+        if let Some(r) = &self.repaired {
+            writeln!(f, "the current generation was damaged; {r}")?;
+        }
         for t in &self.tags {
             writeln!(f, "{t}")?;
         }
@@ -165,7 +172,7 @@ pub async fn import(
         &mut written,
     )
     .await;
-    let committed = matches!(&result, Ok((_, _, Some(_))));
+    let committed = matches!(&result, Ok((_, _, Some(_), _)));
     if committed {
         if let Err(e) = store.delete(&journal).await {
             tracing::warn!(error = %e, %journal, "import journal not removed (gc removes it)");
@@ -194,7 +201,7 @@ pub async fn import(
             result.as_ref().map_or(0, |_| written.bytes_new),
         );
     }
-    let (doc, tags, commit) = result?;
+    let (doc, tags, commit, repaired) = result?;
     let (generation, changed) = match &commit {
         Some(c) => (c.generation, c.changed),
         None => (state.snapshot().await?.generation(), false),
@@ -212,11 +219,23 @@ pub async fn import(
         elapsed: start.elapsed(),
         tags,
         dry_run: opts.dry_run,
+        repaired,
     })
 }
 
+/// What [`import_journaled`] did: the verified document, the tag plan, the
+/// commit (`None` for a dry run) and the repair made before it.
+type Imported = (
+    BundleDoc,
+    Vec<TagPlan>,
+    Option<crate::state::Commit>,
+    Option<crate::state::recover::Recovery>,
+);
+
 /// The import proper, under the journal `journal`; what it writes is
-/// counted in `written`. The commit is `None` for a dry run.
+/// counted in `written`. The commit is `None` for a dry run. Damage to
+/// the current generation met while planning or committing is repaired
+/// once ([`repair`]) and the plan and commit run again.
 #[allow(clippy::too_many_arguments)]
 async fn import_journaled(
     state: &StateStore,
@@ -227,7 +246,7 @@ async fn import_journaled(
     progress: indicatif::ProgressBar,
     opts: &ImportOptions,
     written: &mut Written,
-) -> Result<(BundleDoc, Vec<TagPlan>, Option<crate::state::Commit>)> {
+) -> Result<Imported> {
     let store = state.blobstore().clone();
     let check = |doc: &BundleDoc| plan::check_access(doc, opts);
     let doc = run_pipeline(
@@ -245,40 +264,21 @@ async fn import_journaled(
         &doc,
     )
     .await?;
-    let tags = plan::plan_tags(state, &doc, opts).await?;
-    let mark = plan::bundle_mark(&doc)?;
-    let guard = plan::guard(opts, &mark);
-    let mut ops = Vec::new();
-    for img in &doc.images {
-        ops.extend(image_ops(&*store, img, &guard).await?);
-    }
-    ops.extend(
-        crate::torcx::bundle::import_op(&store, &doc, opts.allow_downgrade.is_some()).await?,
-    );
-    let feeds = crate::sbom::feed::import::prepare(state, &doc.id, &doc.feeds).await?;
-    ops.extend(feeds.ops());
-    if !doc.stacks.is_empty() {
-        ops.push(stack_candidates(&doc, who, opts.allow_downgrade.is_some())?);
-    }
-    if opts.dry_run {
-        return Ok((doc, tags, None));
-    }
-    let reason = match &opts.allow_downgrade {
-        Some(why) if tags.iter().any(|t| t.downgrade.is_some()) => {
-            format!("import bundle {} (downgrade allowed: {why})", doc.id)
+    let mut repaired = None;
+    let (tags, commit, feeds) = loop {
+        match plan_and_commit(state, &doc, who, opts).await {
+            Err(e) if repaired.is_none() && repair::is_damage(&e) => {
+                repaired = Some(repair::repair(state, opts, who, e).await?);
+            }
+            other => break other?,
         }
-        _ => format!("import bundle {}", doc.id),
     };
-    let commit = state
-        .commit(&reason, who, &ops)
-        .await
-        .map_err(|e| match e {
-            crate::state::StateError::Rejected(why) => anyhow!(plan::Refused(why)),
-            e => e.into(),
-        })?;
+    let Some(commit) = commit else {
+        return Ok((doc, tags, None, repaired));
+    };
     if !commit.changed {
         // Nothing changed: nothing to tell a webhook, nothing written.
-        return Ok((doc, tags, Some(commit)));
+        return Ok((doc, tags, Some(commit), repaired));
     }
     feeds.notify(state, commit.generation, who).await;
     let w = &*written;
@@ -299,7 +299,53 @@ async fn import_journaled(
         }),
     )
     .await;
-    Ok((doc, tags, Some(commit)))
+    Ok((doc, tags, Some(commit), repaired))
+}
+
+/// Plans the tags of `doc` and commits its images, torcx contents, feeds
+/// and stack candidates on the current generation (the commit is `None`
+/// for a dry run); the feeds imported, to notify about once committed.
+async fn plan_and_commit(
+    state: &StateStore,
+    doc: &BundleDoc,
+    who: &str,
+    opts: &ImportOptions,
+) -> Result<(
+    Vec<TagPlan>,
+    Option<crate::state::Commit>,
+    crate::sbom::feed::import::FeedImport,
+)> {
+    let store = state.blobstore().clone();
+    let tags = plan::plan_tags(state, doc, opts).await?;
+    let mark = plan::bundle_mark(doc)?;
+    let guard = plan::guard(opts, &mark);
+    let mut ops = Vec::new();
+    for img in &doc.images {
+        ops.extend(image_ops(&*store, img, &guard).await?);
+    }
+    ops.extend(crate::torcx::bundle::import_op(&store, doc, opts.allow_downgrade.is_some()).await?);
+    let feeds = crate::sbom::feed::import::prepare(state, &doc.id, &doc.feeds).await?;
+    ops.extend(feeds.ops());
+    if !doc.stacks.is_empty() {
+        ops.push(stack_candidates(doc, who, opts.allow_downgrade.is_some())?);
+    }
+    if opts.dry_run {
+        return Ok((tags, None, feeds));
+    }
+    let reason = match &opts.allow_downgrade {
+        Some(why) if tags.iter().any(|t| t.downgrade.is_some()) => {
+            format!("import bundle {} (downgrade allowed: {why})", doc.id)
+        }
+        _ => format!("import bundle {}", doc.id),
+    };
+    let commit = state
+        .commit(&reason, who, &ops)
+        .await
+        .map_err(|e| match e {
+            crate::state::StateError::Rejected(why) => anyhow!(plan::Refused(why)),
+            e => e.into(),
+        })?;
+    Ok((tags, Some(commit), feeds))
 }
 
 /// Verifies a bundle without a store: signature, every entry, every digest.

@@ -31,6 +31,11 @@ pub struct ImportOptions {
     /// some repository prefixes); checked on the signed document, before
     /// any blob is written. `None`: every repository.
     pub may_write: Option<MayWrite>,
+    /// Whether the importer may repair a damaged current generation before
+    /// committing (restore the newest generation that verifies, as
+    /// `airlock fsck --repair`): it changes every repository, so only an
+    /// importer limited to no repository may ([`super::repair`]).
+    pub may_repair: bool,
 }
 
 impl std::fmt::Debug for ImportOptions {
@@ -40,6 +45,7 @@ impl std::fmt::Debug for ImportOptions {
             .field("allow_downgrade", &self.allow_downgrade)
             .field("immutable_tags", &self.immutable_tags)
             .field("may_write", &self.may_write.is_some())
+            .field("may_repair", &self.may_repair)
             .finish()
     }
 }
