@@ -21,8 +21,9 @@ const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 /// (import, bundle create and verify, scrub, fsck): memory freed is given
 /// back to the OS at once and arenas are committed on demand. With
 /// mimalloc's defaults (purge after 10 ms, arenas after 100 ms, eager arena
-/// commit) the 4 MiB chunks an import hands from its reader thread to its
-/// writer kept a 512 MiB import at 120-140 MiB resident; with these, 49 MiB
+/// commit) the chunks an import hands from its reader thread to its
+/// writer kept a 512 MiB import at 120-140 MiB resident; with these (and
+/// the import's own buffer pool, `bundle::import::buffers`), 45 MiB
 /// (issue 26 §5). The server keeps the defaults (its hot paths allocate
 /// small and often).
 pub(crate) fn purge_freed_memory_at_once() {

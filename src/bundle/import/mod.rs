@@ -39,6 +39,7 @@ use crate::oci::{self, Manifest};
 use crate::state::{ManifestInfo, Op, StateStore};
 use crate::store::{self, Blobstore, ObjectWriter, blob_key};
 
+mod buffers;
 mod ops;
 mod plan;
 mod read;
@@ -51,10 +52,11 @@ use read::*;
 use write::*;
 
 /// Bytes per chunk handed from the reader thread to the writer.
-const CHUNK: usize = 4 << 20;
+const CHUNK: usize = 1 << 20;
 
-/// Chunks in flight between reader and writer (bounds memory: CHUNK × this).
-const IN_FLIGHT: usize = 4;
+/// Chunks in flight between reader and writer (bounds memory: CHUNK × this,
+/// plus the one being read and the one being written; [`buffers`]).
+const IN_FLIGHT: usize = 8;
 
 /// What an import did.
 #[derive(Debug, Clone)]

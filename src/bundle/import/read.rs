@@ -126,6 +126,7 @@ pub(super) fn read_bundle(
     reader: impl Read,
     keyring: &Keyring,
     tx: mpsc::Sender<Msg>,
+    mut buffers: buffers::Buffers,
     progress: &indicatif::ProgressBar,
 ) -> Result<BundleDoc> {
     let send = |m: Msg| {
@@ -211,16 +212,18 @@ pub(super) fn read_bundle(
         let mut remaining = size;
         while remaining > 0 {
             let want = remaining.min(CHUNK as u64);
-            let mut buf = Vec::with_capacity(want as usize);
-            (&mut entry).take(want).read_to_end(&mut buf)?;
-            if buf.len() as u64 != want {
+            let mut buf = buffers.take(want as usize);
+            if read_full(&mut entry, &mut buf)? != buf.len() {
                 bail!("blob {digest}: bundle truncated at byte {}", at());
             }
             remaining -= want;
             progress.inc(want);
             match hasher.as_mut() {
-                Some(h) => h.update(&buf),
-                None => send(Msg::Chunk(Bytes::from(buf)))?,
+                Some(h) => {
+                    h.update(&buf);
+                    buffers.keep(buf);
+                }
+                None => send(Msg::Chunk(buf.freeze()))?,
             }
         }
         match hasher {
@@ -251,4 +254,18 @@ pub(super) fn read_bundle(
         );
     }
     Ok(doc)
+}
+
+/// Reads into all of `buf` unless the input ends first; the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }

@@ -82,6 +82,7 @@ pub(super) async fn write_blobs(
     journal: Option<&str>,
     check_doc: &(dyn Fn(&BundleDoc) -> Result<()> + Send + Sync),
     rx: &mut mpsc::Receiver<Msg>,
+    recycler: &buffers::Recycler,
     w: &mut Written,
 ) -> Result<()> {
     let failpoint = failpoint_after_bytes();
@@ -139,6 +140,7 @@ pub(super) async fn write_blobs(
                         }
                         None => hasher.update(&b),
                     }
+                    recycler.give(b);
                 }
                 Msg::End => {
                     let Some(c) = current.take() else {
@@ -215,8 +217,18 @@ pub(super) async fn run_pipeline(
     written: &mut Written,
 ) -> Result<BundleDoc> {
     let (tx, mut rx) = mpsc::channel(IN_FLIGHT);
-    let handle = tokio::task::spawn_blocking(move || read_bundle(reader, &keyring, tx, &progress));
-    let wrote = write_blobs(store.as_deref(), journal, check_doc, &mut rx, written).await;
+    let (buffers, recycler) = buffers::pool();
+    let handle =
+        tokio::task::spawn_blocking(move || read_bundle(reader, &keyring, tx, buffers, &progress));
+    let wrote = write_blobs(
+        store.as_deref(),
+        journal,
+        check_doc,
+        &mut rx,
+        &recycler,
+        written,
+    )
+    .await;
     drop(rx);
     let read = handle
         .await
