@@ -51,9 +51,25 @@ pub(super) fn poll_send(
         return poll_io(tcp, cx, |fd| send_more(fd, &bufs[..i]));
     }
     let len = bufs[i].len().min(SENDFILE_MAX);
-    let sent = ready!(poll_io(tcp, cx, |fd| send_file(fd, &file, offset, len)))?;
-    crate::metrics::global().sendfile_bytes.inc_by(sent as u64);
-    Poll::Ready(Ok(sent))
+    match ready!(poll_io(tcp, cx, |fd| send_file(fd, &file, offset, len))) {
+        Ok(sent) => {
+            crate::metrics::global().sendfile_bytes.inc_by(sent as u64);
+            Poll::Ready(Ok(sent))
+        }
+        // A file system that cannot splice into a socket: the same bytes
+        // from the mapping.
+        Err(e) if unsupported(&e) => Pin::new(tcp).poll_write_vectored(cx, &bufs[i..=i]),
+        Err(e) => Poll::Ready(Err(e)),
+    }
+}
+
+/// Whether `sendfile(2)` failed because this file cannot be sent that way
+/// (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`), not because of the socket.
+fn unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+    )
 }
 
 /// Runs the non-blocking socket call `f` once the socket is writable,
