@@ -63,10 +63,10 @@
 #      docker-registry over TLS on the 4 KiB blob.
 #      What limits the 64 MiB figures on a 2-core machine: server and wrk
 #      share both cores, and every byte costs CPU on both sides. Over plain
-#      HTTP the server hashes the blob as it sends it (SHA-256 with the SHA
-#      extensions, the verified read of large blobs; the largest share of
-#      its CPU) and hands mmap'ed pages to writev, the kernel copies them
-#      into the socket and wrk copies them out. Over TLS the server also
+#      HTTP the server sends a verified blob with sendfile(2) (its first
+#      read hashes it: SHA-256 with the SHA extensions), the kernel copies
+#      the page cache into the socket and wrk copies it out: wrk's share of
+#      the CPU limits the figure. Over TLS the server also
 #      copies each 16 KiB record's plaintext into rustls's buffer and
 #      encrypts it (AES-GCM, VAES/AVX2), and wrk (OpenSSL) decrypts it, so
 #      the client's decryption competes with the server for the same two
