@@ -100,6 +100,10 @@ pub struct Metrics {
     pub scrub_last_finished: Gauge,
     /// `airlock_scrub_corrupt_found_total`: corrupt blobs this process's scrub quarantined.
     pub scrub_corrupt_found: Counter,
+    /// `airlock_sendfile_bytes_total`: response body bytes sent with
+    /// `sendfile(2)` (zero-copy, plain HTTP/1.1), a part of those counted
+    /// in `airlock_http_response_bytes_total`.
+    pub sendfile_bytes: Counter,
 }
 
 /// A metric of any kind, so that one table can register every family.
@@ -145,10 +149,11 @@ impl Metrics {
             scrub_corrupt: Gauge::default(),
             scrub_last_finished: Gauge::default(),
             scrub_corrupt_found: Counter::default(),
+            sendfile_bytes: Counter::default(),
             registry: Registry::default(),
         };
         // (name without the `airlock_` prefix, help, metric): the kind is the metric's type.
-        let families: [(&str, &str, Box<dyn Metric>); 16] = [
+        let families: [(&str, &str, Box<dyn Metric>); 17] = [
             (
                 "http_requests",
                 "HTTP requests by route class, method and status",
@@ -228,6 +233,11 @@ impl Metrics {
                 "scrub_corrupt_found",
                 "Corrupt blobs this process's scrub found and quarantined",
                 Box::new(m.scrub_corrupt_found.clone()),
+            ),
+            (
+                "sendfile_bytes",
+                "Response body bytes sent with sendfile(2) from the store's files (zero-copy)",
+                Box::new(m.sendfile_bytes.clone()),
             ),
         ];
         for (name, help, metric) in families {

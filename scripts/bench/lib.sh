@@ -161,6 +161,64 @@ EOF
     } >"$1/nginx.conf"
 }
 
+# cpu_ticks PID: user + system clock ticks of PID and of its child
+# processes (nginx's workers), from /proc.
+cpu_ticks() {
+    local p t=0 kids
+    kids=$(cat /proc/"$1"/task/*/children 2>/dev/null || true)
+    for p in "$1" $kids; do
+        t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
+}
+
+# cpu_ns PID: CPU time in nanoseconds of PID's live threads (the sum of
+# /proc/PID/task/*/schedstat's first fields): finer than cpu_ticks's 10 ms,
+# for one request; threads that exited are not counted.
+cpu_ns() {
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%.0f\n", t }'
+}
+
+# rss_tree PID: VmRSS in KiB of PID plus its child processes (nginx's workers).
+rss_tree() {
+    local p t=0 kids
+    kids=$(cat /proc/"$1"/task/*/children 2>/dev/null || true)
+    for p in "$1" $kids; do
+        t=$((t + $(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
+}
+
+# rss_sampler PID OUT: in the background (its pid in $sampler), writes
+# the peak VmRSS in KiB so far of PID and its children (rss_tree) to OUT, sampling every 50 ms, until killed.
+rss_sampler() {
+    (
+        peak=0
+        while kill -0 "$1" 2>/dev/null; do
+            r=$(rss_tree "$1")
+            [ "${r:-0}" -gt "$peak" ] && peak=$r && echo "$peak" >"$2"
+            sleep 0.05
+        done
+    ) &
+    sampler=$!
+}
+
+# median_rows FILE...: one line of the column-wise medians of the one-line
+# files FILE... (numbers; the middle value of an odd count, the mean of the
+# two middle values of an even one). For "medians of N rounds".
+median_rows() {
+    cat "$@" | awk '
+    { for (i = 1; i <= NF; i++) v[i, NR] = $i + 0; if (NF > nf) nf = NF; n = NR }
+    END {
+        for (i = 1; i <= nf; i++) {
+            for (j = 1; j <= n; j++) a[j] = v[i, j]
+            for (j = 2; j <= n; j++) { x = a[j]; k = j - 1; while (k >= 1 && a[k] > x) { a[k + 1] = a[k]; k-- } a[k + 1] = x }
+            m = (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+            printf "%s%s", m, (i < nf ? " " : "\n")
+        }
+    }'
+}
+
 bench_cleanup() {
     local p
     if declare -F bench_cleanup_extra >/dev/null; then bench_cleanup_extra || true; fi

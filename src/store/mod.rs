@@ -24,6 +24,7 @@ pub mod s3;
 pub mod space;
 pub mod verified;
 pub mod verify;
+pub mod window;
 
 use std::pin::Pin;
 

@@ -1,5 +1,6 @@
 //! The socket of one connection: every read and write is activity (until
-//! the connection turns out to speak HTTP/2).
+//! the connection turns out to speak HTTP/2); on plain TCP, writes go
+//! through [`super::sendfile`] (zero-copy for mapped store windows).
 //!
 //! Owns: [`TrackedIo`]. Never looks at the bytes.
 
@@ -18,11 +19,20 @@ use super::activity::Activity;
 pub(super) struct TrackedIo {
     inner: TcpStream,
     activity: Arc<Activity>,
+    /// Vectored writes go through [`super::sendfile::poll_send`] (plain
+    /// TCP: what hyper writes is what goes on the wire).
+    zero_copy: bool,
 }
 
 impl TrackedIo {
-    pub(super) fn new(inner: TcpStream, activity: Arc<Activity>) -> TrackedIo {
-        TrackedIo { inner, activity }
+    /// `zero_copy`: the connection is plain TCP (no TLS above it), so
+    /// slices of mapped store windows may be sent with `sendfile(2)`.
+    pub(super) fn new(inner: TcpStream, activity: Arc<Activity>, zero_copy: bool) -> TrackedIo {
+        TrackedIo {
+            inner,
+            activity,
+            zero_copy,
+        }
     }
 }
 
@@ -59,7 +69,12 @@ impl AsyncWrite for TrackedIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        let this = &mut *self;
+        let res = if this.zero_copy {
+            super::sendfile::poll_send(&mut this.inner, cx, bufs)
+        } else {
+            Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+        };
         if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch_io();
         }

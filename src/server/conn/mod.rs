@@ -46,6 +46,7 @@ mod activity;
 mod handle;
 mod io;
 mod malformed;
+mod sendfile;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -326,7 +327,7 @@ async fn serve_connection(
     _slot: Slot,
     watcher: Watcher,
 ) {
-    let tracked = TrackedIo::new(tcp, activity.clone());
+    let tracked = TrackedIo::new(tcp, activity.clone(), shared.tls.is_none());
     let Some(tls) = shared.tls.clone() else {
         let io = Answering::new(tracked, activity.clone(), peer);
         return serve_io(TokioIo::new(io), peer, None, shared, activity, watcher).await;

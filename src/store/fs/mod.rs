@@ -28,6 +28,7 @@ use super::hot::{FileId, HotBlobs};
 use super::space::FreeSpaceFloor;
 use super::verified::{Identity, VerifiedBlobs};
 use super::verify::{self, VERIFY_WHOLE_MAX};
+use super::window::Window;
 use super::{
     BoxRead, ByteStream, ObjectWriter, Result, RootVersion, StoreError, blob_key, check_key,
 };

@@ -223,28 +223,23 @@ impl FsStore {
                 Box::pin(futures_util::stream::once(async { Ok(chunk) })),
             ));
         }
-        // Zero copy: the body is sent straight from the page cache through read-only
+        // The body is sent straight from the page cache through read-only
         // mappings, with no read(2) into user buffers. Each chunk is a mapping of its
         // own, made when the body is polled and unmapped when the chunk is dropped
         // (after it is written to the socket), so only the chunks in flight count in
         // the process's resident set, however large the blob or however many clients.
+        // Bytes served as they are on disk (a verified blob, or a range) are
+        // registered windows: a plain HTTP/1.1 connection sends them with
+        // sendfile(2) and never touches the mapped pages at all.
         // mmap offsets must be page aligned; MMAP_CHUNK is a multiple of the page size.
         let file = std::sync::Arc::new(file);
+        let register = verdict.is_none();
         let aligned = start - start % page_size();
         let chunks = (aligned..end).step_by(MMAP_CHUNK).map(move |at| {
             let len = (end - at).min(MMAP_CHUNK as u64) as usize;
-            // SAFETY: objects are immutable once committed: they are written under tmp/
-            // and renamed into place, never modified or truncated in place, so the mapped
-            // bytes cannot change while mapped (an unlinked file stays mapped until dropped).
-            let map = unsafe {
-                memmap2::MmapOptions::new()
-                    .offset(at)
-                    .len(len)
-                    .map(&*file)?
-            };
-            let _ = map.advise(memmap2::Advice::Sequential);
+            let window = Window::map(&file, at, len, register)?;
             let skip = start.saturating_sub(at) as usize;
-            Ok(Bytes::from_owner(map).slice(skip..))
+            Ok(Bytes::from_owner(window).slice(skip..))
         });
         let stream: ByteStream = Box::pin(futures_util::stream::iter(chunks));
         // A whole large blob is hashed as it is sent, until it was once
