@@ -18,6 +18,8 @@
 //! Stores written by the first layout (whole documents, `airlock.state.v1`)
 //! are read as they are and converted by the next commit ([`docs`]).
 //! [`StateStore::walk`] enumerates what one generation reaches, for GC.
+//! Outside the tree: when manifests were last pulled ([`pulls`]), for GC's
+//! retention rules.
 
 pub mod audit;
 mod cache;
@@ -27,6 +29,7 @@ pub mod docs;
 mod memo;
 mod ops;
 mod page;
+pub mod pulls;
 mod reach;
 mod repo;
 mod root;
