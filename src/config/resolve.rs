@@ -234,6 +234,11 @@ impl Settings {
             },
             blob_redirect: self.registry.blob_redirect.unwrap_or(false),
             immutable_tags: self.registry.immutable_tags.clone(),
+            pull_record_interval: match &self.registry.pull_record_interval {
+                None => crate::registry::config::DEFAULT_PULL_RECORD_INTERVAL,
+                Some(v) => crate::ops::parse_duration(v)
+                    .map_err(|e| ConfigError::value("registry.pull_record_interval", e))?,
+            },
         };
         if self.workers.is_some_and(|n| n > MAX_WORKERS) {
             return Err(ConfigError::value(

@@ -291,6 +291,11 @@ pub struct RegistrySection {
     /// (S3 only; clients must reach the store) [default: false].
     #[arg(long, env = "AIRLOCK_BLOB_REDIRECT", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub blob_redirect: Option<bool>,
+    /// Write the manifest GETs (pulls) noted in memory to the store this
+    /// often, and when the server stops, for `gc`'s `pulled_within_days`
+    /// (`30s`, `5m`; `0` = do not record pulls) [default: 60s].
+    #[arg(long, env = "AIRLOCK_PULL_RECORD_INTERVAL")]
+    pub pull_record_interval: Option<String>,
 }
 
 /// `[limits]`: caps and timeouts (one key per serve flag).
