@@ -293,13 +293,8 @@ impl Settings {
         let interval = duration("gc.interval", &self.gc.interval, "0")?;
         let grace = duration("gc.grace", &self.gc.grace, "1h")?;
         for (i, rule) in self.gc.keep_tags.iter().enumerate() {
-            if rule.repositories.is_empty()
-                || (rule.newest.is_none() && rule.pushed_within_days.is_none())
-            {
-                return Err(ConfigError::value(
-                    &format!("gc.keep_tags[{i}]"),
-                    "needs repositories and newest or pushed_within_days",
-                ));
+            if let Some(p) = rule.problem() {
+                return Err(ConfigError::value(&format!("gc.keep_tags[{i}]"), p));
             }
         }
         let gc_options = crate::ops::gc::GcOptions {

@@ -164,7 +164,8 @@ pub struct GcSection {
     #[arg(long = "gc-delete-untagged", env = "AIRLOCK_GC_DELETE_UNTAGGED", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub delete_untagged: Option<bool>,
     /// `[[gc.keep_tags]]` rules (file only): `repositories` (pattern),
-    /// `tags` (pattern), `newest`, `pushed_within_days`.
+    /// `tags` (pattern), `newest`, `pushed_within_days`,
+    /// `pulled_within_days`.
     #[arg(skip)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keep_tags: Vec<crate::ops::retention::KeepTags>,
