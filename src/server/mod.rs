@@ -206,21 +206,23 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
 
 /// Writes the pulls noted by the registry to the store every
 /// `pull_record_interval` (read each time: a config reload may change it;
-/// zero: nothing is noted, the task only waits), or sooner when the notes
+/// zero: nothing is noted, what was is written within a minute), or sooner when the notes
 /// fill up, until the process ends; failures are logged and retried at the
 /// next tick with the notes kept. [`serve`] flushes once more when it stops.
 pub fn spawn_pull_flusher(app: Arc<App>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let interval = app.registry.load().pull_record_interval;
-            if interval.is_zero() {
-                tokio::time::sleep(registry::config::DEFAULT_PULL_RECORD_INTERVAL).await;
-                continue;
-            }
+            let wait = if interval.is_zero() {
+                registry::config::DEFAULT_PULL_RECORD_INTERVAL
+            } else {
+                interval
+            };
             tokio::select! {
-                () = tokio::time::sleep(interval) => {}
+                () = tokio::time::sleep(wait) => {}
                 () = app.pulls.filling() => {}
             }
+            // Also when off: notes taken before a reload turned it off.
             flush_pulls(&app).await;
         }
     })

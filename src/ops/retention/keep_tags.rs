@@ -6,9 +6,10 @@
 //! applies to is kept when any of its criteria holds: among the `newest`
 //! N by push time; pushed within `pushed_within_days`; the manifest it
 //! names (for an index, the index itself) pulled, by tag or by digest,
-//! within `pulled_within_days` ([`crate::state::pulls`]: day resolution, so
-//! a pull on the day `D` days before today still counts; no record means
-//! never pulled). Tags set before push times were recorded count as the
+//! within `pulled_within_days`, or the tag itself pulled by name within
+//! it while it named another manifest (a tag moved since is still in use)
+//! ([`crate::state::pulls`]: day resolution, so a pull on the day `D` days
+//! before today still counts; no record means never pulled). Tags set before push times were recorded count as the
 //! oldest. Never reads the store: the caller hands in the tags and the
 //! pull record.
 
@@ -36,8 +37,8 @@ pub struct KeepTags {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pushed_within_days: Option<u64>,
     /// Keep tags whose manifest was pulled (a GET by tag or by digest,
-    /// through any replica) within this many days (at most 366: the pull
-    /// record forgets older pulls).
+    /// through any replica), or that were pulled by name, within this many
+    /// days (at most 366: the pull record forgets older pulls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pulled_within_days: Option<u64>,
 }
@@ -168,6 +169,9 @@ pub fn judge<'a>(
             });
             let last = pulled.and_then(|r| r.last_pulled(repository, &e.manifest));
             let pulled_ago = last.map(|d| today.saturating_sub(d));
+            let tag_ago = pulled
+                .and_then(|r| r.tag_last_pulled(repository, &e.tag))
+                .map(|d| today.saturating_sub(d));
             let mut kept = Vec::new();
             let mut not = Vec::new();
             if let Some(n) = rule.newest {
@@ -185,9 +189,14 @@ pub fn judge<'a>(
                 }
             }
             if let Some(d) = rule.pulled_within_days {
-                match pulled_ago {
-                    Some(a) if u64::from(a) <= d => kept.push(format!("pulled {}", ago(a))),
-                    _ => not.push(format!("not pulled within {d} days")),
+                let within = |a: &u32| u64::from(*a) <= d;
+                match (pulled_ago.filter(within), tag_ago.filter(within)) {
+                    (Some(a), _) => kept.push(format!("pulled {}", ago(a))),
+                    (None, Some(a)) => kept.push(format!(
+                        "tag pulled {} (when it named another manifest)",
+                        ago(a)
+                    )),
+                    (None, None) => not.push(format!("not pulled within {d} days")),
                 }
             }
             let keep = !kept.is_empty();
@@ -244,12 +253,22 @@ mod tests {
         let now = std::time::UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 3600);
         let repo: RepositoryName = "app".parse().unwrap();
         let (a, b, c, d) = (entry("a", 1), entry("b", 2), entry("c", 3), entry("d", 4));
+        let moved = entry("moved", 0);
         let mut record = PullRecord::default();
         record.note(&repo, &a.manifest, Some(&a.tag), 20_000 - 3);
         record.note(&repo, &c.manifest, None, 20_000 - 7);
         record.note(&repo, &d.manifest, None, 20_000 - 8);
+        // `moved` was pulled by name while it named another manifest.
+        let before = Digest::sha256_of(b"the manifest moved once named");
+        record.note(&repo, &before, Some(&moved.tag), 20_000 - 1);
         let rule: KeepTags = "app:pulled-within-days=7".parse().unwrap();
-        let verdicts = judge(&rule, &repo, vec![&a, &b, &c, &d], Some(&record), now);
+        let verdicts = judge(
+            &rule,
+            &repo,
+            vec![&a, &b, &c, &d, &moved],
+            Some(&record),
+            now,
+        );
         let got: Vec<(&str, bool, &str)> = verdicts
             .iter()
             .map(|v| (v.entry.tag.as_str(), v.keep, v.reason.as_str()))
@@ -269,6 +288,11 @@ mod tests {
                     "not pulled within 7 days (pushed 1970-01-01; never pulled; keep_tags \"app\")"
                 ),
                 ("a", true, "pulled 3 days ago (keep_tags \"app\")"),
+                (
+                    "moved",
+                    true,
+                    "tag pulled 1 day ago (when it named another manifest) (keep_tags \"app\")"
+                ),
             ]
         );
         // Without a record nothing was pulled; other criteria still keep.

@@ -206,11 +206,16 @@ pub async fn plan(state: &StateStore, rules: &Rules, now: SystemTime) -> Result<
         .iter()
         .any(|r| r.pulled_within_days.is_some())
     {
-        Some(
-            pulls::load(&**state.blobstore())
-                .await
-                .context("reading the pull record (pulls/)")?,
-        )
+        let record = pulls::load(&**state.blobstore())
+            .await
+            .context("reading the pull record (pulls/)")?;
+        if record.is_empty() {
+            tracing::warn!(
+                "the pull record (pulls/) is empty: every tag counts as never pulled \
+                 (servers write it every pull_record_interval and when they stop)"
+            );
+        }
+        Some(record)
     } else {
         None
     };

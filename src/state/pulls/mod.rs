@@ -149,6 +149,13 @@ impl PullRecord {
             .copied()
     }
 
+    /// The day a manifest was last pulled from `repository` by `tag`
+    /// (whichever manifest the tag named then); `None`: never (or more
+    /// than [`RECORD_DAYS`] ago).
+    pub fn tag_last_pulled(&self, repository: &RepositoryName, tag: &Tag) -> Option<Day> {
+        self.repositories.get(repository)?.tags.get(tag).copied()
+    }
+
     /// Whether nothing is recorded.
     pub fn is_empty(&self) -> bool {
         self.repositories.is_empty()
