@@ -3,8 +3,11 @@
 //! referrers, and referrers of a subject never pushed, while tagged images,
 //! children of a kept index, referrers of a kept image and anything a room
 //! document names stay; `--keep-tags` keeps the newest N tags of matching
-//! repositories. Images are pushed through the in-process router, digests
-//! computed here; every scenario runs on every blobstore backend.
+//! repositories, and `pulled-within-days=D` keeps tags whose manifest a
+//! GET pulled through any server (HEAD is no pull) within D days. Images
+//! are pushed through the in-process router, pulled from real `airlock
+//! serve` processes, digests computed here; every scenario runs on every
+//! blobstore backend.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,18 +26,20 @@ use common::images::{
     OCI_INDEX, OCI_MANIFEST, image_parts, push_blob, push_image, put_manifest, sha256,
 };
 use common::router::get;
+use common::{header, http};
 
 on_backends!(
     async [fs, moto, s3s_fs]
     delete_untagged_frees_what_no_tag_reaches,
     keep_tags_keeps_the_newest,
+    pulled_within_keeps_what_servers_saw_pulled,
 );
 
 struct Site {
     state: StateStore,
     opened: airlock::store::OpenedStore,
     router: Router,
-    _backend: Backend,
+    backend: Backend,
 }
 
 async fn site(backend: Backend) -> Site {
@@ -50,7 +55,7 @@ async fn site(backend: Backend) -> Site {
         router: server::router(app),
         state,
         opened,
-        _backend: backend,
+        backend,
     }
 }
 
@@ -269,4 +274,170 @@ async fn keep_tags_keeps_the_newest(b: Backend) {
     assert!(removed_manifests(&report.retention).is_empty());
     assert!("kpack/*".parse::<KeepTags>().is_err());
     assert!("kpack/*:newest=x".parse::<KeepTags>().is_err());
+}
+
+/// The pull record, polled until it holds every digest of `want` for
+/// `repo` (the servers write it every second): returns it.
+async fn pulls_recorded(
+    store: &dyn airlock::store::Blobstore,
+    repo: &str,
+    want: &[&str],
+) -> airlock::state::pulls::PullRecord {
+    let name = repo.parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let record = airlock::state::pulls::load(store).await.unwrap();
+        let all = want
+            .iter()
+            .all(|d| record.last_pulled(&name, &d.parse().unwrap()).is_some());
+        if all || std::time::Instant::now() > deadline {
+            return record;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One request to a real server; returns (status, digest header, body).
+fn pull(addr: &str, method: &str, path: &str) -> (u16, String, Vec<u8>) {
+    let (status, headers, body) = http(addr, method, path, &[("accept", OCI_MANIFEST)]).unwrap();
+    let digest = header(&headers, "docker-content-digest").unwrap_or_default();
+    (status, digest.to_string(), body)
+}
+
+async fn pulled_within_keeps_what_servers_saw_pulled(b: Backend) {
+    let s = site(b).await;
+    let repo = "pulls/app";
+    let (ma, a) = push_image(&s.router, repo, "a", 31).await;
+    let (_, b_) = push_image(&s.router, repo, "b", 32).await;
+    let (mc, c) = push_image(&s.router, repo, "c", 33).await;
+    let (_, d) = push_image(&s.router, repo, "d", 34).await;
+    let store = s.state.blobstore().clone();
+
+    // Two servers on one store, writing their pulls every second: `a` by
+    // tag on one, `c` by digest on the other, `b` only HEADed on both.
+    let one = s.backend.serve(&["--pull-record-interval", "1s"]);
+    let two = s.backend.serve(&["--pull-record-interval", "1s"]);
+    assert_eq!(
+        pull(&one.addr, "GET", &format!("/v2/{repo}/manifests/a")),
+        (200, a.clone(), ma.clone())
+    );
+    assert_eq!(
+        pull(&two.addr, "GET", &format!("/v2/{repo}/manifests/{c}")),
+        (200, c.clone(), mc.clone())
+    );
+    for srv in [&one, &two] {
+        let (status, digest, body) = pull(&srv.addr, "HEAD", &format!("/v2/{repo}/manifests/b"));
+        assert_eq!((status, digest.as_str(), body.len()), (200, b_.as_str(), 0));
+    }
+    let record = pulls_recorded(&*store, repo, &[&a, &c]).await;
+    let name = repo.parse().unwrap();
+    let today = airlock::state::pulls::today();
+    assert_eq!(record.last_pulled(&name, &a.parse().unwrap()), Some(today));
+    assert_eq!(record.last_pulled(&name, &c.parse().unwrap()), Some(today));
+    assert_eq!(record.last_pulled(&name, &b_.parse().unwrap()), None);
+    assert_eq!(
+        record.repositories[&name]
+            .tags
+            .keys()
+            .map(|t| t.as_str())
+            .collect::<Vec<_>>(),
+        ["a"]
+    );
+    // One object per server: neither overwrites the other's.
+    assert_eq!(store.list("pulls/").await.unwrap().len(), 2);
+    assert!(one.terminate().success());
+    assert!(two.terminate().success());
+
+    // A restarted server that never flushes on its own writes its pulls
+    // when it stops (SIGTERM), beside the records of the stopped ones.
+    let three = s.backend.serve(&["--pull-record-interval", "1h"]);
+    assert_eq!(
+        pull(&three.addr, "GET", &format!("/v2/{repo}/manifests/d")).0,
+        200
+    );
+    assert!(three.terminate().success());
+    let record = airlock::state::pulls::load(&*store).await.unwrap();
+    for kept in [&a, &c, &d] {
+        assert_eq!(
+            record.last_pulled(&name, &kept.parse().unwrap()),
+            Some(today),
+            "{kept}"
+        );
+    }
+    assert_eq!(record.last_pulled(&name, &b_.parse().unwrap()), None);
+    assert_eq!(store.list("pulls/").await.unwrap().len(), 3);
+
+    // The dry run names the rule that keeps or removes each tag.
+    let rule = format!("{repo}:pulled-within-days=7");
+    let gc_args = [
+        "--keep-tags",
+        &rule,
+        "--delete-untagged",
+        "--grace",
+        "0s",
+        "--keep-generations",
+        "1",
+        "--keep-days",
+        "0",
+    ];
+    let out = s
+        .backend
+        .airlock_ok(&["gc"], &[&gc_args[..], &["--dry-run"]].concat());
+    let line = |tag: &str| {
+        out.lines()
+            .find(|l| l.contains(&format!(" tag {repo}:{tag} ")))
+            .unwrap_or_else(|| panic!("no line for {tag}: {out}"))
+            .to_string()
+    };
+    assert!(
+        line("a").starts_with("would keep ") && line("a").contains(": pulled today (keep_tags"),
+        "{out}"
+    );
+    assert!(
+        line("c").starts_with("would keep ") && line("c").contains("pulled today"),
+        "{out}"
+    );
+    assert!(
+        line("b").starts_with(&format!(
+            "would remove tag {repo}:b ({b_}): not pulled within 7 days"
+        )) && line("b").contains("never pulled"),
+        "{out}"
+    );
+    get(&s.router, &format!("/v2/{repo}/manifests/b"))
+        .await
+        .status(200);
+
+    // The run: tag `b` goes; its image, untagged just now, goes at the next.
+    let rules = Rules {
+        delete_untagged: true,
+        keep_tags: vec![rule.parse::<KeepTags>().unwrap()],
+        ..Rules::default()
+    };
+    let report = gc::run(&s.opened, &s.state, &options(rules.clone(), false))
+        .await
+        .unwrap();
+    let tags: Vec<(String, String)> = report
+        .retention
+        .iter()
+        .filter_map(|r| match r {
+            Removal::Tag { tag, digest, .. } => Some((tag.clone(), digest.to_string())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tags, [("b".to_string(), b_.clone())]);
+    let list = get(&s.router, &format!("/v2/{repo}/tags/list")).await;
+    assert_eq!(list.json()["tags"], serde_json::json!(["a", "c", "d"]));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let report = gc::run(&s.opened, &s.state, &options(rules, false))
+        .await
+        .unwrap();
+    assert_eq!(removed_manifests(&report.retention), vec![b_.clone()]);
+    get(&s.router, &format!("/v2/{repo}/manifests/{b_}"))
+        .await
+        .error(404, "MANIFEST_UNKNOWN");
+    for kept in [&a, &c, &d] {
+        get(&s.router, &format!("/v2/{repo}/manifests/{kept}"))
+            .await
+            .status(200);
+    }
 }

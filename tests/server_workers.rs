@@ -77,20 +77,7 @@ impl Serve {
 
     /// SIGTERM, then the exit status (within 10 s).
     fn terminate(mut self) -> ExitStatus {
-        let pid = i32::try_from(self.child.id()).unwrap();
-        // SAFETY: kill(2) on our own child's pid with a valid signal.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve still running 10 s after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::terminate(&mut self.child, Duration::from_secs(10))
     }
 }
 

@@ -27,8 +27,10 @@ pub struct GcPolicy {
     #[arg(long, env = "AIRLOCK_GC_DELETE_UNTAGGED")]
     pub delete_untagged: bool,
     /// Tag retention for repositories matching a pattern (repeatable):
-    /// `REPOSITORIES:newest=N,pushed-within-days=D[,tags=PATTERN]`; `*`
+    /// `REPOSITORIES:newest=N,pushed-within-days=D,pulled-within-days=D[,tags=PATTERN]`
+    /// (any of the three criteria; a tag is kept when one holds); `*`
     /// matches within a path segment, `**` across (zot's `keepTags`).
+    /// Pulls are those the servers recorded (`pull_record_interval`).
     #[arg(long = "keep-tags", value_name = "RULE")]
     pub keep_tags: Vec<ops::retention::KeepTags>,
     /// Tags never removed by --keep-tags (the serve config's

@@ -234,6 +234,11 @@ impl Settings {
             },
             blob_redirect: self.registry.blob_redirect.unwrap_or(false),
             immutable_tags: self.registry.immutable_tags.clone(),
+            pull_record_interval: match &self.registry.pull_record_interval {
+                None => crate::registry::config::DEFAULT_PULL_RECORD_INTERVAL,
+                Some(v) => crate::ops::parse_duration(v)
+                    .map_err(|e| ConfigError::value("registry.pull_record_interval", e))?,
+            },
         };
         if self.workers.is_some_and(|n| n > MAX_WORKERS) {
             return Err(ConfigError::value(
@@ -288,13 +293,8 @@ impl Settings {
         let interval = duration("gc.interval", &self.gc.interval, "0")?;
         let grace = duration("gc.grace", &self.gc.grace, "1h")?;
         for (i, rule) in self.gc.keep_tags.iter().enumerate() {
-            if rule.repositories.is_empty()
-                || (rule.newest.is_none() && rule.pushed_within_days.is_none())
-            {
-                return Err(ConfigError::value(
-                    &format!("gc.keep_tags[{i}]"),
-                    "needs repositories and newest or pushed_within_days",
-                ));
+            if let Some(p) = rule.problem() {
+                return Err(ConfigError::value(&format!("gc.keep_tags[{i}]"), p));
             }
         }
         let gc_options = crate::ops::gc::GcOptions {

@@ -164,7 +164,8 @@ pub struct GcSection {
     #[arg(long = "gc-delete-untagged", env = "AIRLOCK_GC_DELETE_UNTAGGED", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub delete_untagged: Option<bool>,
     /// `[[gc.keep_tags]]` rules (file only): `repositories` (pattern),
-    /// `tags` (pattern), `newest`, `pushed_within_days`.
+    /// `tags` (pattern), `newest`, `pushed_within_days`,
+    /// `pulled_within_days`.
     #[arg(skip)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keep_tags: Vec<crate::ops::retention::KeepTags>,
@@ -291,6 +292,11 @@ pub struct RegistrySection {
     /// (S3 only; clients must reach the store) [default: false].
     #[arg(long, env = "AIRLOCK_BLOB_REDIRECT", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub blob_redirect: Option<bool>,
+    /// Write the manifest GETs (pulls) noted in memory to the store this
+    /// often, and when the server stops, for `gc`'s `pulled_within_days`
+    /// (`30s`, `5m`; `0` = do not record pulls) [default: 60s].
+    #[arg(long, env = "AIRLOCK_PULL_RECORD_INTERVAL")]
+    pub pull_record_interval: Option<String>,
 }
 
 /// `[limits]`: caps and timeouts (one key per serve flag).

@@ -110,6 +110,10 @@ pub struct GcReport {
     pub dry_run: bool,
     /// What the retention rules removed (or would remove), each with why.
     pub retention: Vec<super::retention::Removal>,
+    /// Dry run: the tags a `keep_tags` rule looked at and keeps, each with
+    /// why (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retention_kept: Vec<super::retention::Kept>,
     /// The generation the retention commit made, if it made one.
     pub retention_generation: Option<u64>,
     /// The current generation when the mark started.
@@ -147,6 +151,9 @@ pub struct GcReport {
 
 impl std::fmt::Display for GcReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for k in &self.retention_kept {
+            writeln!(f, "would keep {k}")?;
+        }
         for r in &self.retention {
             writeln!(
                 f,
@@ -363,7 +370,11 @@ async fn run_inner(opened: &OpenedStore, state: &StateStore, opts: &GcOptions) -
         trash::restore(store).await?;
     }
     if opts.rules.active() {
-        report.retention = super::retention::plan(state, &opts.rules, mark_start).await?;
+        let plan = super::retention::plan(state, &opts.rules, mark_start).await?;
+        report.retention = plan.removals;
+        if opts.dry_run {
+            report.retention_kept = plan.kept;
+        }
         if !opts.dry_run {
             let who =
                 crate::state::audit::current().map_or_else(crate::state::user_at_host, |a| a.who);

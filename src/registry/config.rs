@@ -1,5 +1,6 @@
 //! What the operator switched on for the `/v2` API: writes, deletes, the
-//! default mirror namespace and how long upload sessions live.
+//! default mirror namespace, how long upload sessions live and how often
+//! pulls are recorded.
 //!
 //! Owns: the typed registry configuration, built once in `main` and handed
 //! to the router through `server::App`. Never read from globals or the
@@ -43,14 +44,22 @@ pub struct RegistryConfig {
     /// streaming the blob through airlock. Off by default: inside an air gap
     /// clients often cannot reach the object store.
     pub blob_redirect: bool,
+    /// How often the server writes the pulls it noted to the store
+    /// ([`crate::state::pulls`], for `gc`'s `pulled_within_days`);
+    /// zero: pulls are not recorded.
+    pub pull_record_interval: Duration,
 }
+
+/// Default [`RegistryConfig::pull_record_interval`]: 60 seconds.
+pub const DEFAULT_PULL_RECORD_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Default [`RegistryConfig::max_page`]: 1,000 entries.
 pub const DEFAULT_MAX_PAGE: usize = 1000;
 
 impl Default for RegistryConfig {
     /// Read-only, no mirror namespace, 24 h upload expiry, 1,000-entry
-    /// pages, referrers pages of 1,000 descriptors / 4 MiB.
+    /// pages, referrers pages of 1,000 descriptors / 4 MiB, pulls recorded
+    /// every 60 s.
     fn default() -> RegistryConfig {
         RegistryConfig {
             allow_push: false,
@@ -62,6 +71,7 @@ impl Default for RegistryConfig {
             uploads: super::uploads::UploadLimits::default(),
             blob_redirect: false,
             immutable_tags: Vec::new(),
+            pull_record_interval: DEFAULT_PULL_RECORD_INTERVAL,
         }
     }
 }

@@ -47,7 +47,9 @@ use self::responses::{API_VERSION, ApiBase, DOCKER_DISTRIBUTION_API_VERSION};
 use self::routes::Route;
 use self::scope::RepositoryScope;
 use self::uploads::{BodyStream, Uploads};
+use crate::names::Reference;
 use crate::state::StateStore;
+use crate::state::pulls::PullRecorder;
 
 /// What the registry needs from the composition root (`server::App`).
 pub trait Context: Send + Sync + 'static {
@@ -59,6 +61,8 @@ pub trait Context: Send + Sync + 'static {
     fn config(&self) -> ConfigGuard;
     /// Upload sessions.
     fn uploads(&self) -> &Uploads;
+    /// Where manifest GETs are noted (`gc`'s `pulled_within_days`).
+    fn pulls(&self) -> &PullRecorder;
 }
 
 /// A read of the current [`RegistryConfig`] (cheap: no reference count).
@@ -184,9 +188,16 @@ async fn dispatch(
     let mut res = match (route, method.clone()) {
         (Route::Base, Method::GET | Method::HEAD) => ApiBase.into_response(),
         (Route::Manifest { name, reference }, Method::GET | Method::HEAD) => {
-            pull::manifest(state, &name, &reference, head)
-                .await?
-                .into_response()
+            let m = pull::manifest(state, &name, &reference, head).await?;
+            if !head {
+                // A pull (HEAD is not one, as in zot and Harbor).
+                let tag = match &reference {
+                    Reference::Tag(t) => Some(t),
+                    Reference::Digest(_) => None,
+                };
+                ctx.pulls().note(&name, &m.digest, tag);
+            }
+            m.into_response()
         }
         (Route::Manifest { name, reference }, Method::PUT) if push => {
             Box::pin(push::manifest(ctx, &name, &reference, headers, body))

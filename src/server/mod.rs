@@ -38,6 +38,7 @@ use crate::stacks::{
     api::{StacksConfig, StacksServer},
 };
 use crate::state::StateStore;
+use crate::state::pulls::PullRecorder;
 
 /// The composition root: every shared handle, built once at start-up.
 pub struct App {
@@ -60,6 +61,9 @@ pub struct App {
     pub import_keyring: ArcSwap<Option<std::path::PathBuf>>,
     /// The web console (`/ui/`, `/api/v1/`); `None`: off (`[ui] enabled`).
     pub ui: Option<Arc<crate::ui::Console>>,
+    /// Manifest GETs noted for `gc`'s `pulled_within_days`, written to the
+    /// store by [`spawn_pull_flusher`] and when [`serve`] stops.
+    pub pulls: PullRecorder,
 }
 
 impl App {
@@ -75,8 +79,11 @@ impl App {
             registry.upload_expiry,
             registry.uploads,
         );
+        let pulls = PullRecorder::default();
+        pulls.set_on(!registry.pull_record_interval.is_zero());
         App {
             state,
+            pulls,
             registry: ArcSwap::from_pointee(registry),
             uploads,
             torcx: Default::default(),
@@ -93,6 +100,7 @@ impl App {
     pub fn set_registry(&self, registry: RegistryConfig) {
         self.uploads
             .set_limits(registry.upload_expiry, registry.uploads);
+        self.pulls.set_on(!registry.pull_record_interval.is_zero());
         self.registry.store(Arc::new(registry));
     }
 
@@ -124,6 +132,10 @@ impl registry::Context for App {
 
     fn uploads(&self) -> &Uploads {
         &self.uploads
+    }
+
+    fn pulls(&self) -> &PullRecorder {
+        &self.pulls
     }
 }
 
@@ -190,6 +202,39 @@ pub fn spawn_upload_sweeper(app: Arc<App>) -> tokio::task::JoinHandle<()> {
             }
         }
     })
+}
+
+/// Writes the pulls noted by the registry to the store every
+/// `pull_record_interval` (read each time: a config reload may change it;
+/// zero: nothing is noted, what was is written within a minute), or sooner when the notes
+/// fill up, until the process ends; failures are logged and retried at the
+/// next tick with the notes kept. [`serve`] flushes once more when it stops.
+pub fn spawn_pull_flusher(app: Arc<App>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let interval = app.registry.load().pull_record_interval;
+            let wait = if interval.is_zero() {
+                registry::config::DEFAULT_PULL_RECORD_INTERVAL
+            } else {
+                interval
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = app.pulls.filling() => {}
+            }
+            // Also when off: notes taken before a reload turned it off.
+            flush_pulls(&app).await;
+        }
+    })
+}
+
+/// Writes the pulls noted so far to the store; a failure is logged.
+async fn flush_pulls(app: &App) {
+    match app.pulls.flush(&**app.state.blobstore()).await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(notes = n, "pull record written"),
+        Err(e) => tracing::warn!(error = %e, "pull record not written; retried at the next flush"),
+    }
 }
 
 /// The whole HTTP surface: `/healthz`, `/readyz`, `/metrics`, the OCI `/v2`
@@ -285,8 +330,10 @@ pub type HangupHook = Box<dyn FnMut(&App, Option<&tls::Tls>) + Send>;
 /// Binds every address of `listen` and serves [`router`] on each (over TLS
 /// when `tls` is given) under `limits` until SIGINT or SIGTERM, then stops
 /// accepting and waits (at most `limits.shutdown_timeout`) for in-flight
-/// requests to finish. Expired upload sessions are swept meanwhile
-/// ([`spawn_upload_sweeper`]); each SIGHUP runs `hangup`.
+/// requests to finish, then writes the pulls noted since the last flush.
+/// Expired upload sessions are swept meanwhile
+/// ([`spawn_upload_sweeper`]), pulls written ([`spawn_pull_flusher`]);
+/// each SIGHUP runs `hangup`.
 ///
 /// Layout: `limits.workers` worker threads, each with its own runtime and
 /// `SO_REUSEPORT` socket per address ([`workers`]); with `Some(0)` workers,
@@ -323,10 +370,11 @@ pub async fn serve(
     }
     let reloader = spawn_hangup(app.clone(), tls.clone(), hangup)?;
     let sweeper = spawn_upload_sweeper(app.clone());
+    let flusher = spawn_pull_flusher(app.clone());
     let sampler = crate::ui::spawn_sampler(app.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
-    let shared = conn::Shared::new(app, limits, tls);
+    let shared = conn::Shared::new(app.clone(), limits, tls);
     if let Some(sockets) = sockets {
         for l in sockets.first().into_iter().flatten() {
             log_serving(l.local_addr().ok(), &shared, sockets.len());
@@ -354,6 +402,8 @@ pub async fn serve(
             result = Err(e);
         }
     }
+    flusher.abort();
+    flush_pulls(&app).await;
     tracing::info!("server stopped");
     sweeper.abort();
     reloader.abort();

@@ -16,6 +16,8 @@
 //! page with the previous generation, as git shares trees. Pages are read
 //! through a cache bounded in bytes ([`StateStore::with_cache_bytes`]).
 //! [`StateStore::walk`] enumerates what one generation reaches, for GC.
+//! Outside the tree: when manifests were last pulled ([`pulls`]), for GC's
+//! retention rules.
 
 pub mod audit;
 mod cache;
@@ -25,6 +27,7 @@ pub mod docs;
 mod memo;
 mod ops;
 mod page;
+pub mod pulls;
 mod reach;
 pub mod recover;
 mod repo;

@@ -268,6 +268,31 @@ pub struct Server {
     pub keep: Option<tempfile::TempDir>,
 }
 
+impl Server {
+    /// SIGTERM (a graceful stop), then the exit status (within 20 s).
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        terminate(&mut self.child, Duration::from_secs(20))
+    }
+}
+
+/// Sends SIGTERM to `child` and waits (at most `within`) for its exit status.
+pub fn terminate(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid with a valid signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running {within:?} after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -12,9 +12,10 @@
 //! The plan, per repository:
 //! 1. `keep_tags` rules (first rule whose `repositories` pattern matches;
 //!    tags not matching its `tags` pattern are kept): a tag is kept when it
-//!    is among the `newest` N by push time, or was pushed within
-//!    `pushed_within_days`. Tags set before push times were recorded count
-//!    as the oldest.
+//!    is among the `newest` N by push time, was pushed within
+//!    `pushed_within_days`, or its manifest was pulled within
+//!    `pulled_within_days` ([`keep_tags`], reading the pull record of
+//!    [`crate::state::pulls`] once per run).
 //! 2. `delete_untagged`: a manifest is kept when a tag names it, when a
 //!    room document names it (a stack promotion, current or any rollback
 //!    target; a torcx remote; a kpack builder image), when it lost its last
@@ -24,6 +25,10 @@
 //!    Blobs only removed manifests referenced are unlinked from the
 //!    repository.
 
+pub mod keep_tags;
+
+pub use keep_tags::{KeepTags, Verdict, judge};
+
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,62 +37,10 @@ use anyhow::{Context, Result};
 use crate::digest::Digest;
 use crate::names::RepositoryName;
 use crate::oci::Manifest;
+use crate::state::pulls::{self, PullRecord};
 use crate::state::{Op, Repository, StateStore, TagEntry};
 use crate::store;
-
-/// One `[[gc.keep_tags]]` rule.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeepTags {
-    /// Repositories the rule applies to: a pattern where `*` matches within
-    /// one path segment and `**` across segments (`builds/**`).
-    pub repositories: String,
-    /// Tags the rule applies to (same pattern syntax, `*` for all)
-    /// [default: *]; others are kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tags: Option<String>,
-    /// Keep the N most recently pushed tags.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub newest: Option<usize>,
-    /// Keep tags pushed within this many days.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pushed_within_days: Option<u64>,
-}
-
-impl std::str::FromStr for KeepTags {
-    type Err = String;
-
-    /// `REPOSITORIES:KEY=VALUE[,KEY=VALUE...]` (`--keep-tags`), keys
-    /// `newest`, `pushed-within-days` and `tags`, e.g.
-    /// `builds/**:newest=10,pushed-within-days=30`.
-    fn from_str(s: &str) -> Result<KeepTags, String> {
-        let bad = || {
-            format!(
-                "--keep-tags {s:?}: expected REPOSITORIES:newest=N,pushed-within-days=D[,tags=PATTERN]"
-            )
-        };
-        let (repos, rest) = s.split_once(':').ok_or_else(bad)?;
-        let mut rule = KeepTags {
-            repositories: repos.to_string(),
-            ..KeepTags::default()
-        };
-        for kv in rest.split(',').filter(|p| !p.is_empty()) {
-            let (k, v) = kv.split_once('=').ok_or_else(bad)?;
-            match k {
-                "newest" => rule.newest = Some(v.parse().map_err(|_| bad())?),
-                "pushed-within-days" | "pushed_within_days" => {
-                    rule.pushed_within_days = Some(v.parse().map_err(|_| bad())?)
-                }
-                "tags" => rule.tags = Some(v.to_string()),
-                _ => return Err(bad()),
-            }
-        }
-        if repos.is_empty() || (rule.newest.is_none() && rule.pushed_within_days.is_none()) {
-            return Err(bad());
-        }
-        Ok(rule)
-    }
-}
+use keep_tags::day;
 
 /// The retention rules of one `gc` run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -175,12 +128,6 @@ fn unix(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn day(secs: u64) -> String {
-    let t = time::OffsetDateTime::from_unix_timestamp(secs as i64)
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    format!("{}", t.date())
-}
-
 /// Every digest the room documents of the current generation name (stack
 /// promotions and their rollback targets, torcx remotes, builder images):
 /// never removed by retention.
@@ -201,15 +148,84 @@ async fn pinned(state: &StateStore) -> Result<HashSet<Digest>> {
     Ok(out)
 }
 
+/// What the rules decided: the removals, and each tag a `keep_tags`
+/// rule looked at and kept (with why).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// What goes.
+    pub removals: Vec<Removal>,
+    /// Tags a `keep_tags` rule kept.
+    pub kept: Vec<Kept>,
+}
+
+/// A tag a `keep_tags` rule kept.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Kept {
+    /// Its repository.
+    pub repository: RepositoryName,
+    /// The tag.
+    pub tag: String,
+    /// The manifest it points at.
+    pub digest: Digest,
+    /// Why it stays (`pulled 3 days ago (keep_tags "builds/**")`).
+    pub reason: String,
+}
+
+impl std::fmt::Display for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tag {}:{} ({}): {}",
+            self.repository, self.tag, self.digest, self.reason
+        )
+    }
+}
+
+/// What every repository's plan reads.
+struct Inputs<'a> {
+    state: &'a StateStore,
+    rules: &'a Rules,
+    /// Digests room documents name.
+    pinned: HashSet<Digest>,
+    /// The pull record, when a rule asks about pulls.
+    pulled: Option<PullRecord>,
+    now: SystemTime,
+}
+
 /// The plan of `rules` over the current generation of `state`, at `now`.
 ///
-/// Errors: the state or a kept index manifest cannot be read.
-pub async fn plan(state: &StateStore, rules: &Rules, now: SystemTime) -> Result<Vec<Removal>> {
-    let mut out = Vec::new();
+/// Errors: the state, a kept index manifest or (with a
+/// `pulled_within_days` rule) the pull record cannot be read.
+pub async fn plan(state: &StateStore, rules: &Rules, now: SystemTime) -> Result<Plan> {
+    let mut out = Plan::default();
     if !rules.active() {
         return Ok(out);
     }
-    let pinned = pinned(state).await?;
+    let pulled = if rules
+        .keep_tags
+        .iter()
+        .any(|r| r.pulled_within_days.is_some())
+    {
+        let record = pulls::load(&**state.blobstore())
+            .await
+            .context("reading the pull record (pulls/)")?;
+        if record.is_empty() {
+            tracing::warn!(
+                "the pull record (pulls/) is empty: every tag counts as never pulled \
+                 (servers write it every pull_record_interval and when they stop)"
+            );
+        }
+        Some(record)
+    } else {
+        None
+    };
+    let inputs = Inputs {
+        state,
+        rules,
+        pinned: pinned(state).await?,
+        pulled,
+        now,
+    };
     let snap = state.snapshot().await?;
     let mut last: Option<RepositoryName> = None;
     loop {
@@ -223,7 +239,7 @@ pub async fn plan(state: &StateStore, rules: &Rules, now: SystemTime) -> Result<
             let Some(repo) = state.repository(&snap, &name).await? else {
                 continue;
             };
-            plan_repository(state, &name, &repo, rules, &pinned, now, &mut out).await?;
+            plan_repository(&inputs, &name, &repo, &mut out).await?;
         }
         last = Some(end);
     }
@@ -245,14 +261,19 @@ async fn all_tags(repo: &Repository) -> Result<Vec<TagEntry>> {
 }
 
 async fn plan_repository(
-    state: &StateStore,
+    inputs: &Inputs<'_>,
     name: &RepositoryName,
     repo: &Repository,
-    rules: &Rules,
-    pinned: &HashSet<Digest>,
-    now: SystemTime,
-    out: &mut Vec<Removal>,
+    plan: &mut Plan,
 ) -> Result<()> {
+    let Inputs {
+        state,
+        rules,
+        pinned,
+        now,
+        ..
+    } = inputs;
+    let out = &mut plan.removals;
     let tags = all_tags(repo).await?;
     let mut removed_tags: HashSet<(Digest, String)> = HashSet::new();
     if let Some(rule) = rules
@@ -266,45 +287,28 @@ async fn plan_repository(
                 matches(repos, name.as_str()) && matches(tags, tag)
             })
         };
-        let mut subject: Vec<&TagEntry> = tags
+        let subject: Vec<&TagEntry> = tags
             .iter()
             .filter(|e| matches(rule.tags.as_deref().unwrap_or("*"), e.tag.as_str()))
             .filter(|e| !frozen(e.tag.as_str()))
             .collect();
-        subject.sort_by(|a, b| {
-            b.pushed
-                .cmp(&a.pushed)
-                .then(a.tag.as_str().cmp(b.tag.as_str()))
-        });
-        let horizon = rule
-            .pushed_within_days
-            .map(|d| unix(now).saturating_sub(d * 86_400));
-        for (rank, e) in subject.iter().enumerate() {
-            let newest = rule.newest.is_some_and(|n| rank < n);
-            let recent = horizon.is_some_and(|h| e.pushed.is_some_and(|p| p >= h));
-            if newest || recent {
+        for v in judge(rule, name, subject, inputs.pulled.as_ref(), *now) {
+            let (tag, digest) = (v.entry.tag.to_string(), v.entry.manifest.clone());
+            if v.keep {
+                plan.kept.push(Kept {
+                    repository: name.clone(),
+                    tag,
+                    digest,
+                    reason: v.reason,
+                });
                 continue;
             }
-            let when = e.pushed.map_or("before push times were kept".into(), |p| {
-                format!("pushed {}", day(p))
-            });
-            let mut why = Vec::new();
-            if let Some(n) = rule.newest {
-                why.push(format!("not among the newest {n}"));
-            }
-            if let Some(d) = rule.pushed_within_days {
-                why.push(format!("not pushed within {d} days"));
-            }
-            removed_tags.insert((e.manifest.clone(), e.tag.to_string()));
+            removed_tags.insert((digest.clone(), tag.clone()));
             out.push(Removal::Tag {
                 repository: name.clone(),
-                tag: e.tag.to_string(),
-                digest: e.manifest.clone(),
-                reason: format!(
-                    "{} ({when}; keep_tags {:?})",
-                    why.join(", "),
-                    rule.repositories
-                ),
+                tag,
+                digest,
+                reason: v.reason,
             });
         }
     }
@@ -317,7 +321,7 @@ async fn plan_repository(
         .map(|e| e.manifest.clone())
         .collect();
     let untagged_now: HashSet<Digest> = removed_tags.into_iter().map(|(d, _)| d).collect();
-    let cutoff = unix(now).saturating_sub(rules.grace.as_secs());
+    let cutoff = unix(*now).saturating_sub(rules.grace.as_secs());
     // Every manifest, and the roots of what is kept.
     let mut manifests = BTreeMap::new();
     let mut last: Option<Digest> = None;
