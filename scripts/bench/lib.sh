@@ -161,16 +161,21 @@ EOF
     } >"$1/nginx.conf"
 }
 
-# cpu_ticks PID: user + system clock ticks of PID and of its child
-# processes (nginx's workers), from /proc.
-cpu_ticks() {
+# tree_sum PID FILE AWK: the sum over PID and its child processes (nginx's
+# workers) of the number the awk program AWK prints from each one's
+# /proc/P/FILE (FILE: stat or status); a process gone meanwhile counts 0.
+tree_sum() {
     local p t=0 kids
     kids=$(cat /proc/"$1"/task/*/children 2>/dev/null || true)
     for p in "$1" $kids; do
-        t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+        t=$((t + $(awk "$3" "/proc/$p/$2" 2>/dev/null || echo 0)))
     done
     echo "$t"
 }
+
+# cpu_ticks PID: user + system clock ticks of PID and of its child
+# processes (nginx's workers), from /proc.
+cpu_ticks() { tree_sum "$1" stat '{ print $14 + $15 }'; }
 
 # cpu_ns PID: CPU time in nanoseconds of PID's live threads (the sum of
 # /proc/PID/task/*/schedstat's first fields): finer than cpu_ticks's 10 ms,
@@ -180,14 +185,7 @@ cpu_ns() {
 }
 
 # rss_tree PID: VmRSS in KiB of PID plus its child processes (nginx's workers).
-rss_tree() {
-    local p t=0 kids
-    kids=$(cat /proc/"$1"/task/*/children 2>/dev/null || true)
-    for p in "$1" $kids; do
-        t=$((t + $(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)))
-    done
-    echo "$t"
-}
+rss_tree() { tree_sum "$1" status '/^VmRSS:/ { print $2 }'; }
 
 # rss_sampler PID OUT: in the background (its pid in $sampler), writes
 # the peak VmRSS in KiB so far of PID and its children (rss_tree) to OUT, sampling every 50 ms, until killed.
