@@ -50,9 +50,7 @@ impl Buffers {
         b.resize(len, 0);
         b
     }
-}
 
-impl Buffers {
     /// Keeps `b`, which the reader used itself, for its next [`Buffers::take`].
     pub(super) fn keep(&mut self, b: BytesMut) {
         self.spare = Some(b);
