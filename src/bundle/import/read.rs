@@ -213,8 +213,11 @@ pub(super) fn read_bundle(
         while remaining > 0 {
             let want = remaining.min(CHUNK as u64);
             let mut buf = buffers.take(want as usize);
-            if read_full(&mut entry, &mut buf)? != buf.len() {
-                bail!("blob {digest}: bundle truncated at byte {}", at());
+            match entry.read_exact(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    bail!("blob {digest}: bundle truncated at byte {}", at());
+                }
+                other => other?,
             }
             remaining -= want;
             progress.inc(want);
@@ -254,18 +257,4 @@ pub(super) fn read_bundle(
         );
     }
     Ok(doc)
-}
-
-/// Reads into all of `buf` unless the input ends first; the bytes read.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
