@@ -15,7 +15,7 @@ use crate::common;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::backend::{Backend, Kind, settled};
@@ -49,7 +49,7 @@ fn sync_ok(url: &str, dir: &Path, cell: &str, extra: &[&str]) -> String {
     log
 }
 
-fn installed(dir: &Path) -> std::path::PathBuf {
+fn installed(dir: &Path) -> PathBuf {
     dir.join(STACK).join("rootfs.tar")
 }
 
@@ -74,7 +74,7 @@ fn tar_cat(tar: &Path, member: &str) -> Vec<u8> {
 
 /// Promotes v2 and waits until the server assigns it; returns its rootfs
 /// and the tar it serves (saved under `dir`).
-fn roll_to_v2(b: &Backend, addr: &str, dir: &Path) -> (serde_json::Value, std::path::PathBuf) {
+fn roll_to_v2(b: &Backend, addr: &str, dir: &Path) -> (serde_json::Value, PathBuf) {
     promote(b, "v2", &[]);
     let v2 = settled(b.refresh_bound(), &true, || {
         stack_json(addr)["promotions"].as_array().unwrap().len() == 2
@@ -174,6 +174,9 @@ fn a_cell_moves_to_v2_fetching_only_the_chunks_it_lacks() {
     assert!(gauges.contains(&line), "no {line} in {gauges}");
 }
 
+/// Killed mid-delta (kill -9 after 3 chunks), the cell keeps v1; the next
+/// sync resumes from the chunk cache (one cached chunk torn, as a power
+/// loss may leave it: fetched again) and installs v2.
 #[test]
 fn killed_mid_delta_it_never_installs_a_partial_rootfs_and_resumes() {
     let b = Backend::start(Kind::Fs);
@@ -208,24 +211,23 @@ fn killed_mid_delta_it_never_installs_a_partial_rootfs_and_resumes() {
         v1_sha,
         "a killed delta changed rootfs.tar"
     );
-    let cached = std::fs::read_dir(dir.join(STACK).join(".chunks"))
+    let cached: Vec<PathBuf> = std::fs::read_dir(dir.join(STACK).join(".chunks"))
         .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "cacnk")
-        })
-        .count() as u64;
-    assert_eq!(cached, 3);
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cacnk"))
+        .collect();
+    assert_eq!(cached.len(), 3);
+    // The cache is not fsynced: a power loss may leave a chunk torn. Half
+    // of one is refused by its id at the resume and fetched again.
+    let torn = std::fs::read(&cached[0]).unwrap();
+    std::fs::write(&cached[0], &torn[..torn.len() / 2]).unwrap();
 
     let before = chunks_served(addr);
     sync_ok(&url, &dir, "cell-1", &[]);
     assert_eq!(
         chunks_served(addr) - before,
-        lacks - cached,
-        "resumed: fetched again what it had"
+        lacks - 2,
+        "resumed: fetched again what it had (all but the 2 whole cached chunks)"
     );
     assert_eq!(sha256sum(&installed(&dir)), v2["sha256"].as_str().unwrap());
     assert_eq!(transfer(&dir)["method"], "delta");
