@@ -24,8 +24,14 @@
 #                 index plus the .cacnk files of the chunks v1 lacks), and the
 #                 real casync client extracting from airlock (checked by sha256)
 #        ideal    the changed files (and dpkg files) as one zstd -9 tar
+#        patch    v2.tar as `zstd -9 --patch-from=v1.tar` (what a per-promotion
+#                 patch would move; measured only, airlock serves none)
 #      and the chunking throughput (`airlock chunk make`, per CPU second; the
 #      promotion's pipeline with zstd in parallel, from its log line).
+#      Then the same delta and full syncs over a shaped link (LINK): the
+#      cells run in a network namespace joined to the server by a veth
+#      pair whose server side is limited by `tc ... tbf rate LINK`, as a
+#      cell behind a site's uplink would be.
 #   3. Prints the table and the ratios against the targets of issue 27:
 #      delta <= 1.25x ideal, delta <= casync, delta time <= 0.5x full time,
 #      server CPU per delta cell <= a full download's, chunking >= 500 MB/s
@@ -36,21 +42,27 @@
 # Environment:
 #   BENCH_DIR    where the temporary work dir goes (default /var/tmp); removed at exit
 #   PKG          the package v2 rebuilds (default coreutils)
+#   REPS         delta and full syncs on loopback, alternating; times and
+#                CPU are their means (default 5)
 #   SYNTH=1      a generated 150 MB tree instead of the bookworm image
 #   BENCH_SAVE   a directory to copy v1.tar, v2.tar, their .caibx and the changed files' list to
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
+#   LINK         the shaped link's rate, as tc writes it (default 200mbit);
+#                empty: no shaped-link runs (they need iproute2's ip and tc)
 set -euo pipefail
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 . "$(dirname "$0")/bench/lib.sh"
 
 case "${1:-}" in
     -h | --help)
-        sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
 esac
 [ $# -le 1 ] || die "usage: $prog [LAYOUT[:REF]]"
 PKG=${PKG:-coreutils}
+REPS=${REPS:-5}
+LINK=${LINK-200mbit}
 need umoci umoci
 need casync casync
 need zstd zstd
@@ -58,6 +70,7 @@ need jq jq
 need curl curl
 need python3 python3
 need /usr/bin/time time
+[ -z "$LINK" ] || { need ip iproute2; need tc iproute2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (umoci unpack keeps owners)"
 
 if [ -n "${AIRLOCK_BIN:-}" ]; then
@@ -170,7 +183,23 @@ EOF
 "$AIRLOCK" import --data "$W/data" --keyring "$W/key.pub.asc" "$W/bundle.tar" >/dev/null
 "$AIRLOCK" --log info --log-format json stack promote --data "$W/data" bench --image stacks/bench:v1 >/dev/null 2>"$W/promote1.log"
 port=$(free_port)
-"$AIRLOCK" serve --data "$W/data" --listen "127.0.0.1:$port" --log warn >/dev/null 2>"$W/serve.log" &
+listen=(--listen "127.0.0.1:$port")
+if [ -n "$LINK" ]; then
+    # The shaped link: namespace $ns holds the cells' end (10.213.0.2), the
+    # server listens on its end (10.213.0.1), limited to $LINK toward them.
+    ns=airlock-bench-$$
+    bench_cleanup_extra() { ip link del "veth-ab$$" 2>/dev/null; ip netns del "$ns" 2>/dev/null; }
+    ip netns add "$ns"
+    ip link add "veth-ab$$" type veth peer name "veth-ac$$"
+    ip link set "veth-ac$$" netns "$ns"
+    ip addr add 10.213.0.1/30 dev "veth-ab$$"
+    ip link set "veth-ab$$" up
+    ip netns exec "$ns" ip addr add 10.213.0.2/30 dev "veth-ac$$"
+    ip netns exec "$ns" ip link set "veth-ac$$" up
+    tc qdisc add dev "veth-ab$$" root tbf rate "$LINK" burst 256kb latency 50ms
+    listen+=(--listen "10.213.0.1:$port" --plain-http)
+fi
+"$AIRLOCK" serve --data "$W/data" "${listen[@]}" --log warn >/dev/null 2>"$W/serve.log" &
 spid=$!
 pids+=("$spid")
 wait_up airlock "$spid" "http://127.0.0.1:$port/v2/" "$W/serve.log"
@@ -178,12 +207,14 @@ url=http://127.0.0.1:$port
 tck=$(getconf CLK_TCK)
 server_cpu() { awk -v t="$tck" '{ printf "%.3f\n", ($14 + $15) / t }' "/proc/$spid/stat"; }
 
-# sync DIR CELL: one `cell sync --once`; prints "wall_seconds server_cpu_seconds cell_cpu_seconds"
+# sync DIR CELL [shaped]: one `cell sync --once` (over the shaped link when
+# a third argument is given); prints "wall_seconds server_cpu_seconds cell_cpu_seconds"
 sync_cell() {
-    local c0 t0 t1 c1
+    local c0 t0 t1 c1 via=() u=$url
+    [ -z "${3:-}" ] || { via=(ip netns exec "$ns"); u=http://10.213.0.1:$port; }
     c0=$(server_cpu)
     t0=$(date +%s.%N)
-    /usr/bin/time -f '%U %S' -o "$W/cell.time" "$AIRLOCK" cell sync --once --url "$url" --stack bench \
+    "${via[@]}" /usr/bin/time -f '%U %S' -o "$W/cell.time" "$AIRLOCK" cell sync --once --url "$u" --stack bench \
         --install-dir "$1" --cell-id "$2" --log info --log-format json 2>>"$W/cells.log" >/dev/null ||
         die "cell sync $2 failed: $(tail -3 "$W/cells.log")"
     t1=$(date +%s.%N)
@@ -200,13 +231,35 @@ v2_sha=$(curl -sf "$url/stacks/v1/bench?cell=cell-a" | jq -r .rootfs_digest)
 size=$(curl -sf "$url/stacks/v1/bench?cell=cell-a" | jq -r .rootfs_size)
 curl -sf -o "$W/v2.tar" "$url/stacks/v1/bench/rootfs.tar"
 
-note "cell A moves to v2 (delta); cell B installs v2 (full)"
-read -r delta_s delta_cpu delta_cell_cpu < <(sync_cell "$W/cellA" cell-a)
-read -r full_s full_cpu full_cell_cpu < <(sync_cell "$W/cellB" cell-b)
-[ "$(sha256sum "$W/cellA/bench/rootfs.tar" | cut -d' ' -f1)" = "${v2_sha#sha256:}" ] || die "delta rootfs differs"
-delta_bytes=$(jq -r .current.transfer.bytes "$W/cellA/bench/installed.json")
-[ "$(jq -r .current.transfer.method "$W/cellA/bench/installed.json")" = delta ] || die "cell A did not use a delta"
-full_bytes=$(jq -r .current.transfer.bytes "$W/cellB/bench/installed.json")
+[ -z "$LINK" ] || cp -a "$W/cellA" "$W/cellC"
+for i in $(seq 2 "$REPS"); do cp -a "$W/cellA" "$W/cellA$i"; done
+mv "$W/cellA" "$W/cellA1"
+note "$REPS cells holding v1 move to v2 (delta), alternating with $REPS new cells installing v2 (full)"
+: >"$W/runs"
+for i in $(seq 1 "$REPS"); do
+    echo "delta $(sync_cell "$W/cellA$i" "cell-a$i")" >>"$W/runs"
+    echo "full $(sync_cell "$W/cellB$i" "cell-b$i")" >>"$W/runs"
+    [ "$(sha256sum "$W/cellA$i/bench/rootfs.tar" | cut -d' ' -f1)" = "${v2_sha#sha256:}" ] || die "delta rootfs differs"
+    [ "$(jq -r .current.transfer.method "$W/cellA$i/bench/installed.json")" = delta ] || die "cell A$i did not use a delta"
+done
+# mean KIND: "wall_seconds server_cpu_seconds cell_cpu_seconds" over the runs of KIND
+mean() { awk -v k="$1" '$1 == k { n++; w += $2; s += $3; c += $4 } END { printf "%.2f %.3f %.2f\n", w / n, s / n, c / n }' "$W/runs"; }
+read -r delta_s delta_cpu delta_cell_cpu < <(mean delta)
+read -r full_s full_cpu full_cell_cpu < <(mean full)
+delta_bytes=$(jq -r .current.transfer.bytes "$W/cellA1/bench/installed.json")
+full_bytes=$(jq -r .current.transfer.bytes "$W/cellB1/bench/installed.json")
+
+shaped="(LINK empty: not run)"
+if [ -n "$LINK" ]; then
+    note "over a $LINK link: cell C moves to v2 (delta); cell D installs v2 (full)"
+    read -r sdelta_s _ _ < <(sync_cell "$W/cellC" cell-c shaped)
+    read -r sfull_s _ _ < <(sync_cell "$W/cellD" cell-d shaped)
+    [ "$(jq -r .current.transfer.method "$W/cellC/bench/installed.json")" = delta ] || die "cell C did not use a delta"
+    for c in cellC cellD; do
+        [ "$(sha256sum "$W/$c/bench/rootfs.tar" | cut -d' ' -f1)" = "${v2_sha#sha256:}" ] || die "$c's rootfs differs"
+    done
+    shaped="${sdelta_s}s / ${sfull_s}s = $(awk -v a="$sdelta_s" -v b="$sfull_s" 'BEGIN { printf "%.2f", a / b }')x"
+fi
 
 note "casync: its own store and client"
 casync make --digest=sha256 --compression=zstd --store="$W/castr" "$W/v1.caibx" "$W/v1.tar" >/dev/null
@@ -233,6 +286,9 @@ casync_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'
 
 note "ideal: the changed files, zstd -9"
 ideal_bytes=$(cd "$W/v2" && tar --null -T <(tr '\n' '\0' <"$W/changed.list") -cf - | zstd -9 -q -c | wc -c)
+
+note "zstd --patch-from: v2 compressed against v1 (measured, not served)"
+patch_bytes=$(zstd -q -9 --patch-from="$W/v1.tar" -c "$W/v2.tar" | wc -c)
 
 note "chunking throughput"
 chunk_line=$("$AIRLOCK" chunk make "$W/v2.tar" "$W/check.caibx")
@@ -261,15 +317,17 @@ rootfs delta benchmark: v1 = $SOURCE, v2 = v1 with $PKG rebuilt
 | full rootfs.tar                   | $(printf '%12s' "$full_bytes") | $(printf '%7s' "$(mb "$full_bytes")") | $(ratio "$full_bytes" "$ideal_bytes")x |
 | casync extract --seed (own store) | $(printf '%12s' "$casync_bytes") | $(printf '%7s' "$(mb "$casync_bytes")") | $(ratio "$casync_bytes" "$ideal_bytes")x |
 | airlock cell sync (delta)         | $(printf '%12s' "$delta_bytes") | $(printf '%7s' "$(mb "$delta_bytes")") | $(ratio "$delta_bytes" "$ideal_bytes")x |
+| zstd -9 --patch-from=v1 (not served) | $(printf '%9s' "$patch_bytes") | $(printf '%7s' "$(mb "$patch_bytes")") | $(ratio "$patch_bytes" "$ideal_bytes")x |
 | ideal (changed files, zstd -9)    | $(printf '%12s' "$ideal_bytes") | $(printf '%7s' "$(mb "$ideal_bytes")") | 1.00x |
 
 | measure                                   | value              | target   |
 | ----------------------------------------- | ------------------ | -------- |
 | delta / ideal                             | $(ratio "$delta_bytes" "$ideal_bytes")x              | <= 1.25x |
 | delta / casync                            | $(ratio "$delta_bytes" "$casync_bytes")x              | <= 1x    |
-| delta sync time / full sync time          | ${delta_s}s / ${full_s}s = $(ratio "$delta_s" "$full_s")x | <= 0.5x  |
+| delta sync time / full sync time (mean of $REPS) | ${delta_s}s / ${full_s}s = $(ratio "$delta_s" "$full_s")x | <= 0.5x  |
+| the same over a ${LINK:-shaped} link        | $shaped | <= 0.5x  |
 |   delta phases                            | $phases |          |
-| server CPU, delta cell / full cell        | ${delta_cpu}s / ${full_cpu}s | <= 1x    |
+| server CPU, delta cell / full cell        | ${delta_cpu}s / ${full_cpu}s = $(ratio "$delta_cpu" "$full_cpu")x | <= 1x    |
 | cell CPU (user+sys), delta / full         | ${delta_cell_cpu}s / ${full_cell_cpu}s |          |
 | chunker per CPU s (cut / cut + SHA-256)   | $cut_mbps / $hash_mbps MB/s    | >= 500   |
 | promotion pipeline (cut, hash, zstd -9)   | $promote_mbps MB/s wall        |          |

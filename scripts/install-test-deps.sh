@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs every tool the tests use: Debian packages with apt-get and the
-# oras client (tests/push_clients.rs), the Prometheus text-format parser
+# oras client (tests/it/push_clients.rs), the Prometheus text-format parser
 # (tests/metrics.rs), moto's S3 server (tests/s3_backends.rs), the SPDX
-# and CycloneDX validators (tests/sbom_inventory.rs) and selenium
-# (tests/ui_console.rs drives Debian's chromium with it) with pip,
+# and CycloneDX validators (tests/it/sbom_inventory.rs) and selenium
+# (tests/it/ui_console.rs drives Debian's chromium with it) with pip,
 # and the s3s-fs S3 server (tests/s3_backends.rs) with cargo install. The
 # one list of test dependencies: .ci/run and scripts/test.sh both call this.
 #

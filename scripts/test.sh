@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README's test command: installs the tools the tests use when one is missing
 # (scripts/install-test-deps.sh), then runs the whole suite in release mode.
-# Extra arguments go to cargo test (e.g. `scripts/test.sh --test e2e_skopeo`).
+# Extra arguments go to cargo test (e.g. `scripts/test.sh --test it -- e2e_skopeo::`).
 # --no-fail-fast: one failing test file does not hide the results of the others.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,7 +11,7 @@ use airlock::store::Blobstore;
 use airlock::store::fs::FsStore;
 use airlock::store::s3::{S3Settings, S3Store};
 
-use super::backend::{AWS_ENV, BUCKET, Backend};
+use super::backend::{BUCKET, Backend};
 
 /// The store of one backend.
 pub struct Objects {
@@ -40,14 +40,7 @@ impl Objects {
         let store: Arc<dyn Blobstore> = match &b.s3 {
             None => Arc::new(FsStore::open(&b.data_dir()).unwrap()),
             Some(server) => {
-                static ENV: std::sync::Once = std::sync::Once::new();
-                // SAFETY: set once, to the same values every caller wants,
-                // before the first S3 client of this binary reads them.
-                ENV.call_once(|| unsafe {
-                    for (k, v) in AWS_ENV {
-                        std::env::set_var(k, v);
-                    }
-                });
+                super::backend::set_aws_env();
                 let mut settings = S3Settings::new(BUCKET, "site");
                 settings.endpoint = Some(server.endpoint.clone());
                 Arc::new(rt.block_on(S3Store::open(&settings)).unwrap())

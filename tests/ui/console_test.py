@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The airlock console in a real browser (Debian chromium + chromedriver,
-driven by selenium), against a server tests/ui_console.rs set up: imported
+driven by selenium), against a server tests/it/ui_console.rs set up: imported
 images (one with an annotation that is an HTML tag), stack `bb` with
 promotion 2 at 10 %, users ops (admin) and rd (reader), a cell user.
 

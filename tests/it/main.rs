@@ -1,0 +1,60 @@
+//! The integration tests, one module per surface, in one test binary: each
+//! binary links the whole crate, so one binary instead of one per file
+//! saves most of the suite's build time (CI's 40-minute budget).
+//!
+//! Two suites stay binaries of their own (`tests/metrics.rs`,
+//! `tests/zero_copy.rs`): they assert exact values of airlock's process-wide
+//! metrics registry, which the in-process servers of every other module
+//! here would move too.
+//!
+//! Run one module with `cargo test --release --test it -- MODULE::`
+//! (e.g. `registry_push::`), as docs/testing.md shows.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod auth_tls;
+mod auth_users;
+mod authz_matrix;
+mod bosh_release;
+mod bundle_import;
+mod bundle_volumes;
+mod cell_sync;
+mod chunks_casync;
+mod cli_operator;
+mod crash_safety;
+mod disk_full;
+mod e2e_skopeo;
+mod fsck_rollback;
+mod gc;
+mod gc_retention;
+mod hostile_clients;
+mod import_trust;
+mod pgp_interop;
+mod proptest_parsers;
+mod push_clients;
+mod recovery;
+mod registry_pull;
+mod registry_push;
+mod registry_source;
+mod rootfs_delta_cell;
+mod rootfs_delta_serve;
+mod s3_backends;
+mod sbom_feeds;
+mod sbom_inventory;
+mod sbom_versions;
+mod sbom_vulns;
+mod server_limits;
+mod server_reload;
+mod server_workers;
+mod stacks_api;
+mod stacks_candidates;
+mod stacks_flatten;
+mod stacks_lifecycle;
+mod state_commit;
+mod state_pages;
+mod state_root_cache;
+mod store_suite;
+mod torcx;
+mod ui_console;
+mod upload_sessions;

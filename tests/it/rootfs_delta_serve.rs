@@ -1,0 +1,221 @@
+//! Rootfs deltas on the server: the unmodified casync client (Debian
+//! `casync`, its `casync-http` helper) extracts a promoted rootfs from
+//! airlock's `rootfs.caibx` and `/stacks/v1/chunks/` store, with and
+//! without a seed, byte-identical to the published rootfs (coreutils'
+//! `sha256sum`), fetching with a seed exactly the chunks casync's own
+//! `casync make` says the seed lacks; GC keeps chunks and indexes while a
+//! kept generation reaches them and sweeps them (and orphans) otherwise;
+//! fsck names a missing chunk; `max_in_flight` counts delta downloads;
+//! the index follows the tar's cache rules. On every blobstore backend
+//! where the store matters (`on_backends!`).
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::backend::{Backend, Kind, on_backends, settled};
+use common::deltas::*;
+use common::objects::{Objects, blob_key};
+use common::*;
+
+fn casync_extract(addr: &str, seed: Option<&Path>, out: &Path) {
+    let mut c = Command::new("casync");
+    c.arg("extract")
+        .arg(format!("--store=http://{addr}/stacks/v1/chunks/"));
+    if let Some(s) = seed {
+        c.arg(format!("--seed={}", s.display()));
+    }
+    run_ok(
+        c.arg(format!("http://{addr}/stacks/v1/{STACK}/rootfs.caibx"))
+            .arg(out),
+    );
+}
+
+fn casync_extracts_from_airlock(b: Backend) {
+    require_tool("casync", "casync");
+    import_and_promote(&b, "v1", &[]);
+    promote(&b, "v2", &[]);
+    let server = b.serve(&[]);
+    let addr = server.addr.as_str();
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = (rootfs_of(addr, 1), rootfs_of(addr, 2));
+    let (v1_tar, v2_tar) = (dir.path().join("v1.tar"), dir.path().join("v2.tar"));
+    for (r, tar) in [(&v1, &v1_tar), (&v2, &v2_tar)] {
+        let path = format!(
+            "/stacks/v1/{STACK}/rootfs.tar?digest={}",
+            r["manifest"].as_str().unwrap()
+        );
+        download(addr, &path, tar);
+        assert_eq!(sha256sum(tar), r["sha256"].as_str().unwrap());
+    }
+    let (ids1, ids2) = (casync_ids(&v1_tar), casync_ids(&v2_tar));
+    let new: Vec<_> = ids2.difference(&ids1).collect();
+    assert!(
+        !new.is_empty() && new.len() < ids2.len() / 2,
+        "{} of {} chunks new",
+        new.len(),
+        ids2.len()
+    );
+
+    let before = chunks_served(addr);
+    let whole = dir.path().join("whole.tar");
+    casync_extract(addr, None, &whole);
+    assert_eq!(sha256sum(&whole), v2["sha256"].as_str().unwrap());
+    assert_eq!(chunks_served(addr) - before, ids2.len() as u64);
+
+    let before = chunks_served(addr);
+    let seeded = dir.path().join("seeded.tar");
+    casync_extract(addr, Some(&v1_tar), &seeded);
+    assert_eq!(sha256sum(&seeded), v2["sha256"].as_str().unwrap());
+    assert_eq!(chunks_served(addr) - before, new.len() as u64);
+}
+
+on_backends!([fs, moto, s3s_fs] casync_extracts_from_airlock);
+
+/// The blobs a rootfs's chunk map keeps: the map, the index, every `.cacnk`.
+fn chunk_blobs(objects: &Objects, rootfs: &serde_json::Value) -> Vec<String> {
+    let map = rootfs["chunks"]["map"].as_str().unwrap().to_string();
+    let doc: serde_json::Value =
+        serde_json::from_slice(&objects.get(&blob_key(&map)).unwrap()).unwrap();
+    let mut out = vec![map, doc["index"].as_str().unwrap().to_string()];
+    out.extend(
+        doc["chunks"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|d| d.as_str().unwrap().to_string()),
+    );
+    out
+}
+
+fn gc_keeps_chunks_while_reachable_and_sweeps_them_after(b: Backend) {
+    b.import(&test_key().1, bundle());
+    let imported = b.history()[0].0;
+    promote(&b, "v1", &[]);
+    let show: serde_json::Value =
+        serde_json::from_str(&b.airlock_ok(&["stack", "show"], &[STACK, "--json"])).unwrap();
+    let rootfs = &show["promotions"][0]["rootfs"][0];
+    let objects = Objects::of(&b);
+    let blobs = chunk_blobs(&objects, rootfs);
+    assert!(blobs.len() > 10, "{} chunk blobs", blobs.len());
+    let orphan = airlock::chunks::cacnk::compress(b"a chunk no rootfs names").unwrap();
+    let orphan_digest = format!(
+        "sha256:{}",
+        airlock::digest::Digest::sha256_of(&orphan).hex()
+    );
+    objects.put(&blob_key(&orphan_digest), &orphan);
+    std::thread::sleep(Duration::from_millis(2100));
+    b.airlock_ok(&["gc"], &["--grace", "1s"]);
+    for d in &blobs {
+        assert!(
+            objects.exists(&blob_key(d)),
+            "gc removed {d}, which the promotion keeps"
+        );
+    }
+    assert!(
+        !objects.exists(&blob_key(&orphan_digest)),
+        "gc kept an unreferenced chunk"
+    );
+
+    // fsck knows chunks: one gone is a problem naming it.
+    let gone = &blobs[blobs.len() / 2];
+    let kept = objects.get(&blob_key(gone)).unwrap();
+    objects.delete(&blob_key(gone));
+    let o = b.airlock(&["fsck"], &["--json"]);
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !o.status.success() && report.contains(gone.as_str()),
+        "fsck: {report}"
+    );
+    objects.put(&blob_key(gone), &kept);
+
+    // Once no kept generation has the promotion, its chunks go.
+    b.airlock_ok(
+        &["rollback"],
+        &["--to", &imported.to_string(), "--reason", "test"],
+    );
+    std::thread::sleep(Duration::from_millis(2100));
+    b.airlock_ok(
+        &["gc"],
+        &[
+            "--grace",
+            "1s",
+            "--keep-generations",
+            "1",
+            "--keep-days",
+            "0",
+        ],
+    );
+    for d in &blobs {
+        assert!(
+            !objects.exists(&blob_key(d)),
+            "gc kept {d}, which no kept generation reaches"
+        );
+    }
+}
+
+on_backends!([fs, s3s_fs] gc_keeps_chunks_while_reachable_and_sweeps_them_after);
+
+fn curl_put_report(addr: &str, cell: &str, digest: &str) -> String {
+    let o = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT"])
+        .args(["-H", "Content-Type: application/json", "-d"])
+        .arg(format!("{{\"digest\":\"{digest}\"}}"))
+        .arg(format!("http://{addr}/stacks/v1/{STACK}/cells/{cell}"))
+        .output()
+        .expect("curl (apt-get install curl)");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn max_in_flight_counts_delta_downloads_and_the_index_follows_the_tars_cache_rules() {
+    let b = Backend::start(Kind::Fs);
+    import_and_promote(&b, "v1", &["--max-in-flight", "1"]);
+    let server = b.serve(&[]);
+    let addr = server.addr.as_str();
+    let get = |path: &str| http(addr, "GET", path, &[]).unwrap();
+    let index = |cell: &str| get(&format!("/stacks/v1/{STACK}/rootfs.caibx?cell={cell}"));
+    let tar = format!("/stacks/v1/{STACK}/rootfs.tar");
+    assert_eq!(index("a").0, 200);
+    assert_eq!(
+        index("a").0,
+        200,
+        "a cell's second index GET renews its own lease"
+    );
+    let busy = index("b");
+    assert_eq!(busy.0, 429);
+    assert!(header(&busy.1, "retry-after").is_some());
+    assert_eq!(get(&tar).0, 429, "a delta download holds the only slot");
+    assert_eq!(
+        get(&format!("{tar}?cell=a")).0,
+        200,
+        "a's lease becomes its tar download"
+    );
+    // Its slot is given back when the server drops the sent body.
+    let status = settled(Duration::from_secs(2), &200, || index("b").0);
+    assert_eq!(status, 200);
+    let digest = rootfs_of(addr, 1)["manifest"].as_str().unwrap().to_string();
+    assert_eq!(curl_put_report(addr, "b", &digest), "204");
+    assert_eq!(get(&tar).0, 200, "b's report gave its lease back");
+
+    // Cache rules, the tar's and the index's alike: a digest-addressed URL
+    // is immutable; one that resolves may change (no-cache, with an ETag).
+    for file in ["rootfs.tar", "rootfs.caibx"] {
+        let (s, h, _) = http(addr, "HEAD", &format!("/stacks/v1/{STACK}/{file}"), &[]).unwrap();
+        assert_eq!(
+            (s, header(&h, "cache-control")),
+            (200, Some("no-cache")),
+            "{file}"
+        );
+        assert!(header(&h, "etag").is_some(), "{file}");
+        let path = format!("/stacks/v1/{STACK}/{file}?digest={digest}");
+        let (s, h, _) = http(addr, "HEAD", &path, &[]).unwrap();
+        assert_eq!(
+            (s, header(&h, "cache-control")),
+            (200, Some("public, max-age=31536000, immutable")),
+            "{file}"
+        );
+    }
+}
