@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs every tool the tests use: Debian packages with apt-get and the
 # oras client (tests/it/push_clients.rs), the Prometheus text-format parser
-# (tests/metrics.rs), moto's S3 server (tests/s3_backends.rs), the SPDX
+# (tests/metrics.rs), moto's S3 server (tests/it/s3_backends.rs), the SPDX
 # and CycloneDX validators (tests/it/sbom_inventory.rs) and selenium
 # (tests/it/ui_console.rs drives Debian's chromium with it) with pip,
-# and the s3s-fs S3 server (tests/s3_backends.rs) with cargo install. The
+# and the s3s-fs S3 server (tests/it/s3_backends.rs) with cargo install. The
 # one list of test dependencies: .ci/run and scripts/test.sh both call this.
 #
 #   scripts/install-test-deps.sh               # install (needs root)
