@@ -81,8 +81,7 @@ pub struct HttpChunkStore<'a> {
 impl ChunkStore for HttpChunkStore<'_> {
     async fn fetch(&self, id: &ChunkId) -> Result<Option<Bytes>> {
         let path = format!("{}{}?{}", self.base, id.store_path(), self.query);
-        // A zstd frame is at most a little larger than its content.
-        let limit = self.max + self.max / 8 + 1024;
+        let limit = crate::chunks::cacnk::max_frame_size(self.max);
         let mut tries = 0;
         loop {
             match self.client.get_bytes(&path, limit).await {
@@ -98,10 +97,11 @@ impl ChunkStore for HttpChunkStore<'_> {
 
 /// Tries to assemble the rootfs `a` names at `dir`'s download path from
 /// the cell's rootfs files and the chunks it lacks. Errors: only what
-/// should stop the pass (the network, the local disk); the chunk cache
+/// should stop the pass (the network, reading a seed); the chunk cache
 /// is then kept, so the next pass resumes. Anything that makes a delta
 /// pointless or untrustworthy (no index, no seed, a missing or refused
-/// chunk, a larger delta) is [`Delta::Fallback`].
+/// chunk, a larger delta) or impossible here (a chunk cache that cannot
+/// be opened or written) is [`Delta::Fallback`].
 pub async fn try_delta(
     client: &StacksClient,
     stack: &str,
@@ -152,7 +152,10 @@ pub async fn try_delta(
         Err(e) => return Ok(Delta::Fallback(format!("index unusable: {e}"), moved)),
     };
     let index = Arc::new(index);
-    let cache = Arc::new(ChunkCache::open(&dir.chunk_cache())?);
+    let cache = match ChunkCache::open(&dir.chunk_cache()) {
+        Ok(c) => Arc::new(c),
+        Err(e) => return Ok(Delta::Fallback(format!("chunk cache: {e:#}"), moved)),
+    };
     let started = Instant::now();
     let mut published = Vec::new();
     for (path, installed) in &seeds {

@@ -157,6 +157,19 @@ impl StackDir {
                 .with_context(|| format!("linking {}", rootfs.display()))?;
             std::fs::rename(&link, self.previous())?;
         }
+        // Damage where the rootfs should be (a directory, a symlink: the
+        // cell writes neither) would fail every install: replace it.
+        if let Ok(m) = std::fs::symlink_metadata(&rootfs)
+            && !m.is_file()
+        {
+            tracing::warn!(path = %rootfs.display(), "rootfs is not a regular file; replacing it");
+            let removed = if m.is_dir() {
+                std::fs::remove_dir_all(&rootfs)
+            } else {
+                std::fs::remove_file(&rootfs)
+            };
+            removed.with_context(|| format!("removing {}", rootfs.display()))?;
+        }
         touch(new)?;
         std::fs::rename(new, &rootfs)
             .with_context(|| format!("renaming {} to {}", new.display(), rootfs.display()))?;
@@ -249,5 +262,18 @@ mod tests {
         assert_eq!(std::fs::read_to_string(d.previous()).unwrap(), "two");
         let r = d.record();
         assert_eq!((r.current, r.previous), (Some(meta(1)), Some(meta(2))));
+    }
+
+    /// A directory where rootfs.tar should be (damage: the cell never
+    /// makes one) is replaced, not a rename error on every pass.
+    #[test]
+    fn install_replaces_a_directory_in_the_rootfs_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = StackDir::open(tmp.path(), "s").unwrap();
+        std::fs::create_dir_all(d.rootfs().join("x")).unwrap();
+        std::fs::write(d.new_path(), "new").unwrap();
+        d.install(&d.new_path(), meta(3)).unwrap();
+        assert_eq!(std::fs::read_to_string(d.rootfs()).unwrap(), "new");
+        assert_eq!(d.record().current, Some(meta(3)));
     }
 }

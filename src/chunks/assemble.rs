@@ -116,20 +116,31 @@ impl Seeds {
     }
 }
 
-/// A directory of verified `.cacnk` files, `<id>.cacnk`.
+/// A directory of verified `.cacnk` files, `<id>.cacnk`: the cell's own,
+/// so anything in it that is not what the cache wrote (a directory, a
+/// symlink, a FIFO, a file larger than a chunk can be) is damage: it is
+/// removed and the chunk fetched again, never followed or read unbounded.
 pub struct ChunkCache {
     dir: PathBuf,
 }
 
 impl ChunkCache {
-    /// Opens (creating) `dir`, removing `.tmp` leftovers of a killed run.
-    /// Errors: the directory cannot be created or listed.
+    /// Opens (creating) `dir`, removing `.tmp` leftovers of a killed run;
+    /// a file or symlink where the directory should be is replaced by
+    /// one. Errors: the directory cannot be created or listed (with its
+    /// path).
     pub fn open(dir: &Path) -> Result<ChunkCache> {
+        if std::fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
+            tracing::warn!(path = %dir.display(), "chunk cache is not a directory; replacing it");
+            remove_entry(dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for e in std::fs::read_dir(dir)? {
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
+        for e in entries {
             let p = e?.path();
             if p.extension().is_some_and(|x| x == "tmp") {
-                let _ = std::fs::remove_file(&p);
+                let _ = remove_entry(&p);
             }
         }
         Ok(ChunkCache {
@@ -141,35 +152,95 @@ impl ChunkCache {
         self.dir.join(format!("{id}.cacnk"))
     }
 
-    /// Chunk `id` from the cache, verified; `None` when absent or bad
-    /// (a bad one is removed).
+    /// Chunk `id` from the cache, verified; `None` when absent or bad (a
+    /// bad one is removed). Reads only a regular file (not following a
+    /// symlink, never blocking on a FIFO) of at most
+    /// [`cacnk::max_frame_size`]`(max)` bytes.
     pub fn read(&self, id: &ChunkId, max: usize) -> Option<Vec<u8>> {
-        let bytes = std::fs::read(self.path(id)).ok()?;
+        let path = self.path(id);
+        let bytes = match read_regular(&path, cacnk::max_frame_size(max)) {
+            Ok(Some(b)) => b,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cached chunk refused; fetching it again");
+                let _ = remove_entry(&path);
+                return None;
+            }
+        };
         match cacnk::decompress_verified(&bytes, id, max) {
             Ok(data) => Some(data),
             Err(e) => {
-                tracing::warn!(error = %e, "cached chunk refused; fetching it again");
-                let _ = std::fs::remove_file(self.path(id));
+                tracing::warn!(path = %path.display(), error = %e, "cached chunk refused; fetching it again");
+                let _ = remove_entry(&path);
                 None
             }
         }
     }
 
     /// Keeps the verified `.cacnk` bytes of `id` (temporary file, rename;
-    /// no fsync: see the module's crash-safety note).
+    /// no fsync: see the module's crash-safety note); whatever is in the
+    /// way at either name is removed first. Errors: I/O, with the path.
     pub fn put(&self, id: &ChunkId, cacnk: &[u8]) -> Result<()> {
-        let tmp = self.dir.join(format!("{id}.cacnk.tmp"));
-        std::fs::write(&tmp, cacnk)?;
-        std::fs::rename(&tmp, self.path(id))?;
+        let (tmp, path) = (self.dir.join(format!("{id}.cacnk.tmp")), self.path(id));
+        for p in [&tmp, &path] {
+            if std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_file()) {
+                remove_entry(p).with_context(|| format!("removing {}", p.display()))?;
+            }
+        }
+        std::fs::write(&tmp, cacnk).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("renaming {}", tmp.display()))?;
         Ok(())
     }
 
     /// Removes the cache directory and everything in it.
     pub fn remove(self) -> Result<()> {
-        match std::fs::remove_dir_all(&self.dir) {
+        match remove_entry(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
             _ => Ok(()),
         }
+    }
+}
+
+/// The bytes of the regular file at `path` (not followed if a symlink,
+/// opened without blocking if a FIFO); `None` when absent. Errors: not a
+/// regular file, larger than `limit` bytes, or I/O.
+fn read_regular(path: &Path, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let f = match f {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > limit as u64 {
+        return Err(std::io::Error::other(format!(
+            "{} bytes, more than a chunk's {limit}",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.take(limit as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > limit {
+        return Err(std::io::Error::other("grew past a chunk's size"));
+    }
+    Ok(Some(bytes))
+}
+
+/// Removes `path` whatever it is (a directory with its contents; a
+/// symlink itself, never its target).
+fn remove_entry(path: &Path) -> std::io::Result<()> {
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
     }
 }
 
@@ -217,7 +288,11 @@ pub enum FetchError {
     /// A chunk's bytes are not its id's (or not a bounded zstd frame).
     #[error(transparent)]
     Refused(#[from] cacnk::ChunkError),
-    /// Reading the store or writing the cache failed.
+    /// Writing the local cache failed (a full or read-only disk): a
+    /// caller falls back to a download that needs no cache.
+    #[error("chunk cache: {0:#}")]
+    Cache(anyhow::Error),
+    /// Reading the store failed.
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -250,7 +325,7 @@ pub async fn fetch(
     let mut total = 0u64;
     while let Some(r) = gets.next().await {
         let (id, bytes) = r?;
-        cache.put(&id, &bytes)?;
+        cache.put(&id, &bytes).map_err(FetchError::Cache)?;
         total += bytes.len() as u64;
         on_chunk(bytes.len() as u64);
     }
@@ -309,4 +384,98 @@ pub fn assemble(
         bail!("assembled blob is {got}, expected {expected}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: usize = 64 << 10;
+
+    fn chunk(seed: u8) -> (ChunkId, Vec<u8>) {
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i as u8) ^ seed).collect();
+        (ChunkId::of(&data), cacnk::compress(&data).unwrap())
+    }
+
+    /// Damage in the cache directory (from the attacks of a review: a
+    /// symlink to /dev/zero was read until the OOM killer came, a FIFO
+    /// blocked, a directory at a chunk's or a `.tmp` name failed every
+    /// pass) is refused without reading it, removed, and the chunk can be
+    /// kept again; nothing outside the cache is touched.
+    #[test]
+    fn damaged_cache_entries_are_removed_not_followed_or_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::write(&outside, b"not the cache's").unwrap();
+        let dir = tmp.path().join("cache");
+        let cache = ChunkCache::open(&dir).unwrap();
+        let (id, bytes) = chunk(1);
+        let at = cache.path(&id);
+        let fifo = std::ffi::CString::new(at.to_str().unwrap()).unwrap();
+        type Damage<'a> = (&'a str, Box<dyn Fn() + 'a>);
+        let damage: Vec<Damage> = vec![
+            (
+                "symlink to /dev/zero",
+                Box::new(|| std::os::unix::fs::symlink("/dev/zero", &at).unwrap()),
+            ),
+            (
+                "symlink to a file",
+                Box::new(|| std::os::unix::fs::symlink(&outside, &at).unwrap()),
+            ),
+            (
+                "directory",
+                Box::new(|| std::fs::create_dir_all(at.join("d")).unwrap()),
+            ),
+            // SAFETY: a valid NUL-terminated path.
+            (
+                "fifo",
+                Box::new(|| assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0)),
+            ),
+            (
+                "larger than a chunk",
+                Box::new(|| std::fs::write(&at, vec![0u8; 2 * MAX]).unwrap()),
+            ),
+            (
+                "half a chunk",
+                Box::new(|| std::fs::write(&at, &bytes[..bytes.len() / 2]).unwrap()),
+            ),
+        ];
+        for (what, make) in damage {
+            make();
+            assert_eq!(cache.read(&id, MAX), None, "{what}");
+            assert!(
+                std::fs::symlink_metadata(&at).is_err(),
+                "{what} left in place"
+            );
+            cache.put(&id, &bytes).unwrap();
+            assert!(cache.read(&id, MAX).is_some(), "{what}: kept again");
+            std::fs::remove_file(&at).unwrap();
+        }
+        // A directory at the temporary name is cleared by `put` and `open`.
+        std::fs::create_dir_all(dir.join(format!("{id}.cacnk.tmp")).join("d")).unwrap();
+        cache.put(&id, &bytes).unwrap();
+        std::fs::create_dir_all(dir.join("x.cacnk.tmp")).unwrap();
+        ChunkCache::open(&dir).unwrap();
+        assert!(!dir.join("x.cacnk.tmp").exists());
+        assert_eq!(std::fs::read(&outside).unwrap(), b"not the cache's");
+    }
+
+    /// A file, or a symlink to another directory, where the cache
+    /// directory should be is replaced by a directory of its own.
+    #[test]
+    fn a_cache_path_that_is_not_a_directory_is_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        std::fs::write(&dir, b"x").unwrap();
+        let (id, bytes) = chunk(2);
+        ChunkCache::open(&dir).unwrap().put(&id, &bytes).unwrap();
+        assert!(dir.is_dir());
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        ChunkCache::open(&dir).unwrap().put(&id, &bytes).unwrap();
+        assert!(std::fs::symlink_metadata(&dir).unwrap().is_dir());
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
 }

@@ -35,6 +35,13 @@ pub enum ChunkError {
     },
 }
 
+/// The most bytes a `.cacnk` of a chunk of at most `max` bytes may have:
+/// zstd's worst case (`ZSTD_COMPRESSBOUND`, `max + max/256` plus a few
+/// hundred bytes) with room to spare; a larger one is refused unread.
+pub fn max_frame_size(max: usize) -> usize {
+    max + max / 8 + 1024
+}
+
 /// `data` as a `.cacnk` (one zstd frame). Errors: zstd failed (out of memory).
 pub fn compress(data: &[u8]) -> std::io::Result<Vec<u8>> {
     zstd::bulk::compress(data, LEVEL)
