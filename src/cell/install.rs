@@ -163,12 +163,8 @@ impl StackDir {
             && !m.is_file()
         {
             tracing::warn!(path = %rootfs.display(), "rootfs is not a regular file; replacing it");
-            let removed = if m.is_dir() {
-                std::fs::remove_dir_all(&rootfs)
-            } else {
-                std::fs::remove_file(&rootfs)
-            };
-            removed.with_context(|| format!("removing {}", rootfs.display()))?;
+            crate::chunks::assemble::remove_entry(&rootfs)
+                .with_context(|| format!("removing {}", rootfs.display()))?;
         }
         touch(new)?;
         std::fs::rename(new, &rootfs)

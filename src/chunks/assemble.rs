@@ -235,8 +235,8 @@ fn read_regular(path: &Path, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
 }
 
 /// Removes `path` whatever it is (a directory with its contents; a
-/// symlink itself, never its target).
-fn remove_entry(path: &Path) -> std::io::Result<()> {
+/// symlink itself, never its target). Errors: `NotFound`, or I/O.
+pub fn remove_entry(path: &Path) -> std::io::Result<()> {
     if std::fs::symlink_metadata(path)?.is_dir() {
         std::fs::remove_dir_all(path)
     } else {
