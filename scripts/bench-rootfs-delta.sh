@@ -17,18 +17,23 @@
 #      images (umoci), bundled, imported, v1 promoted; airlock serve starts.
 #   2. Measures, on loopback:
 #        full     a cell without a rootfs syncs v2: the whole tar
-#        delta    a cell holding v1 syncs v2: airlock's delta (bytes from
-#                 the cell's own report, wall time, server CPU)
+#        patch    a cell holding v1 syncs v2: airlock's delta, the zstd
+#                 patch v2's promotion made from v1 (bytes from the cell's
+#                 own report, wall time, server CPU)
+#        chunks   the same with the patch moved out of the store for the
+#                 run: the casync-chunk delta (what a cell with the site's
+#                 CA certificates added, or more than one promotion behind,
+#                 gets)
 #        casync   what `casync extract --seed=v1.tar` downloads from a casync
 #                 store of v2 made by `casync make --compression=zstd` (its
 #                 index plus the .cacnk files of the chunks v1 lacks), and the
 #                 real casync client extracting from airlock (checked by sha256)
 #        ideal    the changed files (and dpkg files) as one zstd -9 tar
-#        patch    v2.tar as `zstd -9 --patch-from=v1.tar` (what a per-promotion
-#                 patch would move; measured only, airlock serves none)
+#        zstd     v2.tar as `zstd -9 --patch-from=v1.tar` by the zstd CLI (a
+#                 reference for airlock's patch)
 #      and the chunking throughput (`airlock chunk make`, per CPU second; the
 #      promotion's pipeline with zstd in parallel, from its log line).
-#      Then the same delta and full syncs over a shaped link (LINK): the
+#      Then the same patch, chunk and full syncs over a shaped link (LINK): the
 #      cells run in a network namespace joined to the server by a veth
 #      pair whose server side is limited by `tc ... tbf rate LINK`, as a
 #      cell behind a site's uplink would be.
@@ -42,9 +47,12 @@
 # Environment:
 #   BENCH_DIR    where the temporary work dir goes (default /var/tmp); removed at exit
 #   PKG          the package v2 rebuilds (default coreutils)
-#   REPS         delta and full syncs on loopback, alternating; times and
+#   REPS         patch, chunk and full syncs on loopback, alternating; times and
 #                CPU are their means (default 5)
 #   SYNTH=1      a generated 150 MB tree instead of the bookworm image
+#   EDIT_EVERY   rebuild by changing one byte in every EDIT_EVERY bytes of
+#                each file (e.g. 64: as dense as the address changes of a
+#                real recompile) instead of two bytes per 4 KiB
 #   BENCH_SAVE   a directory to copy v1.tar, v2.tar, their .caibx and the changed files' list to
 #   AIRLOCK_BIN  use this binary instead of building target/release/airlock
 #   LINK         the shaped link's rate, as tc writes it (default 200mbit);
@@ -55,7 +63,7 @@ BENCH_DIR=${BENCH_DIR:-/var/tmp}
 
 case "${1:-}" in
     -h | --help)
-        sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,59p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
 esac
@@ -131,10 +139,15 @@ for line in open(listing):
     if not rel or os.path.islink(p) or not os.path.isfile(p):
         continue
     b = bytearray(open(p, "rb").read())
-    for i in range(0, len(b), 4096):
-        for j in (i + 100, i + 2000):
-            if j < len(b):
-                b[j] = (b[j] + 1) % 256
+    every = int(os.environ.get("EDIT_EVERY") or 0)
+    if every:
+        for j in range(every // 2, len(b), every):
+            b[j] = (b[j] + 1) % 256
+    else:
+        for i in range(0, len(b), 4096):
+            for j in (i + 100, i + 2000):
+                if j < len(b):
+                    b[j] = (b[j] + 1) % 256
     st = os.stat(p)
     open(p, "wb").write(b)
     os.utime(p, (st.st_atime, st.st_mtime + 86400))
@@ -230,35 +243,62 @@ curl -sf -o "$W/v1.tar" "$url/stacks/v1/bench/rootfs.tar"
 v2_sha=$(curl -sf "$url/stacks/v1/bench?cell=cell-a" | jq -r .rootfs_digest)
 size=$(curl -sf "$url/stacks/v1/bench?cell=cell-a" | jq -r .rootfs_size)
 curl -sf -o "$W/v2.tar" "$url/stacks/v1/bench/rootfs.tar"
+patch_digest=$(curl -sf "$url/stacks/v1/bench?cell=cell-a" | jq -r .rootfs_patch.digest)
+[ "$patch_digest" != null ] || die "v2's promotion made no patch: $(cat "$W/promote2.log")"
+patch_hex=${patch_digest#sha256:}
+patch_file=$W/data/blobs/sha256/${patch_hex:0:2}/$patch_hex
+[ -f "$patch_file" ] || die "no patch blob at $patch_file"
+# chunks_only CMD...: runs CMD with the patch moved out of the store (the
+# server answers 404 for it: the cell falls back to chunks).
+chunks_only() {
+    mv "$patch_file" "$W/patch.aside"
+    "$@"
+    local rc=$?
+    mv "$W/patch.aside" "$patch_file"
+    return $rc
+}
+served_patch=$(stat -c %s "$patch_file")
+zstd -q -d --long=31 --patch-from="$W/v1.tar" "$patch_file" -o "$W/zstd-v2.tar"
+[ "$(sha256sum "$W/zstd-v2.tar" | cut -d' ' -f1)" = "${v2_sha#sha256:}" ] || die "zstd -d --patch-from of the served patch differs"
 
-[ -z "$LINK" ] || cp -a "$W/cellA" "$W/cellC"
-for i in $(seq 2 "$REPS"); do cp -a "$W/cellA" "$W/cellA$i"; done
-mv "$W/cellA" "$W/cellA1"
-note "$REPS cells holding v1 move to v2 (delta), alternating with $REPS new cells installing v2 (full)"
+for c in C E; do [ -z "$LINK" ] || cp -a "$W/cellA" "$W/cell$c"; done
+for i in $(seq 1 "$REPS"); do cp -a "$W/cellA" "$W/cellP$i"; cp -a "$W/cellA" "$W/cellK$i"; done
+note "$REPS cells holding v1 move to v2 by the patch, $REPS by chunks, alternating with $REPS new cells installing v2 (full)"
 : >"$W/runs"
+check_cell() { # DIR METHOD WHAT: the cell installed v2 with METHOD, and its log says WHAT
+    [ "$(sha256sum "$1/bench/rootfs.tar" | cut -d' ' -f1)" = "${v2_sha#sha256:}" ] || die "$1: rootfs differs"
+    [ "$(jq -r .current.transfer.method "$1/bench/installed.json")" = "$2" ] || die "$1 did not use a $2 download"
+    grep -q "$3" "$W/cells.log" || die "no \"$3\" in the cells' log"
+}
 for i in $(seq 1 "$REPS"); do
-    echo "delta $(sync_cell "$W/cellA$i" "cell-a$i")" >>"$W/runs"
+    echo "patch $(sync_cell "$W/cellP$i" "cell-p$i")" >>"$W/runs"
+    check_cell "$W/cellP$i" delta "rootfs patched"
+    echo "chunks $(chunks_only sync_cell "$W/cellK$i" "cell-k$i")" >>"$W/runs"
+    check_cell "$W/cellK$i" delta "rootfs assembled from a delta"
     echo "full $(sync_cell "$W/cellB$i" "cell-b$i")" >>"$W/runs"
-    [ "$(sha256sum "$W/cellA$i/bench/rootfs.tar" | cut -d' ' -f1)" = "${v2_sha#sha256:}" ] || die "delta rootfs differs"
-    [ "$(jq -r .current.transfer.method "$W/cellA$i/bench/installed.json")" = delta ] || die "cell A$i did not use a delta"
+    check_cell "$W/cellB$i" full "stack synced"
 done
 # mean KIND: "wall_seconds server_cpu_seconds cell_cpu_seconds" over the runs of KIND
 mean() { awk -v k="$1" '$1 == k { n++; w += $2; s += $3; c += $4 } END { printf "%.2f %.3f %.2f\n", w / n, s / n, c / n }' "$W/runs"; }
-read -r delta_s delta_cpu delta_cell_cpu < <(mean delta)
+read -r delta_s delta_cpu delta_cell_cpu < <(mean patch)
+read -r chunks_s chunks_cpu chunks_cell_cpu < <(mean chunks)
 read -r full_s full_cpu full_cell_cpu < <(mean full)
-delta_bytes=$(jq -r .current.transfer.bytes "$W/cellA1/bench/installed.json")
+delta_bytes=$(jq -r .current.transfer.bytes "$W/cellP1/bench/installed.json")
+chunks_bytes=$(jq -r .current.transfer.bytes "$W/cellK1/bench/installed.json")
 full_bytes=$(jq -r .current.transfer.bytes "$W/cellB1/bench/installed.json")
 
 shaped="(LINK empty: not run)"
+shaped_chunks="(LINK empty: not run)"
 if [ -n "$LINK" ]; then
-    note "over a $LINK link: cell C moves to v2 (delta); cell D installs v2 (full)"
+    note "over a $LINK link: cell C moves to v2 (patch), cell E (chunks); cell D installs v2 (full)"
     read -r sdelta_s _ _ < <(sync_cell "$W/cellC" cell-c shaped)
+    read -r schunks_s _ _ < <(chunks_only sync_cell "$W/cellE" cell-e shaped)
     read -r sfull_s _ _ < <(sync_cell "$W/cellD" cell-d shaped)
-    [ "$(jq -r .current.transfer.method "$W/cellC/bench/installed.json")" = delta ] || die "cell C did not use a delta"
-    for c in cellC cellD; do
-        [ "$(sha256sum "$W/$c/bench/rootfs.tar" | cut -d' ' -f1)" = "${v2_sha#sha256:}" ] || die "$c's rootfs differs"
-    done
+    check_cell "$W/cellC" delta "rootfs patched"
+    check_cell "$W/cellE" delta "rootfs assembled from a delta"
+    check_cell "$W/cellD" full "stack synced"
     shaped="${sdelta_s}s / ${sfull_s}s = $(awk -v a="$sdelta_s" -v b="$sfull_s" 'BEGIN { printf "%.2f", a / b }')x"
+    shaped_chunks="${schunks_s}s / ${sfull_s}s = $(awk -v a="$schunks_s" -v b="$sfull_s" 'BEGIN { printf "%.2f", a / b }')x"
 fi
 
 note "casync: its own store and client"
@@ -287,7 +327,7 @@ casync_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'
 note "ideal: the changed files, zstd -9"
 ideal_bytes=$(cd "$W/v2" && tar --null -T <(tr '\n' '\0' <"$W/changed.list") -cf - | zstd -9 -q -c | wc -c)
 
-note "zstd --patch-from: v2 compressed against v1 (measured, not served)"
+note "zstd --patch-from: v2 compressed against v1 by the zstd CLI (a reference)"
 patch_bytes=$(zstd -q -9 --patch-from="$W/v1.tar" -c "$W/v2.tar" | wc -c)
 
 note "chunking throughput"
@@ -297,6 +337,8 @@ cut_mbps=$(sed -E 's/.*cut at ([0-9]+) MB\/s.*/\1/' <<<"$chunk_line")
 hash_mbps=$(sed -E 's/.*hashed \(SHA-256\) at ([0-9]+) MB\/s.*/\1/' <<<"$chunk_line")
 promote_mbps=$(jq -r 'select(.fields.message == "rootfs chunked") | .fields.mb_per_s' "$W/promote2.log" | head -1)
 phases=$(jq -r 'select(.fields.message == "rootfs assembled from a delta") | "seeds \(.fields.seed_s)s, fetch \(.fields.fetch_s)s, assembly \(.fields.assemble_s)s"' "$W/cells.log" | head -1)
+patch_phases=$(jq -r 'select(.fields.message == "rootfs patched") | "fetch \(.fields.fetch_s)s, apply and sha256 \(.fields.apply_s)s"' "$W/cells.log" | head -1)
+patch_made=$(jq -r 'select(.fields.message == "rootfs patch made") | "\(.fields.seconds)s"' "$W/promote2.log" | head -1)
 casync_cpu=$( { /usr/bin/time -f '%U %S' casync make --digest=sha256 --compression=zstd --store="$W/castr2" "$W/x.caibx" "$W/v2.tar" >/dev/null; } 2>&1 | tail -1)
 casync_mbps=$(echo "$casync_cpu" | awk -v s="$size" '{ printf "%.0f", s / 1e6 / ($1 + $2) }')
 
@@ -309,31 +351,38 @@ mb() { awk -v a="$1" 'BEGIN { printf "%.2f", a / 1e6 }'; }
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 cat <<EOF
 
-rootfs delta benchmark: v1 = $SOURCE, v2 = v1 with $PKG rebuilt
+rootfs delta benchmark: v1 = $SOURCE, v2 = v1 with $PKG rebuilt${EDIT_EVERY:+ (one byte in every $EDIT_EVERY changed)}
   ($changed_files files, $(mb "$changed_bytes") MB changed; rootfs $(mb "$size") MB; load average $load, $(nproc) cores)
 
 | what a cell downloads             | bytes        | MB      | vs ideal |
 | --------------------------------- | ------------ | ------- | -------- |
 | full rootfs.tar                   | $(printf '%12s' "$full_bytes") | $(printf '%7s' "$(mb "$full_bytes")") | $(ratio "$full_bytes" "$ideal_bytes")x |
 | casync extract --seed (own store) | $(printf '%12s' "$casync_bytes") | $(printf '%7s' "$(mb "$casync_bytes")") | $(ratio "$casync_bytes" "$ideal_bytes")x |
-| airlock cell sync (delta)         | $(printf '%12s' "$delta_bytes") | $(printf '%7s' "$(mb "$delta_bytes")") | $(ratio "$delta_bytes" "$ideal_bytes")x |
-| zstd -9 --patch-from=v1 (not served) | $(printf '%9s' "$patch_bytes") | $(printf '%7s' "$(mb "$patch_bytes")") | $(ratio "$patch_bytes" "$ideal_bytes")x |
+| airlock cell sync, patch (delta)  | $(printf '%12s' "$delta_bytes") | $(printf '%7s' "$(mb "$delta_bytes")") | $(ratio "$delta_bytes" "$ideal_bytes")x |
+| airlock cell sync, chunks (delta) | $(printf '%12s' "$chunks_bytes") | $(printf '%7s' "$(mb "$chunks_bytes")") | $(ratio "$chunks_bytes" "$ideal_bytes")x |
+| zstd -9 --patch-from=v1 (CLI)     | $(printf '%12s' "$patch_bytes") | $(printf '%7s' "$(mb "$patch_bytes")") | $(ratio "$patch_bytes" "$ideal_bytes")x |
 | ideal (changed files, zstd -9)    | $(printf '%12s' "$ideal_bytes") | $(printf '%7s' "$(mb "$ideal_bytes")") | 1.00x |
 
 | measure                                   | value              | target   |
 | ----------------------------------------- | ------------------ | -------- |
-| delta / ideal                             | $(ratio "$delta_bytes" "$ideal_bytes")x              | <= 1.25x |
-| delta / casync                            | $(ratio "$delta_bytes" "$casync_bytes")x              | <= 1x    |
-| delta sync time / full sync time (mean of $REPS) | ${delta_s}s / ${full_s}s = $(ratio "$delta_s" "$full_s")x | <= 0.5x  |
-| the same over a ${LINK:-shaped} link        | $shaped | <= 0.5x  |
-|   delta phases                            | $phases |          |
-| server CPU, delta cell / full cell        | ${delta_cpu}s / ${full_cpu}s = $(ratio "$delta_cpu" "$full_cpu")x | <= 1x    |
-| cell CPU (user+sys), delta / full         | ${delta_cell_cpu}s / ${full_cell_cpu}s |          |
+| delta (patch) / ideal                     | $(ratio "$delta_bytes" "$ideal_bytes")x              | <= 1.25x |
+| delta (patch) / casync                    | $(ratio "$delta_bytes" "$casync_bytes")x              | <= 1x    |
+| delta (chunks) / casync                   | $(ratio "$chunks_bytes" "$casync_bytes")x              | <= 1x    |
+| patch sync time / full sync time (mean of $REPS) | ${delta_s}s / ${full_s}s = $(ratio "$delta_s" "$full_s")x | <= 0.5x  |
+| chunk sync time / full sync time (mean of $REPS) | ${chunks_s}s / ${full_s}s = $(ratio "$chunks_s" "$full_s")x |          |
+| patch, over a ${LINK:-shaped} link          | $shaped | <= 0.5x  |
+| chunks, over a ${LINK:-shaped} link         | $shaped_chunks |          |
+|   patch phases                            | $patch_phases |          |
+|   chunk delta phases                      | $phases |          |
+| server CPU, patch cell / full cell        | ${delta_cpu}s / ${full_cpu}s = $(ratio "$delta_cpu" "$full_cpu")x | <= 1x    |
+| server CPU, chunk cell / full cell        | ${chunks_cpu}s / ${full_cpu}s = $(ratio "$chunks_cpu" "$full_cpu")x |          |
+| cell CPU (user+sys), patch / chunks / full | ${delta_cell_cpu}s / ${chunks_cell_cpu}s / ${full_cell_cpu}s |          |
+| making the patch at promotion (level 9)   | $patch_made (served: $served_patch bytes) |          |
 | chunker per CPU s (cut / cut + SHA-256)   | $cut_mbps / $hash_mbps MB/s    | >= 500   |
 | promotion pipeline (cut, hash, zstd -9)   | $promote_mbps MB/s wall        |          |
 | casync make (cut, hash, zstd), per core   | $casync_mbps MB/s CPU          |          |
 | casync extract --seed from airlock        | ${casync_s}s, sha256 ok |          |
 
 $("$AIRLOCK" stack status bench --data "$W/data")
-$(jq -c 'select(.fields.message == "rootfs assembled from a delta" or .fields.message == "stack synced") | .fields' "$W/cells.log" | tail -3)
+$(jq -c 'select(.fields.message == "rootfs patched" or .fields.message == "rootfs assembled from a delta" or .fields.message == "stack synced") | .fields' "$W/cells.log" | tail -3)
 EOF

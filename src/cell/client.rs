@@ -48,6 +48,25 @@ pub struct Assignment {
     /// Path of the casync chunk store on the same server.
     #[serde(default)]
     pub chunk_store_url: Option<String>,
+    /// The zstd patch to this rootfs from the one it replaced, when the
+    /// server made one ([`crate::chunks::patch`]).
+    #[serde(default)]
+    pub rootfs_patch: Option<PatchInfo>,
+}
+
+/// A rootfs patch as the assignment lists it.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct PatchInfo {
+    /// Path (and query) of the patch download on the same server.
+    pub url: String,
+    /// sha256 of the rootfs tar (as published) the patch applies to.
+    pub from: Digest,
+    /// That rootfs's size in bytes.
+    pub from_size: u64,
+    /// sha256 of the patch.
+    pub digest: Digest,
+    /// The patch's size in bytes.
+    pub size: u64,
 }
 
 /// Retries of one call: 5xx and connection errors back off up to 8 s, 429
@@ -153,21 +172,44 @@ impl StacksClient {
         file: &Path,
         progress: &indicatif::ProgressBar,
     ) -> Result<()> {
-        if !a.rootfs_url.starts_with("/stacks/v1/") {
-            bail!("unexpected rootfs_url {:?}", a.rootfs_url);
+        self.download_file(
+            &a.rootfs_url,
+            &a.rootfs_digest,
+            a.rootfs_size,
+            file,
+            progress,
+            None,
+        )
+        .await
+    }
+
+    /// Downloads `path` (`/stacks/v1/...` on this server) into `file`,
+    /// checking it is `size` bytes of digest `expected` (resumed with
+    /// `Range` when a body stops early); `bytes` counts the body bytes
+    /// received. The caller removes `file` on error.
+    pub async fn download_file(
+        &self,
+        path: &str,
+        expected: &Digest,
+        size: u64,
+        file: &Path,
+        progress: &indicatif::ProgressBar,
+        bytes: Option<&std::sync::atomic::AtomicU64>,
+    ) -> Result<()> {
+        if !path.starts_with("/stacks/v1/") {
+            bail!("unexpected download path {path:?}");
         }
         progress.reset();
-        progress.set_length(a.rootfs_size);
+        progress.set_length(size);
         let download = Download {
-            expected: &a.rootfs_digest,
-            size: a.rootfs_size,
+            expected,
+            size,
             file,
             progress,
             counters: self.http.counters(),
-            bytes: None,
+            bytes,
             max_retries: self.http.policy().max_retries,
         };
-        let path = a.rootfs_url.as_str();
         let result = download
             .run(move |from| async move {
                 let headers = from

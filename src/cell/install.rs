@@ -94,6 +94,11 @@ impl StackDir {
         self.dir.join(".rootfs.tar.download")
     }
 
+    /// Where a rootfs patch is downloaded before it is applied.
+    pub fn patch_path(&self) -> PathBuf {
+        self.dir.join(".rootfs.patch")
+    }
+
     /// The chunk cache of a delta download in progress.
     pub fn chunk_cache(&self) -> PathBuf {
         self.dir.join(".chunks")

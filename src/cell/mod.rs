@@ -6,7 +6,9 @@
 //! when the installed `rootfs.tar` is that rootfs (same manifest digest,
 //! same published sha256, same trusted certs) nothing is downloaded; when
 //! `rootfs.tar.previous` is, the two are swapped (a rollback costs no
-//! download); otherwise, when the server publishes a chunk index and the
+//! download); otherwise, when the server made a patch from a rootfs the
+//! cell holds as published, the patch is downloaded and applied
+//! ([`patch`]); failing that, when the server publishes a chunk index and the
 //! cell has a rootfs to seed from, only the chunks the cell lacks are
 //! fetched and the rootfs is assembled from both ([`delta`], resumable,
 //! each chunk verified by its id), falling back to downloading the whole
@@ -28,6 +30,7 @@ pub mod certs;
 pub mod client;
 pub mod delta;
 pub mod install;
+pub mod patch;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -203,7 +206,32 @@ impl CellSync {
         progress: &indicatif::ProgressBar,
     ) -> Result<()> {
         let download = dir.download_path();
-        let d = delta::try_delta(&self.client, stack, &self.opts.cell_id, dir, a, progress).await;
+        let cell = self.opts.cell_id.as_str();
+        let moved = match patch::try_patch(&self.client, stack, cell, dir, a, progress).await {
+            patch::Patched::Applied(s) => {
+                tracing::info!(
+                    stack,
+                    downloaded = s.bytes,
+                    rootfs_size = a.rootfs_size,
+                    fetch_s = format!("{:.2}", s.fetch_seconds),
+                    apply_s = format!("{:.2}", s.apply_seconds),
+                    "rootfs patched"
+                );
+                let transfer = Transfer {
+                    method: Method::Delta,
+                    bytes: s.bytes,
+                    rootfs_size: a.rootfs_size,
+                };
+                return self.install(stack, dir, a, transfer).await;
+            }
+            patch::Patched::Skipped(why, n) => {
+                if a.rootfs_patch.is_some() {
+                    tracing::info!(stack, reason = %why, "rootfs patch not used");
+                }
+                n
+            }
+        };
+        let d = delta::try_delta(&self.client, stack, cell, dir, a, progress).await;
         let transfer = match d {
             Ok(delta::Delta::Assembled(s)) => {
                 tracing::info!(
@@ -220,16 +248,16 @@ impl CellSync {
                 );
                 Transfer {
                     method: Method::Delta,
-                    bytes: s.bytes,
+                    bytes: moved + s.bytes,
                     rootfs_size: a.rootfs_size,
                 }
             }
-            Ok(delta::Delta::Fallback(why, moved)) => {
+            Ok(delta::Delta::Fallback(why, n)) => {
                 tracing::info!(stack, reason = %why, "downloading the whole rootfs");
                 self.full_download(stack, a, &download, progress).await?;
                 Transfer {
                     method: Method::Full,
-                    bytes: moved + a.rootfs_size,
+                    bytes: moved + n + a.rootfs_size,
                     rootfs_size: a.rootfs_size,
                 }
             }
@@ -241,6 +269,19 @@ impl CellSync {
                 )));
             }
         };
+        self.install(stack, dir, a, transfer).await
+    }
+
+    /// Installs the rootfs at `dir`'s download path (sha256 checked) as
+    /// what `a` assigns, adding the trusted certs first.
+    async fn install(
+        &self,
+        stack: &str,
+        dir: &StackDir,
+        a: &Assignment,
+        transfer: Transfer,
+    ) -> Result<()> {
+        let download = dir.download_path();
         let new = match &self.certs {
             None => download.clone(),
             Some(c) => {

@@ -8,7 +8,8 @@
 //! ordinary blobs ([`map`]), cutting a stored blob into chunks ([`build`]),
 //! where chunks are read from ([`store`]: airlock's blobstore, or a chunk
 //! store over HTTP) and putting a blob together again from chunks and
-//! seeds ([`assemble`]). Never speaks the stacks API or decides what is
+//! seeds ([`assemble`]); and the other delta, one zstd patch from the
+//! rootfs a promotion replaced ([`patch`]). Never speaks the stacks API or decides what is
 //! promoted: `stacks` calls [`build`] at promotion and serves the index and
 //! the chunks; `cell` calls [`assemble`].
 //!
@@ -25,6 +26,7 @@ pub mod cacnk;
 pub mod chunker;
 pub mod index;
 pub mod map;
+pub mod patch;
 pub mod store;
 
 use std::fmt;

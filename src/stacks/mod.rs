@@ -8,6 +8,7 @@
 //! - [`image`]: pinning `REPO:TAG` to a digest, walking an image to its
 //!   platforms, configs and layers.
 //! - [`flatten`]: one uncompressed rootfs tar per platform image, kept as a blob.
+//! - [`patch`]: the zstd patch a promotion makes from the rootfs it replaces.
 //! - [`candidates`]: a bundle's stack candidates checked for flattenability
 //!   at `bundle create` and at import.
 //! - [`ops`]: promote, rollout, rollback, set-state, set-default, each one
@@ -33,6 +34,7 @@ pub mod image;
 pub mod kpack;
 pub mod lifecycle;
 pub mod ops;
+pub mod patch;
 pub mod rollout;
 pub mod table;
 

@@ -15,7 +15,7 @@ use super::flatten;
 use super::image::{self, PlatformImage};
 use super::kpack;
 use super::table::{
-    Candidate, ImageRef, PromotionInput, Rootfs, StackName, StackState, StackTable,
+    Candidate, ImageRef, Promotion, PromotionInput, Rootfs, StackName, StackState, StackTable,
 };
 use crate::digest::Digest;
 use crate::events;
@@ -173,13 +173,15 @@ pub struct Promoted {
 
 /// The rootfs of each platform of `image`: reused when any stack already
 /// flattened that manifest, else flattened now; each chunked for deltas
-/// ([`crate::chunks::build`]) unless its chunks are stored already.
+/// ([`crate::chunks::build`]) unless its chunks are stored already, and
+/// patched from the same platform's rootfs in `replaced` ([`patch_from`]).
 /// Returns the rootfs and, per chunking done now, the shared `.cacnk`
 /// blobs it found present (to check again after the commit).
 async fn rootfs_of(
     state: &StateStore,
     table: &StackTable,
     platforms: &[PlatformImage],
+    replaced: Option<&Promotion>,
 ) -> Result<(Vec<Rootfs>, Vec<(Rootfs, Vec<Digest>)>), StackError> {
     let known = |m: &crate::digest::Digest| table.rootfs().find(|r| &r.manifest == m).cloned();
     let store = state.blobstore();
@@ -209,6 +211,7 @@ async fn rootfs_of(
                     sha256: f.digest,
                     size: f.size,
                     chunks: None,
+                    patch: None,
                 }
             }
         };
@@ -217,9 +220,36 @@ async fn rootfs_of(
             r.chunks = Some(built.refs);
             shared.push((r.clone(), built.present));
         }
+        r.patch = patch_from(store, replaced, &r).await;
         out.push(r);
     }
     Ok((out, shared))
+}
+
+/// The patch to `r` from the rootfs of `r`'s platform in `replaced`: the
+/// one `r` names already when it is from that rootfs and stored, else one
+/// made now ([`super::patch`]). `None` for a first promotion, the same
+/// rootfs, a patch that would not pay, or one that could not be made
+/// (logged: cells then use chunks; a promotion never fails for it).
+async fn patch_from(
+    store: &Arc<dyn crate::store::Blobstore>,
+    replaced: Option<&Promotion>,
+    r: &Rootfs,
+) -> Option<crate::chunks::patch::PatchRef> {
+    let from = replaced?.rootfs.iter().find(|x| x.platform == r.platform)?;
+    if let Some(p) = &r.patch
+        && p.from == from.sha256
+        && matches!(store.stat(&crate::store::blob_key(&p.blob)).await, Ok(Some(n)) if n == p.size)
+    {
+        return Some(p.clone());
+    }
+    match super::patch::make(store, from, r).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(from = %from.sha256, to = %r.sha256, error = format!("{e:#}"), "no rootfs patch; cells use chunks");
+            None
+        }
+    }
 }
 
 /// Whether the index and the map `r` names are in the store.
@@ -263,10 +293,13 @@ async fn chunk_rootfs(
 
 /// After the commit that names them: chunks again each rootfs whose
 /// shared `.cacnk` blobs a GC removed between the presence check and the
-/// commit (rare), so every chunk its map names is stored.
+/// commit (rare), so every chunk its map names is stored; makes again a
+/// patch found missing the same way (the same inputs make the same bytes).
 async fn recheck_shared(
     state: &StateStore,
     shared: &[(Rootfs, Vec<Digest>)],
+    rootfs: &[Rootfs],
+    replaced: Option<&Promotion>,
 ) -> Result<(), StackError> {
     let store = state.blobstore();
     for (r, present) in shared {
@@ -275,6 +308,19 @@ async fn recheck_shared(
         if !gone.is_empty() {
             tracing::warn!(rootfs = %r.sha256, missing = gone.len(), "shared chunks collected meanwhile; writing them again");
             chunk_rootfs(store, r).await?;
+        }
+    }
+    for r in rootfs {
+        if let Some(p) = &r.patch
+            && store
+                .stat(&crate::store::blob_key(&p.blob))
+                .await?
+                .is_none()
+        {
+            tracing::warn!(rootfs = %r.sha256, patch = %p.blob, "rootfs patch collected meanwhile; making it again");
+            let mut unpatched = r.clone();
+            unpatched.patch = None;
+            patch_from(store, replaced, &unpatched).await;
         }
     }
     Ok(())
@@ -339,7 +385,8 @@ pub async fn promote(
         _ => None,
     };
     let platforms = image::platforms(&**store, &image).await?;
-    let (rootfs, shared) = rootfs_of(state, &table, &platforms).await?;
+    let replaced = table.stacks.get(name).and_then(|s| s.active()).cloned();
+    let (rootfs, shared) = rootfs_of(state, &table, &platforms, replaced.as_ref()).await?;
     let reason = req
         .reason
         .clone()
@@ -369,7 +416,7 @@ pub async fn promote(
         },
     )
     .await?;
-    recheck_shared(state, &shared).await?;
+    recheck_shared(state, &shared, &rootfs, replaced.as_ref()).await?;
     events::emit_logged(
         &**store,
         "stack.promoted",

@@ -8,7 +8,9 @@
 //! had not; a chunk whose bytes are not its id (a proxy swaps one) is
 //! refused and a chunk missing from the store makes the cell fall back to
 //! the full download. The cells report what they moved (`stack status`,
-//! `/metrics`).
+//! `/metrics`). With the patch the promotion made (checked by the stock
+//! `zstd -d --patch-from`), a cell holding v1 as published fetches no
+//! chunk at all; the chunk tests delete it first (a store that lost it).
 
 use crate::common;
 
@@ -93,6 +95,15 @@ fn roll_to_v2(b: &Backend, addr: &str, dir: &Path) -> (serde_json::Value, PathBu
     (r, tar)
 }
 
+/// Deletes the patch `v2` names (a store that lost it): cells that could
+/// apply it fall back to chunks.
+fn drop_patch(b: &Backend, v2: &serde_json::Value) {
+    let blob = v2["patch"]["blob"].as_str().expect("v2 has a patch");
+    let objects = Objects::of(b);
+    assert!(objects.exists(&blob_key(blob)));
+    objects.delete(&blob_key(blob));
+}
+
 #[test]
 fn a_cell_moves_to_v2_fetching_only_the_chunks_it_lacks() {
     let b = Backend::start(Kind::Fs);
@@ -116,6 +127,7 @@ fn a_cell_moves_to_v2_fetching_only_the_chunks_it_lacks() {
     );
 
     let (v2, v2_tar) = roll_to_v2(&b, addr, tmp.path());
+    drop_patch(&b, &v2);
     let new_ids = casync_ids(&v2_tar);
     for (dir, cell, extra) in [
         (&plain, "cell-1", &[][..]),
@@ -124,6 +136,11 @@ fn a_cell_moves_to_v2_fetching_only_the_chunks_it_lacks() {
         let lacks = new_ids.difference(&casync_ids(&installed(dir))).count() as u64;
         let before = chunks_served(addr);
         let log = sync_ok(&url, dir, cell, extra);
+        let why = match cell {
+            "cell-1" => "patch download",
+            _ => "does not hold the patch's base",
+        };
+        assert!(log.contains(why), "{cell}: {log}");
         assert_eq!(
             chunks_served(addr) - before,
             lacks,
@@ -188,6 +205,7 @@ fn killed_mid_delta_it_never_installs_a_partial_rootfs_and_resumes() {
     sync_ok(&url, &dir, "cell-1", &[]);
     let v1_sha = sha256sum(&installed(&dir));
     let (v2, v2_tar) = roll_to_v2(&b, addr, tmp.path());
+    drop_patch(&b, &v2);
     let lacks = casync_ids(&v2_tar)
         .difference(&casync_ids(&installed(&dir)))
         .count() as u64;
@@ -293,6 +311,7 @@ fn a_refused_or_missing_chunk_falls_back_to_the_full_download() {
     sync_ok(&url, &missing, "cell-2", &[]);
     let v1_ids = casync_ids(&installed(&swapped));
     let (v2, v2_tar) = roll_to_v2(&b, addr, tmp.path());
+    drop_patch(&b, &v2);
     let new: Vec<String> = casync_ids(&v2_tar).difference(&v1_ids).cloned().collect();
     let path = |id: &str| format!("/stacks/v1/chunks/{}/{id}.cacnk", &id[..4]);
 
@@ -324,4 +343,108 @@ fn a_refused_or_missing_chunk_falls_back_to_the_full_download() {
         v2["sha256"].as_str().unwrap()
     );
     assert!(!missing.join(STACK).join(".chunks").exists());
+}
+
+/// With the patch the promotion made (`zstd --patch-from` of v2 against
+/// v1, checked here by the stock `zstd -d --patch-from`), a cell holding
+/// v1 as published moves by the patch alone (no chunk fetched); a cell
+/// with the site's CA certificates added does not hold the patch's base
+/// and uses chunks; a patch that is not what the assignment says (a
+/// proxy sends the index in its place) is refused by its digest and the
+/// cell uses chunks. Every cell installs v2 byte for byte.
+#[test]
+fn a_cell_holding_v1_as_published_moves_by_the_promotion_patch() {
+    require_tool("zstd", "zstd");
+    let b = Backend::start(Kind::Fs);
+    import_and_promote(&b, "v1", &[]);
+    let server = b.serve(&[]);
+    let (addr, url) = (server.addr.as_str(), format!("http://{}", server.addr));
+    let tmp = tempfile::tempdir().unwrap();
+    let (plain, with_certs, proxied) = (
+        tmp.path().join("plain"),
+        tmp.path().join("certs"),
+        tmp.path().join("proxied"),
+    );
+    let (cert, _) = self_signed_cert(tmp.path(), "site-ca", "site CA");
+    let certs = ["--trusted-certs", cert.to_str().unwrap()];
+    sync_ok(&url, &plain, "cell-1", &[]);
+    sync_ok(&url, &with_certs, "cell-2", &certs);
+    sync_ok(&url, &proxied, "cell-3", &[]);
+    let v1 = rootfs_of(addr, 1);
+    let v1_tar = tmp.path().join("v1.tar");
+    std::fs::copy(installed(&plain), &v1_tar).unwrap();
+    let (v2, _) = roll_to_v2(&b, addr, tmp.path());
+    let v2_sha = v2["sha256"].as_str().unwrap();
+
+    // What the server made is a zstd patch the stock tool applies to v1.
+    let patch = &v2["patch"];
+    assert_eq!(patch["from"], v1["sha256"]);
+    assert_eq!(patch["from_size"], v1["size"]);
+    let patch_file = tmp.path().join("v2.patch");
+    download(
+        addr,
+        &format!(
+            "/stacks/v1/{STACK}/rootfs.patch?digest={}",
+            v2["manifest"].as_str().unwrap()
+        ),
+        &patch_file,
+    );
+    assert_eq!(sha256sum(&patch_file), patch["blob"].as_str().unwrap());
+    let size = std::fs::metadata(&patch_file).unwrap().len();
+    assert_eq!(patch["size"].as_u64().unwrap(), size);
+    assert!(
+        size < v2["size"].as_u64().unwrap() / 20,
+        "patch of {size} bytes"
+    );
+    let out = tmp.path().join("zstd-v2.tar");
+    run_ok(
+        Command::new("zstd")
+            .args(["-q", "-d", "--long=31", "--patch-from"])
+            .arg(&v1_tar)
+            .arg(&patch_file)
+            .arg("-o")
+            .arg(&out),
+    );
+    assert_eq!(sha256sum(&out), v2_sha);
+    let (status, _, body) =
+        http(addr, "GET", &format!("/stacks/v1/{STACK}?cell=cell-1"), &[]).unwrap();
+    assert_eq!(status, 200);
+    let assignment: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(assignment["rootfs_patch"]["digest"], patch["blob"]);
+    assert_eq!(assignment["rootfs_patch"]["from"], v1["sha256"]);
+
+    let before = chunks_served(addr);
+    let log = sync_ok(&url, &plain, "cell-1", &[]);
+    assert!(log.contains("rootfs patched"), "{log}");
+    assert_eq!(
+        chunks_served(addr),
+        before,
+        "a patched cell fetches no chunk"
+    );
+    assert_eq!(sha256sum(&installed(&plain)), v2_sha);
+    let t = transfer(&plain);
+    assert_eq!(t["method"], "delta");
+    assert_eq!(t["bytes"].as_u64().unwrap(), size);
+    assert!(!plain.join(STACK).join(".rootfs.patch").exists());
+
+    let before = chunks_served(addr);
+    let log = sync_ok(&url, &with_certs, "cell-2", &certs);
+    assert!(log.contains("does not hold the patch's base"), "{log}");
+    assert!(
+        chunks_served(addr) > before,
+        "the cell with certs uses chunks"
+    );
+    assert_eq!(transfer(&with_certs)["method"], "delta");
+
+    let proxy = swapping_proxy(
+        addr.to_string(),
+        format!("/stacks/v1/{STACK}/rootfs.patch"),
+        format!("/stacks/v1/{STACK}/rootfs.caibx"),
+    );
+    let before = chunks_served(addr);
+    let log = sync_ok(&proxy, &proxied, "cell-3", &[]);
+    assert!(log.contains("patch download"), "{log}");
+    assert!(chunks_served(addr) > before, "a refused patch: chunks");
+    assert_eq!(transfer(&proxied)["method"], "delta");
+    assert_eq!(sha256sum(&installed(&proxied)), v2_sha);
 }

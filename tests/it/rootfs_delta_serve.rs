@@ -3,8 +3,10 @@
 //! airlock's `rootfs.caibx` and `/stacks/v1/chunks/` store, with and
 //! without a seed, byte-identical to the published rootfs (coreutils'
 //! `sha256sum`), fetching with a seed exactly the chunks casync's own
-//! `casync make` says the seed lacks; GC keeps chunks and indexes while a
-//! kept generation reaches them and sweeps them (and orphans) otherwise;
+//! `casync make` says the seed lacks; GC keeps chunks, indexes and the
+//! patch a second promotion made while a kept generation reaches them
+//! (on S3 too, where the patch is spooled out of the store) and sweeps
+//! them (and orphans) otherwise;
 //! fsck names a missing chunk; `max_in_flight` counts delta downloads;
 //! the index follows the tar's cache rules. On every blobstore backend
 //! where the store matters (`on_backends!`).
@@ -94,11 +96,17 @@ fn gc_keeps_chunks_while_reachable_and_sweeps_them_after(b: Backend) {
     b.import(&test_key().1, bundle());
     let imported = b.history()[0].0;
     promote(&b, "v1", &[]);
+    promote(&b, "v2", &[]);
     let show: serde_json::Value =
         serde_json::from_str(&b.airlock_ok(&["stack", "show"], &[STACK, "--json"])).unwrap();
-    let rootfs = &show["promotions"][0]["rootfs"][0];
     let objects = Objects::of(&b);
-    let blobs = chunk_blobs(&objects, rootfs);
+    let mut blobs = chunk_blobs(&objects, &show["promotions"][0]["rootfs"][0]);
+    let v2 = &show["promotions"][1]["rootfs"][0];
+    blobs.extend(chunk_blobs(&objects, v2));
+    // v2's patch from v1 is kept with it.
+    blobs.push(v2["patch"]["blob"].as_str().unwrap().to_string());
+    blobs.sort();
+    blobs.dedup();
     assert!(blobs.len() > 10, "{} chunk blobs", blobs.len());
     let orphan = airlock::chunks::cacnk::compress(b"a chunk no rootfs names").unwrap();
     let orphan_digest = format!(

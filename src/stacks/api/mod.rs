@@ -453,6 +453,10 @@ mod tests {
             Route::parse("/stacks/v1/fs4/rootfs.caibx").ok(),
             Some(Route::Rootfs(n("fs4"), Artifact::Index))
         );
+        assert_eq!(
+            Route::parse("/stacks/v1/fs4/rootfs.patch").ok(),
+            Some(Route::Rootfs(n("fs4"), Artifact::Patch))
+        );
         let id = crate::chunks::ChunkId::of(b"x");
         assert_eq!(
             Route::parse(&format!("/stacks/v1/chunks/{}", id.store_path())).ok(),

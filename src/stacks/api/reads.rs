@@ -56,6 +56,22 @@ pub(super) fn rootfs_index_url(name: &StackName, r: &Rootfs) -> Option<String> {
         .map(|_| format!("/stacks/v1/{name}/rootfs.caibx?digest={}", r.manifest))
 }
 
+/// The patch of `r` as the assignment lists it (`url`, `from`: the
+/// rootfs digest it applies to, `from_size`, `digest` and `size` of the
+/// patch), when one was made.
+pub(super) fn rootfs_patch(name: &StackName, r: &Rootfs) -> serde_json::Value {
+    match &r.patch {
+        None => serde_json::Value::Null,
+        Some(p) => json!({
+            "url": format!("/stacks/v1/{name}/rootfs.patch?digest={}", r.manifest),
+            "from": p.from,
+            "from_size": p.from_size,
+            "digest": p.blob,
+            "size": p.size,
+        }),
+    }
+}
+
 pub(super) fn platform_missing(
     name: &StackName,
     p: &Promotion,
@@ -95,6 +111,7 @@ pub(super) async fn resolve(
         "rootfs_url": rootfs_url(name, r),
         "rootfs_index_url": rootfs_index_url(name, r),
         "chunk_store_url": r.chunks.as_ref().map(|_| "/stacks/v1/chunks/"),
+        "rootfs_patch": rootfs_patch(name, r),
         "rootfs_sha256": r.sha256.hex(),
         "rootfs_digest": r.sha256,
         "rootfs_size": r.size,
@@ -149,13 +166,13 @@ pub(super) fn find_rootfs<'a>(
         .ok_or_else(|| platform_missing(name, p, platform))?)
 }
 
-/// `GET/HEAD .../rootfs.tar` and `.../rootfs.caibx`: one path for both
-/// (resolution, download slots, ranges, ETag, cache rules). A URL that
-/// names a digest is immutable (`max-age=31536000`); one resolved by cell
-/// or by the active promotion may change: `no-cache` with its ETag.
-/// Slots: a tar GET takes one (a cell's index lease becomes it, see
-/// [`StacksServer::lease`]); an index GET with `cell=` leases one for the
-/// cell's chunk downloads.
+/// `GET/HEAD .../rootfs.tar`, `.../rootfs.caibx` and `.../rootfs.patch`:
+/// one path for all three (resolution, download slots, ranges, ETag, cache
+/// rules). A URL that names a digest is immutable (`max-age=31536000`);
+/// one resolved by cell or by the active promotion may change: `no-cache`
+/// with its ETag. Slots: a tar GET takes one (a cell's lease becomes it,
+/// see [`StacksServer::lease`]); an index or patch GET with `cell=` leases
+/// one for the cell's delta.
 pub(super) async fn rootfs(
     ctx: &dyn Context,
     name: &StackName,
@@ -180,6 +197,17 @@ pub(super) async fn rootfs(
                 })?
                 .index
         }
+        Artifact::Patch => {
+            &r.patch
+                .as_ref()
+                .ok_or_else(|| {
+                    StackError::NotFound(format!(
+                        "rootfs {} has no patch (a first promotion, or one that would not pay)",
+                        r.sha256
+                    ))
+                })?
+                .blob
+        }
     };
     let addressing = caching::Addressing::of(query);
     if let Some(mut res) = caching::not_modified(headers, digest, addressing) {
@@ -200,7 +228,7 @@ pub(super) async fn rootfs(
             let slot = ctx.stacks().take_slot(name, cell, limit);
             (slot.is_none().then_some(limit), slot)
         }
-        (Some(limit), Artifact::Index) if !head => {
+        (Some(limit), Artifact::Index | Artifact::Patch) if !head => {
             let leased = cell.is_none_or(|c| ctx.stacks().lease(name, c, limit));
             ((!leased).then_some(limit), None)
         }
@@ -219,6 +247,7 @@ pub(super) async fn rootfs(
     let kind = match artifact {
         Artifact::Tar => "application/x-tar",
         Artifact::Index => "application/octet-stream",
+        Artifact::Patch => "application/zstd",
     };
     res.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));

@@ -17,11 +17,13 @@ pub(super) enum Route {
     Lifecycle(Digest),
 }
 
-/// What a rootfs download sends: the tar, or its casync blob index.
+/// What a rootfs download sends: the tar, its casync blob index, or its
+/// zstd patch from the rootfs it replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Artifact {
     Tar,
     Index,
+    Patch,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +88,7 @@ impl Route {
             None | Some("") => Route::Stack(name),
             Some("rootfs.tar") => Route::Rootfs(name, Artifact::Tar),
             Some("rootfs.caibx") => Route::Rootfs(name, Artifact::Index),
+            Some("rootfs.patch") => Route::Rootfs(name, Artifact::Patch),
             Some("status") => Route::Status(name),
             Some("promote") => Route::Admin(name, Action::Promote),
             Some("rollout") => Route::Admin(name, Action::Rollout),

@@ -129,11 +129,13 @@ impl StackTable {
 
     /// Every blob the table keeps: the flattened rootfs of every promotion
     /// (rolled back or not: a rollback may bring it back), with its chunk
-    /// index and chunk map. For garbage collection, which marks them
+    /// index, chunk map and patch. For garbage collection, which marks them
     /// ([`crate::ops::gc`]); the chunks a map names are [`StackTable::chunk_maps`].
     pub fn blobs(&self) -> impl Iterator<Item = &Digest> {
         self.rootfs().flat_map(|r| {
-            std::iter::once(&r.sha256).chain(r.chunks.iter().flat_map(|c| [&c.index, &c.map]))
+            std::iter::once(&r.sha256)
+                .chain(r.chunks.iter().flat_map(|c| [&c.index, &c.map]))
+                .chain(r.patch.iter().map(|p| &p.blob))
         })
     }
 

@@ -18,6 +18,11 @@ pub struct Rootfs {
     /// `None` for a rootfs promoted before chunking existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunks: Option<crate::chunks::ChunkRefs>,
+    /// A zstd patch to this rootfs from the rootfs of the same platform in
+    /// the promotion this one replaced ([`crate::chunks::patch`]), when one
+    /// was made and pays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<crate::chunks::patch::PatchRef>,
 }
 
 /// One promotion of a stack.
