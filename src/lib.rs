@@ -19,6 +19,8 @@
 //! `chunks` is casync's chunker, blob index and chunk stores (rootfs deltas:
 //! `stacks` chunks and serves, `cell` assembles).
 //! `ui` is the web console (`/ui/`, `/api/v1/`), a view over all of them.
+//! `files` replaces local files without writing through what was there
+//! (the cell's install directory, verified downloads).
 //! Lower layers never call higher ones.
 
 pub mod admin;
@@ -29,6 +31,7 @@ pub mod chunks;
 pub mod config;
 pub mod digest;
 pub mod events;
+pub mod files;
 pub mod http_client;
 pub mod metrics;
 pub mod names;

@@ -80,7 +80,8 @@ fn add_file<W: Write>(
 pub fn add_trusted_certs(src: &Path, dst: &Path, pem: &[u8]) -> Result<()> {
     let input = File::open(src).with_context(|| format!("opening {}", src.display()))?;
     let mut archive = tar::Archive::new(BufReader::with_capacity(1 << 20, input));
-    let output = File::create(dst).with_context(|| format!("creating {}", dst.display()))?;
+    let output =
+        crate::files::create_new(dst).with_context(|| format!("creating {}", dst.display()))?;
     let mut out = tar::Builder::new(BufWriter::with_capacity(1 << 20, output));
     let mut pax_path: Option<String> = None;
     let mut seen_dirs = [false; 3];

@@ -282,6 +282,13 @@ impl StacksClient {
     }
 }
 
+/// `url` (a path and query on the server) with `cell=<cell>` added: what
+/// lets the server count the request against the cell's download slot.
+pub fn with_cell(url: &str, cell: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}cell={}", percent_encode(cell))
+}
+
 /// The `message` of a `{"code","message"}` error body, else the body as text.
 fn error_text(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]

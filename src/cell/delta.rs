@@ -130,8 +130,7 @@ pub async fn try_delta(
             0,
         ));
     }
-    let sep = if index_url.contains('?') { '&' } else { '?' };
-    let url = format!("{index_url}{sep}cell={}", percent_encode(cell));
+    let url = super::client::with_cell(index_url, cell);
     let Some(raw) = client.get_bytes(&url, MAX_INDEX_BYTES).await? else {
         return Ok(Delta::Fallback(
             "the server has no chunk index (404)".into(),

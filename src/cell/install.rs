@@ -79,6 +79,62 @@ impl StackDir {
         Ok(StackDir { dir })
     }
 
+    /// Takes the stack directory for this process (`flock(2)` on
+    /// `<dir>/.lock`, held until the returned file is dropped), so that two
+    /// `cell sync` runs (a daemon and a manual `--once`) never write the
+    /// same temporary files. Errors: another process holds it (named in
+    /// the message), or I/O.
+    pub fn lock(&self) -> Result<std::fs::File> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir.join(".lock");
+        let open = || {
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&path)
+        };
+        let f = match open() {
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
+            _ => {
+                // Not a regular file (a symlink, a FIFO, a directory): replaced.
+                drop(crate::files::create_new(&path));
+                open().with_context(|| format!("opening {}", path.display()))?
+            }
+        };
+        // SAFETY: a valid open descriptor.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                bail!(
+                    "another airlock cell sync is working on {} (it holds {})",
+                    self.dir.display(),
+                    path.display()
+                );
+            }
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+        Ok(f)
+    }
+
+    /// Removes what an interrupted download, patch or delta left (the
+    /// download, the patch, the rootfs with certs added, the chunk cache):
+    /// for a pass that has nothing to download. Returns the paths removed.
+    pub fn remove_leftovers(&self) -> Vec<PathBuf> {
+        [
+            self.download_path(),
+            self.patch_path(),
+            self.new_path(),
+            self.chunk_cache(),
+        ]
+        .into_iter()
+        .filter(|p| crate::files::remove_entry(p).is_ok())
+        .collect()
+    }
+
     /// `<dir>/rootfs.tar`, the stable path.
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs.tar")
@@ -134,7 +190,7 @@ impl StackDir {
         let tmp = self.dir.join(".installed.json.tmp");
         let bytes = serde_json::to_vec_pretty(r)?;
         {
-            let mut f = std::fs::File::create(&tmp)
+            let mut f = crate::files::create_new(&tmp)
                 .with_context(|| format!("creating {}", tmp.display()))?;
             std::io::Write::write_all(&mut f, &bytes)?;
             f.sync_all()?;
@@ -168,7 +224,7 @@ impl StackDir {
             && !m.is_file()
         {
             tracing::warn!(path = %rootfs.display(), "rootfs is not a regular file; replacing it");
-            crate::chunks::assemble::remove_entry(&rootfs)
+            crate::files::remove_entry(&rootfs)
                 .with_context(|| format!("removing {}", rootfs.display()))?;
         }
         touch(new)?;
@@ -276,5 +332,49 @@ mod tests {
         d.install(&d.new_path(), meta(3)).unwrap();
         assert_eq!(std::fs::read_to_string(d.rootfs()).unwrap(), "new");
         assert_eq!(d.record().current, Some(meta(3)));
+    }
+
+    /// Two syncs on one stack directory: the second is refused while the
+    /// first holds it, and may go once it is done; a FIFO planted at the
+    /// lock's path neither hangs nor blocks it.
+    #[test]
+    fn one_sync_at_a_time_per_stack_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = StackDir::open(tmp.path(), "s").unwrap();
+        let held = d.lock().unwrap();
+        let e = format!("{:#}", d.lock().unwrap_err());
+        assert!(e.contains("another airlock cell sync is working on"), "{e}");
+        drop(held);
+        drop(d.lock().unwrap());
+        std::fs::remove_file(tmp.path().join("s/.lock")).unwrap();
+        let fifo = std::ffi::CString::new(tmp.path().join("s/.lock").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        drop(d.lock().unwrap());
+        assert!(
+            std::fs::metadata(tmp.path().join("s/.lock"))
+                .unwrap()
+                .is_file()
+        );
+    }
+
+    /// What an interrupted download left is removed when nothing is to be
+    /// downloaded; the installed rootfs stays.
+    #[test]
+    fn leftovers_are_removed_and_the_rootfs_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = StackDir::open(tmp.path(), "s").unwrap();
+        std::fs::write(d.new_path(), "one").unwrap();
+        d.install(&d.new_path(), meta(1)).unwrap();
+        std::fs::write(d.download_path(), "partial").unwrap();
+        std::fs::write(d.patch_path(), "patch").unwrap();
+        std::fs::create_dir_all(d.chunk_cache().join("ab12")).unwrap();
+        let gone = d.remove_leftovers();
+        assert_eq!(
+            gone,
+            vec![d.download_path(), d.patch_path(), d.chunk_cache()]
+        );
+        assert!(!d.download_path().exists() && !d.chunk_cache().exists());
+        assert_eq!(std::fs::read_to_string(d.rootfs()).unwrap(), "one");
     }
 }

@@ -143,12 +143,19 @@ impl CellSync {
     ) -> Result<Outcome> {
         let a = self.client.resolve(stack, &self.opts.cell_id).await?;
         let dir = StackDir::open(&self.opts.install_dir, stack)?;
+        let _lock = dir.lock()?;
         let record = dir.record();
         let certs = self.certs.as_ref().map(|c| &c.digest);
         let matches = |i: &Option<Installed>| {
             i.as_ref()
                 .is_some_and(|i| i.is(&a.digest, &a.rootfs_digest, certs))
         };
+        if matches(&record.current) || matches(&record.previous) {
+            let gone = dir.remove_leftovers();
+            if !gone.is_empty() {
+                tracing::info!(stack, removed = ?gone, "removed what an interrupted download left");
+            }
+        }
         let outcome = if matches(&record.current) {
             Outcome::UpToDate
         } else if matches(&record.previous) {
@@ -324,12 +331,7 @@ impl CellSync {
         // `cell=` lets the server turn this cell's delta lease (if any) into
         // the download's slot (`max_in_flight`).
         let mut a = a.clone();
-        let sep = if a.rootfs_url.contains('?') { '&' } else { '?' };
-        a.rootfs_url = format!(
-            "{}{sep}cell={}",
-            a.rootfs_url,
-            crate::http_client::percent_encode(&self.opts.cell_id)
-        );
+        a.rootfs_url = client::with_cell(&a.rootfs_url, &self.opts.cell_id);
         let fetched = self.client.download(&a, download, progress).await;
         if let Err(e) = fetched {
             let _ = std::fs::remove_file(download);

@@ -24,7 +24,6 @@ use anyhow::{Context, Result, bail};
 use super::client::{Assignment, PatchInfo, StacksClient};
 use super::install::StackDir;
 use crate::digest::Digest;
-use crate::http_client::percent_encode;
 
 /// What applying a patch did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -89,8 +88,7 @@ pub async fn try_patch(
         return Patched::Skipped("the patch is not smaller than the rootfs".into(), 0);
     }
     let file = dir.patch_path();
-    let sep = if p.url.contains('?') { '&' } else { '?' };
-    let url = format!("{}{sep}cell={}", p.url, percent_encode(cell));
+    let url = super::client::with_cell(&p.url, cell);
     let received = AtomicU64::new(0);
     let started = Instant::now();
     let fetched = client
@@ -148,13 +146,7 @@ pub fn apply_file(
         unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("mapping {}", path.display()))
     };
     let (from, patch) = (map(base)?, map(patch)?);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(out)
-        .with_context(|| format!("creating {}", out.display()))?;
+    let f = crate::files::create_new(out).with_context(|| format!("creating {}", out.display()))?;
     allocate(&f, size).with_context(|| format!("allocating {size} bytes for {}", out.display()))?;
     // SAFETY: a file this pass created and allocated in full; nothing else
     // writes it.

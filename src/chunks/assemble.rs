@@ -29,6 +29,7 @@ use futures_util::StreamExt;
 use super::store::ChunkStore;
 use super::{BlobIndex, ChunkId, ChunkSizes, Chunker, cacnk};
 use crate::digest::{Algorithm, Digest, Hasher};
+use crate::files::remove_entry;
 
 /// Chunks of local files, by id: (file, offset, length).
 #[derive(Debug, Default)]
@@ -234,16 +235,6 @@ fn read_regular(path: &Path, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
     Ok(Some(bytes))
 }
 
-/// Removes `path` whatever it is (a directory with its contents; a
-/// symlink itself, never its target). Errors: `NotFound`, or I/O.
-pub fn remove_entry(path: &Path) -> std::io::Result<()> {
-    if std::fs::symlink_metadata(path)?.is_dir() {
-        std::fs::remove_dir_all(path)
-    } else {
-        std::fs::remove_file(path)
-    }
-}
-
 /// What an index needs beyond the seeds and the cache.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -350,7 +341,7 @@ pub fn assemble(
         .iter()
         .map(std::fs::File::open)
         .collect::<std::io::Result<Vec<_>>>()?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(out)?);
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, crate::files::create_new(out)?);
     let mut hasher = Hasher::new(Algorithm::Sha256);
     let mut buf = vec![0u8; max];
     for (i, c) in index.chunks.iter().enumerate() {

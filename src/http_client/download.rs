@@ -28,7 +28,8 @@ pub struct Download<'a> {
     pub expected: &'a Digest,
     /// Its size in bytes; more is an error, less is resumed.
     pub size: u64,
-    /// The file written (created or truncated).
+    /// The file written: whatever is at the path is replaced, never
+    /// written through ([`crate::files::create_new`]).
     pub file: &'a Path,
     /// Advanced by each byte received (and moved back on a restart).
     pub progress: &'a indicatif::ProgressBar,
@@ -54,8 +55,8 @@ impl Download<'_> {
         Fut: Future<Output = Result<Response<Incoming>>>,
     {
         let path = self.file;
-        let file =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let file = crate::files::create_new(path)
+            .with_context(|| format!("creating {}", path.display()))?;
         let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
         let mut hasher = Hasher::new(self.expected.algorithm());
         let mut have = 0u64;

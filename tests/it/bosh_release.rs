@@ -357,6 +357,7 @@ fn airlock_job_renders_with_defaults() {
         ])
     );
     assert_eq!(p["persistent_disk"], true);
+    assert_eq!(p["env"]["TMPDIR"], "/var/vcap/data/airlock/tmp");
     assert_eq!(p["limits"]["memory"], "2G");
     assert_eq!(p["limits"]["open_files"], 65536);
     assert_eq!(p["capabilities"], json!(["NET_BIND_SERVICE"]));
@@ -449,6 +450,9 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
         pre.contains("\"$torcx_dir/beta.sec.asc\"")
             && pre.contains("\"$torcx_dir/stable.sec.asc\"")
     );
+    // and the server's TMPDIR (bpm.yml), on the ephemeral disk.
+    assert!(pre.contains("tmp_dir=/var/vcap/data/airlock/tmp\n"));
+    assert!(pre.contains("chown vcap:vcap \"$tmp_dir\""));
     // A cert without its key is refused at render time.
     let half = json!({"airlock": {"tls": {"cert": cert}}});
     let err = try_render("airlock", "airlock.toml.erb", &half, &json!({})).unwrap_err();

@@ -351,7 +351,9 @@ fn a_refused_or_missing_chunk_falls_back_to_the_full_download() {
 /// with the site's CA certificates added does not hold the patch's base
 /// and uses chunks; a patch that is not what the assignment says (a
 /// proxy sends the index in its place) is refused by its digest and the
-/// cell uses chunks. Every cell installs v2 byte for byte.
+/// cell uses chunks. Every cell installs v2 byte for byte. A symlink and
+/// a FIFO planted where the cell writes are replaced, not written through
+/// or waited on, and an up-to-date pass removes leftovers.
 #[test]
 fn a_cell_holding_v1_as_published_moves_by_the_promotion_patch() {
     require_tool("zstd", "zstd");
@@ -413,6 +415,13 @@ fn a_cell_holding_v1_as_published_moves_by_the_promotion_patch() {
     assert_eq!(assignment["rootfs_patch"]["digest"], patch["blob"]);
     assert_eq!(assignment["rootfs_patch"]["from"], v1["sha256"]);
 
+    // What a crash or an attack may leave where the cell writes: a
+    // symlink at the patch's path, a FIFO at the download's. Neither is
+    // written through nor waited on.
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    std::os::unix::fs::symlink(&victim, plain.join(STACK).join(".rootfs.patch")).unwrap();
+    run_ok(Command::new("mkfifo").arg(plain.join(STACK).join(".rootfs.tar.download")));
     let before = chunks_served(addr);
     let log = sync_ok(&url, &plain, "cell-1", &[]);
     assert!(log.contains("rootfs patched"), "{log}");
@@ -426,6 +435,18 @@ fn a_cell_holding_v1_as_published_moves_by_the_promotion_patch() {
     assert_eq!(t["method"], "delta");
     assert_eq!(t["bytes"].as_u64().unwrap(), size);
     assert!(!plain.join(STACK).join(".rootfs.patch").exists());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    // An up-to-date pass removes what an interrupted one left.
+    std::fs::create_dir_all(plain.join(STACK).join(".chunks/ab12")).unwrap();
+    std::fs::write(plain.join(STACK).join(".rootfs.tar.download"), b"partial").unwrap();
+    let log = sync_ok(&url, &plain, "cell-1", &[]);
+    assert!(
+        log.contains("removed what an interrupted download left"),
+        "{log}"
+    );
+    assert!(!plain.join(STACK).join(".chunks").exists());
+    assert!(!plain.join(STACK).join(".rootfs.tar.download").exists());
+    assert_eq!(sha256sum(&installed(&plain)), v2_sha);
 
     let before = chunks_served(addr);
     let log = sync_ok(&url, &with_certs, "cell-2", &certs);

@@ -216,9 +216,14 @@ pub(super) async fn rootfs(
     }
     let store = ctx.state().blobstore();
     let key = blob_key(digest);
+    let what = match artifact {
+        Artifact::Tar => "rootfs",
+        Artifact::Index => "rootfs index",
+        Artifact::Patch => "rootfs patch",
+    };
     let size = store.stat(&key).await?.ok_or_else(|| {
-        tracing::error!(blob = %digest, stack = %name, "promoted rootfs blob missing from the blobstore");
-        StackError::NotFound(format!("rootfs blob {digest} is missing from the store"))
+        tracing::error!(blob = %digest, stack = %name, what, "promoted blob missing from the blobstore");
+        StackError::NotFound(format!("{what} blob {digest} is missing from the store"))
     })?;
     // A GET takes a download slot, given back when the body is dropped
     // (sent, or the client went away); HEAD takes none.

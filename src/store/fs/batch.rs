@@ -150,7 +150,35 @@ fn holds(path: &Path, bytes: &[u8]) -> std::io::Result<Option<std::fs::File>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::blob_key;
+    use crate::store::{StoreError, blob_key};
+
+    /// A FIFO or a directory where a blob should be is absent to a read,
+    /// at once (a FIFO opened for reading would wait for a writer).
+    #[tokio::test]
+    async fn a_non_regular_file_at_a_key_reads_as_absent_without_hanging() {
+        use crate::store::Blobstore as _;
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::fs::FsStore::open(dir.path()).unwrap();
+        let d = Digest::sha256_of(b"x");
+        let path = dir.path().join(blob_key(&d));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            store.read(&blob_key(&d), None),
+        )
+        .await
+        .expect("a read of a FIFO hung");
+        assert!(matches!(read, Err(StoreError::NotFound(_))));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert!(matches!(
+            store.read(&blob_key(&d), None).await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
 
     #[test]
     fn a_present_blob_is_kept_only_when_its_bytes_match() {

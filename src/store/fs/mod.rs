@@ -169,9 +169,20 @@ impl FsStore {
         key: &str,
         range: Option<(u64, u64)>,
     ) -> Result<(std::fs::File, std::fs::Metadata, u64, u64)> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.path(key)?;
-        let file = std::fs::File::open(&path).map_err(|e| not_found(key, e))?;
+        // O_NONBLOCK: a FIFO where an object should be is opened without
+        // waiting for a writer, and then refused as not a regular file
+        // (as `stat` reports it absent), instead of hanging the reader.
+        let file = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| not_found(key, e))?;
         let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(StoreError::NotFound(format!("{key} (not a regular file)")));
+        }
         let (start, end) = span(range, meta.len())?;
         Ok((file, meta, start, end))
     }
