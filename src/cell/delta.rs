@@ -16,7 +16,6 @@
 //! (content-defined chunks realign right after the changed bytes).
 //! Either way the assembled rootfs must match the published sha256.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,7 +23,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 
 use super::client::{Assignment, StacksClient};
-use super::install::{Installed, StackDir};
+use super::install::StackDir;
 use crate::chunks::assemble::{self, ChunkCache, FetchError, Seeds};
 use crate::chunks::index::MAX_INDEX_BYTES;
 use crate::chunks::store::ChunkStore;
@@ -116,14 +115,7 @@ pub async fn try_delta(
             0,
         ));
     };
-    let record = dir.record();
-    let seeds: Vec<(PathBuf, Option<Installed>)> = [
-        (dir.rootfs(), record.current),
-        (dir.previous(), record.previous),
-    ]
-    .into_iter()
-    .filter(|(p, _)| p.is_file())
-    .collect();
+    let seeds = dir.rootfs_files();
     if seeds.is_empty() {
         return Ok(Delta::Fallback(
             "no rootfs on the cell to seed from".into(),

@@ -99,11 +99,9 @@ impl StackDir {
         };
         let f = match open() {
             Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
-            _ => {
-                // Not a regular file (a symlink, a FIFO, a directory): replaced.
-                drop(crate::files::create_new(&path));
-                open().with_context(|| format!("opening {}", path.display()))?
-            }
+            // Not a regular file (a symlink, a FIFO, a directory): replaced.
+            _ => crate::files::create_new(&path)
+                .with_context(|| format!("creating {}", path.display()))?,
         };
         // SAFETY: a valid open descriptor.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -132,6 +130,20 @@ impl StackDir {
         ]
         .into_iter()
         .filter(|p| crate::files::remove_entry(p).is_ok())
+        .collect()
+    }
+
+    /// The rootfs files present (`rootfs.tar`, then `rootfs.tar.previous`,
+    /// each a regular file or a symlink to one), with what the record says
+    /// each is: the seeds of a delta and the bases a patch may apply to.
+    pub fn rootfs_files(&self) -> Vec<(PathBuf, Option<Installed>)> {
+        let record = self.record();
+        [
+            (self.rootfs(), record.current),
+            (self.previous(), record.previous),
+        ]
+        .into_iter()
+        .filter(|(p, _)| p.is_file())
         .collect()
     }
 

@@ -48,19 +48,15 @@ pub enum Patched {
 
 /// The installed rootfs file the patch `p` applies to, if the cell has it.
 fn base(dir: &StackDir, p: &PatchInfo) -> Option<PathBuf> {
-    let record = dir.record();
-    [
-        (dir.rootfs(), record.current),
-        (dir.previous(), record.previous),
-    ]
-    .into_iter()
-    .find(|(path, installed)| {
-        installed
-            .as_ref()
-            .is_some_and(|i| i.rootfs_digest == p.from && i.trusted_certs.is_none())
-            && std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == p.from_size)
-    })
-    .map(|(path, _)| path)
+    dir.rootfs_files()
+        .into_iter()
+        .find(|(path, installed)| {
+            installed
+                .as_ref()
+                .is_some_and(|i| i.rootfs_digest == p.from && i.trusted_certs.is_none())
+                && std::fs::metadata(path).is_ok_and(|m| m.len() == p.from_size)
+        })
+        .map(|(path, _)| path)
 }
 
 /// Tries to make the rootfs `a` names at `dir`'s download path from the

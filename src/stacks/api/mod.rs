@@ -3,9 +3,11 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `GET /stacks/v1/` | the stack table (every stack, the default) |
-//! | `GET /stacks/v1/<name>?cell=<id>[&platform=P]` | what that cell runs: `digest`, `image`, `platform`, `rootfs_url`, `rootfs_sha256`, `rootfs_digest`, `rootfs_size`, `state`, `state_reason`, `promotion`, `latest`, `rollout_percent` |
+//! | `GET /stacks/v1/<name>?cell=<id>[&platform=P]` | what that cell runs: `digest`, `image`, `platform`, `rootfs_url`, `rootfs_index_url` and `chunk_store_url` (or null), `rootfs_patch` (`{url, from, from_size, digest, size}` or null), `rootfs_sha256`, `rootfs_digest`, `rootfs_size`, `state`, `state_reason`, `promotion`, `latest`, `rollout_percent` |
 //! | `GET /stacks/v1/<name>` | the stack (as `stack show --json`) |
 //! | `GET/HEAD /stacks/v1/<name>/rootfs.tar[?digest=D][&platform=P][&cell=ID]` | the flattened rootfs (a blob: `Docker-Content-Digest`, `ETag`, ranges); `digest` names a promoted image or platform manifest; without it the cell's, or without a cell the fully rolled-out promotion (during a canary: what every cell outside it runs). Digest-addressed answers are immutable, the others `no-cache` ([`caching`]); `If-None-Match` gets 304 |
+//! | `GET/HEAD /stacks/v1/<name>/rootfs.caibx`, `.../rootfs.patch` (same query) | that rootfs's casync index, or its zstd patch from the rootfs its promotion replaced ([`crate::chunks`]), by the same rules; with `cell=` the GET leases a download slot for the cell's delta; 404 when it has none |
+//! | `GET/HEAD /stacks/v1/chunks/<4 hex>/<id>.cacnk` | a chunk of any promoted rootfs |
 //! | `PUT /stacks/v1/<name>/cells/<id>` `{"digest", "platform"?}` | 204: the cell's report ([`super::cells`]) |
 //! | `GET /stacks/v1/<name>/status` | `stack status --json` |
 //! | `POST /stacks/v1/<name>/{promote,rollout,rollback,state,default}` | admin: as the CLI; 403 `DENIED` unless `serve --allow-admin` |

@@ -45,15 +45,13 @@ pub(super) async fn show(ctx: &dyn Context, name: &StackName) -> Result<Response
     Ok(res)
 }
 
-pub(super) fn rootfs_url(name: &StackName, r: &Rootfs) -> String {
-    format!("/stacks/v1/{name}/rootfs.tar?digest={}", r.manifest)
-}
-
-/// The index URL of `r` when it was chunked.
-pub(super) fn rootfs_index_url(name: &StackName, r: &Rootfs) -> Option<String> {
-    r.chunks
-        .as_ref()
-        .map(|_| format!("/stacks/v1/{name}/rootfs.caibx?digest={}", r.manifest))
+/// The immutable URL of `artifact` of `r` (named by its manifest digest).
+pub(super) fn artifact_url(name: &StackName, r: &Rootfs, artifact: Artifact) -> String {
+    format!(
+        "/stacks/v1/{name}/{}?digest={}",
+        artifact.file(),
+        r.manifest
+    )
 }
 
 /// The patch of `r` as the assignment lists it (`url`, `from`: the
@@ -63,7 +61,7 @@ pub(super) fn rootfs_patch(name: &StackName, r: &Rootfs) -> serde_json::Value {
     match &r.patch {
         None => serde_json::Value::Null,
         Some(p) => json!({
-            "url": format!("/stacks/v1/{name}/rootfs.patch?digest={}", r.manifest),
+            "url": artifact_url(name, r, Artifact::Patch),
             "from": p.from,
             "from_size": p.from_size,
             "digest": p.blob,
@@ -108,8 +106,8 @@ pub(super) async fn resolve(
         "digest": r.manifest,
         "image": p.image,
         "platform": r.platform,
-        "rootfs_url": rootfs_url(name, r),
-        "rootfs_index_url": rootfs_index_url(name, r),
+        "rootfs_url": artifact_url(name, r, Artifact::Tar),
+        "rootfs_index_url": r.chunks.as_ref().map(|_| artifact_url(name, r, Artifact::Index)),
         "chunk_store_url": r.chunks.as_ref().map(|_| "/stacks/v1/chunks/"),
         "rootfs_patch": rootfs_patch(name, r),
         "rootfs_sha256": r.sha256.hex(),
@@ -216,12 +214,8 @@ pub(super) async fn rootfs(
     }
     let store = ctx.state().blobstore();
     let key = blob_key(digest);
-    let what = match artifact {
-        Artifact::Tar => "rootfs",
-        Artifact::Index => "rootfs index",
-        Artifact::Patch => "rootfs patch",
-    };
     let size = store.stat(&key).await?.ok_or_else(|| {
+        let what = artifact.what();
         tracing::error!(blob = %digest, stack = %name, what, "promoted blob missing from the blobstore");
         StackError::NotFound(format!("{what} blob {digest} is missing from the store"))
     })?;
@@ -249,13 +243,10 @@ pub(super) async fn rootfs(
         }))
     })
     .await?;
-    let kind = match artifact {
-        Artifact::Tar => "application/x-tar",
-        Artifact::Index => "application/octet-stream",
-        Artifact::Patch => "application/zstd",
-    };
-    res.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(artifact.content_type()),
+    );
     caching::apply(&mut res, digest, addressing);
     warn(&mut res, name, stack);
     Ok(res)

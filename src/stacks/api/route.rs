@@ -26,6 +26,35 @@ pub(super) enum Artifact {
     Patch,
 }
 
+impl Artifact {
+    /// The file name in the URL (`.../NAME/<file>`).
+    pub(super) fn file(self) -> &'static str {
+        match self {
+            Artifact::Tar => "rootfs.tar",
+            Artifact::Index => "rootfs.caibx",
+            Artifact::Patch => "rootfs.patch",
+        }
+    }
+
+    /// What it is, for messages.
+    pub(super) fn what(self) -> &'static str {
+        match self {
+            Artifact::Tar => "rootfs",
+            Artifact::Index => "rootfs index",
+            Artifact::Patch => "rootfs patch",
+        }
+    }
+
+    /// Its `Content-Type`.
+    pub(super) fn content_type(self) -> &'static str {
+        match self {
+            Artifact::Tar => "application/x-tar",
+            Artifact::Index => "application/octet-stream",
+            Artifact::Patch => "application/zstd",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Action {
     Promote,
@@ -86,9 +115,9 @@ impl Route {
         let name: StackName = name.parse()?;
         Ok(match tail {
             None | Some("") => Route::Stack(name),
-            Some("rootfs.tar") => Route::Rootfs(name, Artifact::Tar),
-            Some("rootfs.caibx") => Route::Rootfs(name, Artifact::Index),
-            Some("rootfs.patch") => Route::Rootfs(name, Artifact::Patch),
+            Some(t) if t == Artifact::Tar.file() => Route::Rootfs(name, Artifact::Tar),
+            Some(t) if t == Artifact::Index.file() => Route::Rootfs(name, Artifact::Index),
+            Some(t) if t == Artifact::Patch.file() => Route::Rootfs(name, Artifact::Patch),
             Some("status") => Route::Status(name),
             Some("promote") => Route::Admin(name, Action::Promote),
             Some("rollout") => Route::Admin(name, Action::Rollout),
