@@ -80,10 +80,11 @@ pub struct FsckArgs {
     /// Re-hash every stored blob (corrupt ones are moved to quarantine/).
     #[arg(long)]
     deep: bool,
-    /// When the current generation is damaged: find the newest generation
-    /// whose whole tree verifies (scanning the store, without reading the
-    /// damaged one), show the generations that are lost, and make it
-    /// current as a new generation.
+    /// Repair: first make a stack's missing derived blobs (rootfs, chunks,
+    /// patch) again from its image; then, when the current generation is
+    /// still damaged, find the newest generation whose whole tree verifies
+    /// (scanning the store, without reading the damaged one), show the
+    /// generations that are lost, and make it current as a new generation.
     #[arg(long)]
     repair: bool,
     /// With --repair: show what would be restored and lost; change nothing.
@@ -191,6 +192,9 @@ pub async fn fsck(args: FsckArgs) -> Result<()> {
         return Ok(());
     }
     if args.repair {
+        if rederive(&state, &args).await? {
+            return Ok(());
+        }
         let who = airlock::state::user_at_host();
         match airlock::state::recover::recover(&state, args.dry_run, &who).await? {
             Some(r) if args.json => println!("{}", serde_json::to_string_pretty(&r)?),
@@ -206,6 +210,37 @@ pub async fn fsck(args: FsckArgs) -> Result<()> {
         "fsck found {} problems (airlock fsck --repair restores the newest generation that verifies)",
         report.problems.len()
     );
+}
+
+/// `fsck --repair`, first step: makes the stacks' missing derived blobs
+/// again ([`airlock::stacks::rederive`]); `true` when that left fsck with
+/// no problem (nothing more to repair).
+async fn rederive(state: &airlock::state::StateStore, args: &FsckArgs) -> Result<bool> {
+    let made = match airlock::stacks::rederive::run(state, args.dry_run).await {
+        Ok(made) => made,
+        // A current generation that cannot be read: restoring one is next.
+        Err(e) => {
+            tracing::debug!(error = %e, "stack table unreadable; no derived blob made again");
+            return Ok(false);
+        }
+    };
+    for m in &made {
+        match (&m.error, args.dry_run) {
+            (None, true) => println!(
+                "would make again: {} {} of rootfs {}",
+                m.what, m.blob, m.rootfs
+            ),
+            _ => println!("{m}"),
+        }
+    }
+    if made.is_empty() || args.dry_run {
+        return Ok(false);
+    }
+    let after = fsck::run(state, false).await?;
+    for p in &after.problems {
+        println!("still: {p}");
+    }
+    Ok(after.problems.is_empty())
 }
 
 pub async fn rollback(args: RollbackArgs) -> Result<()> {

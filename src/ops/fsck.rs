@@ -86,6 +86,7 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
     let mut blobs: Vec<Digest> = Vec::new();
     let mut rooms_seen: HashSet<Digest> = HashSet::new();
     let mut chunk_maps: HashSet<Digest> = HashSet::new();
+    let mut derived: HashSet<Digest> = HashSet::new();
     for (i, (digest, doc)) in history.iter().enumerate() {
         report.generations_checked += 1;
         let before = report.problems.len();
@@ -121,6 +122,9 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
                     {
                         Ok(list) => {
                             for b in list {
+                                if rooms::derived(name) {
+                                    derived.insert(b.clone());
+                                }
                                 if reached.insert(b.clone()) {
                                     blobs.push(b);
                                 }
@@ -142,10 +146,17 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
     for b in &blobs {
         if store.stat(&blob_key(b)).await?.is_none() {
             let quarantined = store.stat(&verify::quarantine_key(b)).await?.is_some();
-            let detail = if quarantined {
-                "referenced blob is quarantined (corrupt); re-import a bundle that carries it"
-            } else {
-                "referenced blob is missing from the store"
+            let detail = match (derived.contains(b), quarantined) {
+                (true, true) => {
+                    "a stack's derived blob (rootfs, chunks or patch) is quarantined (corrupt); airlock fsck --repair makes it again from the stack image"
+                }
+                (true, false) => {
+                    "a stack's derived blob (rootfs, chunks or patch) is missing from the store; airlock fsck --repair makes it again from the stack image"
+                }
+                (false, true) => {
+                    "referenced blob is quarantined (corrupt); re-import a bundle that carries it"
+                }
+                (false, false) => "referenced blob is missing from the store",
             };
             report.problem("missing", b, detail);
         }
@@ -174,7 +185,7 @@ async fn rehash_all(store: &dyn Blobstore, report: &mut FsckReport) -> Result<()
             if actual.as_ref() == Some(&digest) {
                 continue;
             }
-            let detail = match quarantine(store, &digest).await {
+            let detail = match verify::settle_quarantine(store, &digest).await {
                 Ok(true) => {
                     report.quarantined.push(digest.clone());
                     "content does not match its digest; moved to quarantine/".to_string()
@@ -213,28 +224,4 @@ async fn rehash(
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// Makes sure the corrupt blob `digest` is in `quarantine/` (the verified
-/// read may have moved it already; on S3 it does so in the background):
-/// `true` when it is there and gone from `blobs/`, `false` when neither
-/// holds it (removed meanwhile). Errors: the store failed.
-async fn quarantine(
-    store: &dyn Blobstore,
-    digest: &Digest,
-) -> std::result::Result<bool, StoreError> {
-    let (from, to) = (blob_key(digest), verify::quarantine_key(digest));
-    for _ in 0..50 {
-        if store.stat(&to).await?.is_some() && store.stat(&from).await?.is_none() {
-            return Ok(true);
-        }
-        match store.rename(&from, &to).await {
-            Ok(()) => return Ok(true),
-            Err(StoreError::NotFound(_)) => {}
-            Err(e) => return Err(e),
-        }
-        // The store's own quarantine is moving it: wait for it to finish.
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    Ok(store.stat(&to).await?.is_some())
 }

@@ -35,6 +35,14 @@ pub fn room_blobs(name: &str, bytes: &[u8]) -> Result<Vec<Digest>, String> {
     }
 }
 
+/// Whether the blobs the room document `name` keeps are made here from
+/// other stored content (a stack's flattened rootfs, chunks and patch:
+/// `airlock fsck --repair` makes them again, [`crate::stacks::rederive`])
+/// rather than carried by a bundle (torcx addon archives).
+pub fn derived(name: &str) -> bool {
+    name == crate::stacks::table::DOC_NAME
+}
+
 /// [`room_blobs`], plus the index and `.cacnk` blobs of every chunk map
 /// the document names that is not in `maps_read` yet (each map is read
 /// once per run: rootfs share chunk maps across generations). A missing

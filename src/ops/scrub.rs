@@ -90,7 +90,8 @@ async fn save(store: &dyn Blobstore, p: &ScrubProgress) -> store::Result<()> {
 pub enum Verdict {
     /// Its bytes hash to its digest.
     Whole(u64),
-    /// They do not: it was quarantined.
+    /// They do not: the store's read began to quarantine it
+    /// ([`pass`] waits until it is moved).
     Corrupt,
     /// It is gone (collected meanwhile).
     Gone,
@@ -170,6 +171,9 @@ pub async fn pass(store: &Arc<dyn Blobstore>, opts: &ScrubOptions) -> store::Res
                 p.bytes += n;
             }
             Verdict::Corrupt => {
+                // Reported once it is moved (an S3 store moves it in the
+                // background; a CLI scrub would exit before that).
+                verify::settle_quarantine(&**store, &digest).await?;
                 tracing::error!(%digest, "scrub: corrupt blob quarantined");
                 crate::metrics::global().store_error("corrupt");
                 crate::metrics::global().scrub_corrupt_found.inc();

@@ -117,8 +117,11 @@ fn platform_string(os: &str, arch: &str, variant: Option<&str>) -> String {
     }
 }
 
-/// Reads one image manifest: config and layers.
-async fn platform_image<S: ImageSource + ?Sized>(
+/// Reads the image manifest `digest` (verified): its config and layers;
+/// the platform is the config's `os/architecture[/variant]`.
+///
+/// Errors: the manifest or its config missing, corrupt or not parsing.
+pub async fn platform_image<S: ImageSource + ?Sized>(
     store: &S,
     digest: &Digest,
 ) -> Result<PlatformImage, StackError> {

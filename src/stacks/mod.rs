@@ -9,6 +9,8 @@
 //!   platforms, configs and layers.
 //! - [`flatten`]: one uncompressed rootfs tar per platform image, kept as a blob.
 //! - [`patch`]: the zstd patch a promotion makes from the rootfs it replaces.
+//! - [`rederive`]: making those derived blobs (rootfs, chunks, patch) again
+//!   when one is missing (`airlock fsck --repair`).
 //! - [`candidates`]: a bundle's stack candidates checked for flattenability
 //!   at `bundle create` and at import.
 //! - [`ops`]: promote, rollout, rollback, set-state, set-default, each one
@@ -35,6 +37,7 @@ pub mod kpack;
 pub mod lifecycle;
 pub mod ops;
 pub mod patch;
+pub mod rederive;
 pub mod rollout;
 pub mod table;
 

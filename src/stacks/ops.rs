@@ -269,7 +269,7 @@ async fn chunks_stored(
 }
 
 /// Cuts the rootfs `r` into chunks, with casync's default sizes.
-async fn chunk_rootfs(
+pub(super) async fn chunk_rootfs(
     store: &std::sync::Arc<dyn crate::store::Blobstore>,
     r: &Rootfs,
 ) -> Result<crate::chunks::build::Built, StackError> {

@@ -53,6 +53,31 @@ pub fn quarantine_key(digest: &Digest) -> String {
     )
 }
 
+/// Makes sure the corrupt blob `digest` is in `quarantine/` (the verified
+/// read may have moved it already; on S3 it does so in the background, and
+/// a CLI run must not exit before that move is done):
+/// `true` when it is there and gone from `blobs/`, `false` when neither
+/// holds it (removed meanwhile). Errors: the store failed.
+pub async fn settle_quarantine(
+    store: &dyn super::Blobstore,
+    digest: &Digest,
+) -> super::Result<bool> {
+    let (from, to) = (super::blob_key(digest), quarantine_key(digest));
+    for _ in 0..50 {
+        if store.stat(&to).await?.is_some() && store.stat(&from).await?.is_none() {
+            return Ok(true);
+        }
+        match store.rename(&from, &to).await {
+            Ok(()) => return Ok(true),
+            Err(super::StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        // The store's own quarantine is moving it: wait for it to finish.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(store.stat(&to).await?.is_some())
+}
+
 /// The error a corrupt read ends with: `InvalidData`, naming both digests.
 pub fn corrupt_error(expected: &Digest, actual: &Digest) -> std::io::Error {
     std::io::Error::new(

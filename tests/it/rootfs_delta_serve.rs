@@ -7,7 +7,8 @@
 //! patch a second promotion made while a kept generation reaches them
 //! (on S3 too, where the patch is spooled out of the store) and sweeps
 //! them (and orphans) otherwise;
-//! fsck names a missing chunk; `max_in_flight` counts delta downloads;
+//! fsck names a missing chunk, and `fsck --repair` makes a lost or
+//! quarantined rootfs, chunk, index or patch again, byte-identical; `max_in_flight` counts delta downloads;
 //! the index follows the tar's cache rules. On every blobstore backend
 //! where the store matters (`on_backends!`).
 
@@ -165,6 +166,112 @@ fn gc_keeps_chunks_while_reachable_and_sweeps_them_after(b: Backend) {
 }
 
 on_backends!([fs, s3s_fs] gc_keeps_chunks_while_reachable_and_sweeps_them_after);
+
+/// sha256 of the stored blob `digest` by coreutils' `sha256sum`.
+fn stored_sha256(objects: &Objects, digest: &str) -> String {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), objects.get(&blob_key(digest)).unwrap()).unwrap();
+    sha256sum(f.path())
+}
+
+fn fsck_repair_makes_a_stacks_derived_blobs_again(b: Backend) {
+    b.import(&test_key().1, bundle());
+    promote(&b, "v1", &[]);
+    promote(&b, "v2", &[]);
+    let show: serde_json::Value =
+        serde_json::from_str(&b.airlock_ok(&["stack", "show"], &[STACK, "--json"])).unwrap();
+    let (r1, r2) = (
+        &show["promotions"][0]["rootfs"][0],
+        &show["promotions"][1]["rootfs"][0],
+    );
+    let d = |v: &serde_json::Value| v.as_str().unwrap().to_string();
+    let objects = Objects::of(&b);
+    let (tar1, tar2) = (d(&r1["sha256"]), d(&r2["sha256"]));
+    let (index2, patch2) = (d(&r2["chunks"]["index"]), d(&r2["patch"]["blob"]));
+    let chunk1 = chunk_blobs(&objects, r1)[2].clone();
+    // Damage: v1's tar rots (the scrub quarantines it); v2's tar, index
+    // and patch and one of v1's chunks are lost.
+    let mut rotten = objects.get(&blob_key(&tar1)).unwrap();
+    rotten[4096] ^= 1;
+    objects.put(&blob_key(&tar1), &rotten);
+    assert!(!b.airlock(&["scrub"], &[]).status.success());
+    let lost = [&tar2, &index2, &patch2, &chunk1];
+    for x in lost {
+        objects.delete(&blob_key(x));
+    }
+    let damaged = [&tar1, &tar2, &index2, &patch2, &chunk1];
+    let generations = b.history().len();
+    let o = b.airlock(&["fsck"], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "{text}");
+    for x in damaged {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(x.as_str())
+                    && l.contains("airlock fsck --repair makes it again")),
+            "fsck names {x} as a derived blob: {text}"
+        );
+    }
+
+    // A dry run names what it would make, and makes nothing.
+    let o = b.airlock(&["fsck"], &["--repair", "--dry-run"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    for (what, x) in [
+        ("rootfs", &tar1),
+        ("rootfs", &tar2),
+        ("chunks", &index2),
+        ("patch", &patch2),
+    ] {
+        assert!(
+            text.contains(&format!("would make again: {what} {x}")),
+            "{what} {x}: {text}"
+        );
+    }
+    for x in damaged {
+        assert!(!objects.exists(&blob_key(x)), "a dry run made {x}");
+    }
+
+    // The repair makes each again, byte for byte what its name says.
+    let o = b.airlock(&["fsck"], &["--repair"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        text.contains(&format!("made again: patch {patch2}")),
+        "{text}"
+    );
+    for x in damaged {
+        assert_eq!(&stored_sha256(&objects, x), x, "made again");
+    }
+    b.airlock_ok(&["fsck"], &["--deep"]);
+    assert_eq!(b.history().len(), generations, "the state is not changed");
+
+    // What cannot be made (a layer of v2's image lost too) is named, and
+    // the repair fails without changing the state.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&objects.get(&blob_key(&d(&r2["manifest"]))).unwrap()).unwrap();
+    let layer = d(&manifest["layers"][manifest["layers"].as_array().unwrap().len() - 1]["digest"]);
+    let layer_bytes = objects.get(&blob_key(&layer)).unwrap();
+    objects.delete(&blob_key(&layer));
+    objects.delete(&blob_key(&tar2));
+    let o = b.airlock(&["fsck"], &["--repair"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("cannot make again: rootfs {tar2}")),
+        "{text}"
+    );
+    assert!(!objects.exists(&blob_key(&tar2)));
+    assert_eq!(b.history().len(), generations, "the state is not changed");
+    objects.put(&blob_key(&layer), &layer_bytes);
+    b.airlock_ok(&["fsck"], &["--repair"]);
+    assert_eq!(stored_sha256(&objects, &tar2), tar2);
+}
+
+on_backends!([fs, s3s_fs] fsck_repair_makes_a_stacks_derived_blobs_again);
 
 fn curl_put_report(addr: &str, cell: &str, digest: &str) -> String {
     let o = Command::new("curl")

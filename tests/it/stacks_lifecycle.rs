@@ -358,6 +358,18 @@ fn promotion_events_reach_a_webhook_signed_retried_and_durable(data: Backend) {
     );
 
     // Restart: an event queued while no airlock runs is delivered after.
+    // Delivery is at least once: the receiver may log its 200 before the
+    // server records it, so stop the server only once the store says so
+    // (a kill between the two is a redelivery after restart, by design).
+    let recorded = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ev = data.airlock_ok(&["events"], &["--json"]);
+        let ev: serde_json::Value = serde_json::from_str(&ev).unwrap();
+        if ev["log"].as_array().map_or(0, Vec::len) == 4 || Instant::now() > recorded {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     drop(server);
     stack_ok(
         &data,
