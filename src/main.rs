@@ -17,20 +17,35 @@ unsafe extern "C" {
 const MI_OPTION_ARENA_EAGER_COMMIT: std::ffi::c_int = 4;
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 
+/// Arenas are committed on demand, in every command: with mimalloc's
+/// default (eager commit), memory a burst freed stayed counted in the
+/// resident set, so a promotion that flattens and chunks a 150 MB rootfs
+/// (chunks handed between threads) peaked at 630 MiB anonymous; on
+/// demand, 98 MiB (the server's HTTP promotions and imports too). Set
+/// before `main`: mimalloc makes its first arena before `main` runs, and
+/// an option set later does not change it. Runs from `.init_array`.
+extern "C" fn commit_arenas_on_demand() {
+    // SAFETY: setting a documented option to a valid value, before any
+    // thread of ours exists.
+    unsafe { mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0) }
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static COMMIT_ARENAS_ON_DEMAND: extern "C" fn() = commit_arenas_on_demand;
+
 /// For a command that streams gigabytes through a few large buffers
-/// (import, bundle create and verify, scrub, fsck): memory freed is given
-/// back to the OS at once and arenas are committed on demand. With
-/// mimalloc's defaults (purge after 10 ms, arenas after 100 ms, eager arena
-/// commit) the chunks an import hands from its reader thread to its
-/// writer kept a 512 MiB import at 120-140 MiB resident; with these (and
-/// the import's own buffer pool, `bundle::import::buffers`), 45 MiB
-/// (issue 26 §5). The server keeps the defaults (its hot paths allocate
-/// small and often).
+/// (import, bundle create and verify, scrub, fsck, promote): memory freed
+/// is given back to the OS at once. With mimalloc's default (purge after
+/// 10 ms) and eager arena commit, the chunks an import hands from its
+/// reader thread to its writer kept a 512 MiB import at 120-140 MiB
+/// resident; with these (and the import's own buffer pool,
+/// `bundle::import::buffers`), 45 MiB (issue 26 §5). The server keeps the
+/// default delay (its hot paths allocate small and often).
 pub(crate) fn purge_freed_memory_at_once() {
-    // SAFETY: setting two documented options with valid values, at start-up.
+    // SAFETY: setting a documented option with a valid value, at start-up.
     unsafe {
         mi_option_set(MI_OPTION_PURGE_DELAY, 0);
-        mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0);
     }
 }
 
