@@ -87,10 +87,10 @@ pub struct FsckArgs {
     /// generations that are lost, and make it current as a new generation.
     #[arg(long)]
     repair: bool,
-    /// With --repair: show what would be restored and lost; change nothing.
+    /// With --repair: show what would be made again, restored and lost; change nothing.
     #[arg(long, requires = "repair")]
     dry_run: bool,
-    /// Print the report as JSON.
+    /// Print the report as one JSON object (with --repair: `{"fsck", "rederived", "recovery", "after"}`).
     #[arg(long)]
     json: bool,
 }
@@ -158,7 +158,7 @@ pub async fn scrub(args: ScrubArgs) -> Result<()> {
         Ok(())
     } else {
         anyhow::bail!(
-            "{} corrupt blobs quarantined (a re-import or push of the same content repairs them)",
+            "{} corrupt blobs quarantined (a re-import or push of the same content repairs them; a stack's rootfs, chunks or patch: airlock fsck --repair)",
             p.corrupt.len()
         )
     }
@@ -169,78 +169,162 @@ pub async fn fsck(args: FsckArgs) -> Result<()> {
     let report = fsck::run(&state, args.deep).await?;
     let who = airlock::state::user_at_host();
     airlock::ops::reports::record_logged(&**state.blobstore(), "fsck", &who, &report).await;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        for p in &report.problems {
-            println!("{p}");
-        }
-        for p in &report.warnings {
-            println!("warning: older generation: {p}");
-        }
-        println!(
-            "generation {}: {} generations, {} objects checked, {} blobs re-hashed, {} quarantined, {} problems",
-            report.generation,
-            report.generations_checked,
-            report.objects_checked,
-            report.blobs_rehashed,
-            report.quarantined.len(),
-            report.problems.len()
-        );
+    if !args.json {
+        print_report(&report);
     }
-    if report.problems.is_empty() {
-        return Ok(());
-    }
-    if args.repair {
-        if rederive(&state, &args).await? {
+    if !args.repair {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
+        if report.problems.is_empty() {
             return Ok(());
         }
-        let who = airlock::state::user_at_host();
-        match airlock::state::recover::recover(&state, args.dry_run, &who).await? {
-            Some(r) if args.json => println!("{}", serde_json::to_string_pretty(&r)?),
-            Some(r) => println!("{r}"),
-            None => bail!(
-                "fsck found {} problems, but the current generation verifies: nothing to restore (see above)",
-                report.problems.len()
-            ),
-        }
-        return Ok(());
+        let hint = if report.only_derived() {
+            "airlock fsck --repair makes the stacks' derived blobs again"
+        } else {
+            "airlock fsck --repair restores the newest generation that verifies"
+        };
+        bail!("fsck found {} problems ({hint})", report.problems.len());
     }
-    bail!(
-        "fsck found {} problems (airlock fsck --repair restores the newest generation that verifies)",
-        report.problems.len()
-    );
+    let mut out = Repair {
+        fsck: report,
+        ..Repair::default()
+    };
+    let result = repair(&state, &args, &who, &mut out).await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    result
 }
 
-/// `fsck --repair`, first step: makes the stacks' missing derived blobs
-/// again ([`airlock::stacks::rederive`]); `true` when that left fsck with
-/// no problem (nothing more to repair).
-async fn rederive(state: &airlock::state::StateStore, args: &FsckArgs) -> Result<bool> {
-    let made = match airlock::stacks::rederive::run(state, args.dry_run).await {
-        Ok(made) => made,
-        // A current generation that cannot be read: restoring one is next.
+/// What `fsck --repair` found and did (`--json`: this object).
+#[derive(Default, serde::Serialize)]
+struct Repair {
+    /// The check before the repair.
+    fsck: fsck::FsckReport,
+    /// Each stack's derived blob found missing, and whether it was (or, in
+    /// a dry run, would be) made again.
+    rederived: Vec<airlock::stacks::rederive::Rederived>,
+    /// The generation restored, when the current one was damaged.
+    recovery: Option<airlock::state::recover::Recovery>,
+    /// The check after the repair (not in a dry run, nor when nothing was done).
+    after: Option<fsck::FsckReport>,
+}
+
+/// `fsck --repair`: makes the stacks' missing derived blobs again
+/// ([`airlock::stacks::rederive`]); when a problem is left that is not one
+/// of those, restores the newest generation that verifies
+/// ([`airlock::state::recover`]) and makes again what that generation's
+/// stacks lack; then checks again. Ok when nothing is left to repair (a dry
+/// run: when everything found would be repaired).
+async fn repair(
+    state: &airlock::state::StateStore,
+    args: &FsckArgs,
+    who: &str,
+    out: &mut Repair,
+) -> Result<()> {
+    if out.fsck.problems.is_empty() {
+        return Ok(());
+    }
+    rederive(state, args, &mut out.rederived).await;
+    let left = if args.dry_run || out.rederived.is_empty() {
+        out.fsck.clone()
+    } else {
+        fsck::run(state, false).await?
+    };
+    if !left.only_derived() {
+        out.recovery = airlock::state::recover::recover(state, args.dry_run, who).await?;
+        if let Some(r) = &out.recovery
+            && !args.json
+        {
+            println!("{r}");
+        }
+        if out.recovery.is_some() && !args.dry_run {
+            rederive(state, args, &mut out.rederived).await;
+        }
+    }
+    let cannot = out.rederived.iter().filter(|e| e.error.is_some()).count();
+    if args.dry_run {
+        if cannot == 0 && (left.only_derived() || out.recovery.is_some()) {
+            return Ok(());
+        }
+    } else if out.recovery.is_some() || !out.rederived.is_empty() {
+        let after = fsck::run(state, false).await?;
+        if !args.json {
+            for p in &after.problems {
+                println!("still: {}: {}", p.kind, p.object);
+            }
+        }
+        let n = after.problems.len();
+        out.after = Some(after);
+        if n == 0 {
+            return Ok(());
+        }
+    }
+    if cannot > 0 {
+        bail!("{cannot} derived stack blobs cannot be made again (see above)");
+    }
+    if out.recovery.is_none() && !left.only_derived() {
+        bail!(
+            "fsck found {} problems, but the current generation verifies: nothing to restore (see above)",
+            left.problems.len()
+        );
+    }
+    bail!("problems are left after the repair (see above)")
+}
+
+/// Runs [`airlock::stacks::rederive`] (nothing when the stack table cannot
+/// be read: restoring a generation is next), adding its entries to `made`
+/// (an entry made in an earlier run keeps its place) and printing them.
+async fn rederive(
+    state: &airlock::state::StateStore,
+    args: &FsckArgs,
+    made: &mut Vec<airlock::stacks::rederive::Rederived>,
+) {
+    let found = match airlock::stacks::rederive::run(state, args.dry_run).await {
+        Ok(found) => found,
         Err(e) => {
             tracing::debug!(error = %e, "stack table unreadable; no derived blob made again");
-            return Ok(false);
+            return;
         }
     };
-    for m in &made {
-        match (&m.error, args.dry_run) {
-            (None, true) => println!(
-                "would make again: {} {} of rootfs {}",
-                m.what, m.blob, m.rootfs
-            ),
-            _ => println!("{m}"),
+    for m in found {
+        if !args.json {
+            match (&m.error, args.dry_run) {
+                (None, true) => println!(
+                    "would {}",
+                    m.to_string().replacen("made again", "make again", 1)
+                ),
+                _ => println!("{m}"),
+            }
+        }
+        match made
+            .iter_mut()
+            .find(|o| (o.what, &o.blob) == (m.what, &m.blob))
+        {
+            Some(o) => *o = m,
+            None => made.push(m),
         }
     }
-    if made.is_empty() || args.dry_run {
-        return Ok(false);
+}
+
+/// The human form of an fsck report.
+fn print_report(report: &fsck::FsckReport) {
+    for p in &report.problems {
+        println!("{p}");
     }
-    let after = fsck::run(state, false).await?;
-    for p in &after.problems {
-        println!("still: {p}");
+    for p in &report.warnings {
+        println!("warning: older generation: {p}");
     }
-    Ok(after.problems.is_empty())
+    println!(
+        "generation {}: {} generations, {} objects checked, {} blobs re-hashed, {} quarantined, {} problems",
+        report.generation,
+        report.generations_checked,
+        report.objects_checked,
+        report.blobs_rehashed,
+        report.quarantined.len(),
+        report.problems.len()
+    );
 }
 
 pub async fn rollback(args: RollbackArgs) -> Result<()> {

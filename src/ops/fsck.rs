@@ -29,6 +29,9 @@ pub struct Problem {
     pub object: String,
     /// What is wrong, one line.
     pub detail: String,
+    /// A stack's derived blob (rootfs, chunks, patch): `fsck --repair`
+    /// makes it again from the stack image ([`crate::stacks::rederive`]).
+    pub derived: bool,
 }
 
 impl std::fmt::Display for Problem {
@@ -63,7 +66,26 @@ impl FsckReport {
             kind,
             object: object.to_string(),
             detail: detail.to_string(),
+            derived: false,
         });
+    }
+
+    /// A problem with a stack's derived blob `digest`.
+    fn derived(&mut self, kind: &'static str, digest: &Digest, detail: impl std::fmt::Display) {
+        self.problems.push(Problem {
+            kind,
+            object: digest.to_string(),
+            detail: format!(
+                "a stack's derived blob (rootfs, chunks or patch) {detail}; airlock fsck --repair makes it again from the stack image"
+            ),
+            derived: true,
+        });
+    }
+
+    /// Whether every problem is a stack's derived blob (what `fsck
+    /// --repair` makes again, without restoring a generation).
+    pub fn only_derived(&self) -> bool {
+        self.problems.iter().all(|p| p.derived)
     }
 }
 
@@ -87,6 +109,7 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
     let mut rooms_seen: HashSet<Digest> = HashSet::new();
     let mut chunk_maps: HashSet<Digest> = HashSet::new();
     let mut derived: HashSet<Digest> = HashSet::new();
+    let mut sizes: std::collections::HashMap<Digest, u64> = Default::default();
     for (i, (digest, doc)) in history.iter().enumerate() {
         report.generations_checked += 1;
         let before = report.problems.len();
@@ -117,8 +140,15 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
             }
             match store::get_verified(&**state.blobstore(), d).await {
                 Ok(bytes) => {
-                    match rooms::kept_blobs(&**state.blobstore(), name, &bytes, &mut chunk_maps)
-                        .await
+                    sizes.extend(rooms::recorded_sizes(name, &bytes));
+                    match rooms::kept_blobs(
+                        &**state.blobstore(),
+                        name,
+                        &bytes,
+                        &mut chunk_maps,
+                        true,
+                    )
+                    .await
                     {
                         Ok(list) => {
                             for b in list {
@@ -144,21 +174,29 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
     report.objects_checked = reached.len();
     let store = state.blobstore();
     for b in &blobs {
-        if store.stat(&blob_key(b)).await?.is_none() {
-            let quarantined = store.stat(&verify::quarantine_key(b)).await?.is_some();
-            let detail = match (derived.contains(b), quarantined) {
-                (true, true) => {
-                    "a stack's derived blob (rootfs, chunks or patch) is quarantined (corrupt); airlock fsck --repair makes it again from the stack image"
-                }
-                (true, false) => {
-                    "a stack's derived blob (rootfs, chunks or patch) is missing from the store; airlock fsck --repair makes it again from the stack image"
-                }
-                (false, true) => {
-                    "referenced blob is quarantined (corrupt); re-import a bundle that carries it"
-                }
-                (false, false) => "referenced blob is missing from the store",
-            };
-            report.problem("missing", b, detail);
+        let stored = store.stat(&blob_key(b)).await?;
+        let quarantined = || async { store.stat(&verify::quarantine_key(b)).await };
+        match (stored, derived.contains(b)) {
+            (None, true) if quarantined().await?.is_some() => {
+                report.derived("missing", b, "is quarantined (corrupt)")
+            }
+            (None, true) => report.derived("missing", b, "is missing from the store"),
+            (None, false) if quarantined().await?.is_some() => report.problem(
+                "missing",
+                b,
+                "referenced blob is quarantined (corrupt); re-import a bundle that carries it",
+            ),
+            (None, false) => {
+                report.problem("missing", b, "referenced blob is missing from the store")
+            }
+            (Some(n), _) => match sizes.get(b) {
+                Some(&want) if want != n => report.derived(
+                    "corrupt",
+                    b,
+                    format!("is {n} bytes, its record says {want}"),
+                ),
+                _ => {}
+            },
         }
     }
     if deep {

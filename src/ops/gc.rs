@@ -251,9 +251,15 @@ impl Marks {
             let bytes = store::get_verified(&**state.blobstore(), d)
                 .await
                 .with_context(|| format!("room document {name} {d}"))?;
-            let blobs = rooms::kept_blobs(&**state.blobstore(), name, &bytes, &mut self.chunk_maps)
-                .await
-                .map_err(anyhow::Error::msg)?;
+            let blobs = rooms::kept_blobs(
+                &**state.blobstore(),
+                name,
+                &bytes,
+                &mut self.chunk_maps,
+                false,
+            )
+            .await
+            .map_err(anyhow::Error::msg)?;
             self.reached.extend(blobs);
         }
         Ok(())

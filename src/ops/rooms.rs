@@ -43,18 +43,34 @@ pub fn derived(name: &str) -> bool {
     name == crate::stacks::table::DOC_NAME
 }
 
+/// The sizes in bytes the room document `name` records for blobs it keeps
+/// (a stack's rootfs tars and patches, [`StackTable::blob_sizes`]); empty
+/// for other rooms or a document that does not parse.
+pub fn recorded_sizes(name: &str, bytes: &[u8]) -> Vec<(Digest, u64)> {
+    if name != crate::stacks::table::DOC_NAME {
+        return Vec::new();
+    }
+    serde_json::from_slice::<StackTable>(bytes).map_or_else(
+        |_| Vec::new(),
+        |t| t.blob_sizes().map(|(d, n)| (d.clone(), n)).collect(),
+    )
+}
+
 /// [`room_blobs`], plus the index and `.cacnk` blobs of every chunk map
 /// the document names that is not in `maps_read` yet (each map is read
 /// once per run: rootfs share chunk maps across generations). A missing
-/// chunk map keeps nothing more (fsck reports it; no one can reach its
-/// chunks). Errors: the document does not parse as its room's schema; a
-/// chunk map could not be read or parsed (GC then stops rather than
-/// sweep chunks it could not see were kept).
+/// chunk map keeps nothing more when `missing_ok` (fsck, which reports it
+/// as missing); else it is an error: `fsck --repair` makes the map again,
+/// and its chunks with it, so GC must not sweep them meanwhile. Errors:
+/// the document does not parse as its room's schema; a chunk map could
+/// not be read or parsed (GC then stops rather than sweep chunks it could
+/// not see were kept).
 pub async fn kept_blobs(
     store: &dyn crate::store::Blobstore,
     name: &str,
     bytes: &[u8],
     maps_read: &mut std::collections::HashSet<Digest>,
+    missing_ok: bool,
 ) -> Result<Vec<Digest>, String> {
     let mut out = room_blobs(name, bytes)?;
     if name != crate::stacks::table::DOC_NAME {
@@ -68,14 +84,19 @@ pub async fn kept_blobs(
         match crate::chunks::map::load(store, m).await {
             Ok(map) => out.extend(map.blobs().cloned()),
             Err(e)
-                if matches!(
-                    e.downcast_ref(),
-                    Some(crate::store::StoreError::NotFound(_))
-                ) =>
+                if missing_ok
+                    && matches!(
+                        e.downcast_ref(),
+                        Some(crate::store::StoreError::NotFound(_))
+                    ) =>
             {
                 tracing::warn!(map = %m, "chunk map missing");
             }
-            Err(e) => return Err(format!("chunk map {m}: {e:#}")),
+            Err(e) => {
+                return Err(format!(
+                    "chunk map {m}: {e:#} (its chunks cannot be told from garbage: airlock fsck --repair makes it again)"
+                ));
+            }
         }
     }
     Ok(out)

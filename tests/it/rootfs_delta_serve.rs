@@ -7,8 +7,9 @@
 //! patch a second promotion made while a kept generation reaches them
 //! (on S3 too, where the patch is spooled out of the store) and sweeps
 //! them (and orphans) otherwise;
-//! fsck names a missing chunk, and `fsck --repair` makes a lost or
-//! quarantined rootfs, chunk, index or patch again, byte-identical; `max_in_flight` counts delta downloads;
+//! fsck names a missing chunk, and `fsck --repair` makes a lost,
+//! quarantined, short or rotten rootfs, chunk, index, map or patch again,
+//! byte-identical (a lost map stops gc meanwhile); `max_in_flight` counts delta downloads;
 //! the index follows the tar's cache rules. On every blobstore backend
 //! where the store matters (`on_backends!`).
 
@@ -174,6 +175,17 @@ fn stored_sha256(objects: &Objects, digest: &str) -> String {
     sha256sum(f.path())
 }
 
+/// `fsck --repair --json`: one JSON object, and whether it exited 0.
+fn repair_json(b: &Backend, extra: &[&str]) -> (bool, serde_json::Value) {
+    let mut args = vec!["--repair", "--json"];
+    args.extend_from_slice(extra);
+    let o = b.airlock(&["fsck"], &args);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let v =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not one JSON object ({e}): {text}"));
+    (o.status.success(), v)
+}
+
 fn fsck_repair_makes_a_stacks_derived_blobs_again(b: Backend) {
     b.import(&test_key().1, bundle());
     promote(&b, "v1", &[]);
@@ -187,18 +199,27 @@ fn fsck_repair_makes_a_stacks_derived_blobs_again(b: Backend) {
     let d = |v: &serde_json::Value| v.as_str().unwrap().to_string();
     let objects = Objects::of(&b);
     let (tar1, tar2) = (d(&r1["sha256"]), d(&r2["sha256"]));
-    let (index2, patch2) = (d(&r2["chunks"]["index"]), d(&r2["patch"]["blob"]));
+    let (index2, map2, patch2) = (
+        d(&r2["chunks"]["index"]),
+        d(&r2["chunks"]["map"]),
+        d(&r2["patch"]["blob"]),
+    );
     let chunk1 = chunk_blobs(&objects, r1)[2].clone();
+    let flip = |digest: &str| {
+        let mut bytes = objects.get(&blob_key(digest)).unwrap();
+        bytes[4096] ^= 1;
+        objects.put(&blob_key(digest), &bytes);
+    };
     // Damage: v1's tar rots (the scrub quarantines it); v2's tar, index
-    // and patch and one of v1's chunks are lost.
-    let mut rotten = objects.get(&blob_key(&tar1)).unwrap();
-    rotten[4096] ^= 1;
-    objects.put(&blob_key(&tar1), &rotten);
+    // and one of v1's chunks are lost; v2's patch is cut short (present,
+    // but not the size its record names).
+    flip(&tar1);
     assert!(!b.airlock(&["scrub"], &[]).status.success());
-    let lost = [&tar2, &index2, &patch2, &chunk1];
-    for x in lost {
+    for x in [&tar2, &index2, &chunk1] {
         objects.delete(&blob_key(x));
     }
+    let patch_bytes = objects.get(&blob_key(&patch2)).unwrap();
+    objects.put(&blob_key(&patch2), &patch_bytes[..patch_bytes.len() / 2]);
     let damaged = [&tar1, &tar2, &index2, &patch2, &chunk1];
     let generations = b.history().len();
     let o = b.airlock(&["fsck"], &[]);
@@ -212,42 +233,86 @@ fn fsck_repair_makes_a_stacks_derived_blobs_again(b: Backend) {
             "fsck names {x} as a derived blob: {text}"
         );
     }
+    assert!(
+        text.contains(&format!("its record says {}", patch_bytes.len())),
+        "{text}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("makes the stacks' derived blobs again"),
+        "{err}"
+    );
 
-    // A dry run names what it would make, and makes nothing.
+    // A dry run names what it would make, makes nothing, and exits 0: it
+    // would repair everything found.
     let o = b.airlock(&["fsck"], &["--repair", "--dry-run"]);
     let text = String::from_utf8_lossy(&o.stdout);
-    for (what, x) in [
-        ("rootfs", &tar1),
-        ("rootfs", &tar2),
-        ("chunks", &index2),
-        ("patch", &patch2),
+    assert!(o.status.success(), "{text}");
+    for line in [
+        format!("would make again: rootfs {tar1}"),
+        format!("would make again: rootfs {tar2}"),
+        format!("would make again: chunks {index2} of rootfs {tar2}"),
+        format!("would make again: patch {patch2} of rootfs {tar2}"),
     ] {
-        assert!(
-            text.contains(&format!("would make again: {what} {x}")),
-            "{what} {x}: {text}"
-        );
+        assert!(text.contains(&line), "{line}: {text}");
     }
-    for x in damaged {
+    let (ok, dry) = repair_json(&b, &["--dry-run"]);
+    assert!(ok);
+    assert!(dry["rederived"].as_array().unwrap().len() >= 4, "{dry}");
+    for x in [&tar1, &tar2, &index2, &chunk1] {
         assert!(!objects.exists(&blob_key(x)), "a dry run made {x}");
     }
 
-    // The repair makes each again, byte for byte what its name says.
-    let o = b.airlock(&["fsck"], &["--repair"]);
-    let text = String::from_utf8_lossy(&o.stdout);
+    // The repair makes each again, byte for byte what its name says; its
+    // --json is one object.
+    let (ok, made) = repair_json(&b, &[]);
+    assert!(ok, "{made}");
+    let entries = made["rederived"].as_array().unwrap();
+    assert!(entries.iter().all(|e| e["error"].is_null()), "{made}");
     assert!(
-        o.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+        entries
+            .iter()
+            .any(|e| e["what"] == "patch" && e["blob"] == patch2.as_str()),
+        "{made}"
     );
-    assert!(
-        text.contains(&format!("made again: patch {patch2}")),
-        "{text}"
-    );
+    assert_eq!(made["after"]["problems"], serde_json::json!([]), "{made}");
     for x in damaged {
         assert_eq!(&stored_sha256(&objects, x), x, "made again");
     }
     b.airlock_ok(&["fsck"], &["--deep"]);
     assert_eq!(b.history().len(), generations, "the state is not changed");
+
+    // A base rotten in place (no scrub ran) is found while the patch is
+    // made from it, and made again by the same run.
+    flip(&tar1);
+    objects.delete(&blob_key(&patch2));
+    let out = b.airlock_ok(&["fsck"], &["--repair"]);
+    assert!(out.contains(&format!("made again: rootfs {tar1}")), "{out}");
+    assert!(
+        out.contains(&format!("made again: patch {patch2}")),
+        "{out}"
+    );
+    assert_eq!(stored_sha256(&objects, &tar1), tar1);
+    assert_eq!(stored_sha256(&objects, &patch2), patch2);
+
+    // A map lost stops gc (its chunks cannot be told from garbage) instead
+    // of sweeping v2's own chunks; the repair makes it again.
+    objects.delete(&blob_key(&map2));
+    std::thread::sleep(Duration::from_millis(1100));
+    let o = b.airlock(&["gc"], &["--grace", "1s"]);
+    assert!(!o.status.success(), "gc swept with a chunk map missing");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(map2.as_str()) && err.contains("fsck --repair"),
+        "{err}"
+    );
+    for c in chunk_blobs(&objects, r1).iter().skip(1) {
+        assert!(objects.exists(&blob_key(c)), "gc removed {c}");
+    }
+    b.airlock_ok(&["fsck"], &["--repair"]);
+    assert_eq!(stored_sha256(&objects, &map2), map2);
+    b.airlock_ok(&["gc"], &["--grace", "1s"]);
+    b.airlock_ok(&["fsck"], &["--deep"]);
 
     // What cannot be made (a layer of v2's image lost too) is named, and
     // the repair fails without changing the state.
@@ -261,14 +326,34 @@ fn fsck_repair_makes_a_stacks_derived_blobs_again(b: Backend) {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(!o.status.success(), "{text}");
     assert!(
-        text.contains(&format!("cannot make again: rootfs {tar2}")),
+        text.contains(&format!("cannot make again: rootfs {tar2}"))
+            && text.contains("re-import a bundle that carries the image"),
         "{text}"
     );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cannot be made again"), "{err}");
     assert!(!objects.exists(&blob_key(&tar2)));
     assert_eq!(b.history().len(), generations, "the state is not changed");
     objects.put(&blob_key(&layer), &layer_bytes);
     b.airlock_ok(&["fsck"], &["--repair"]);
     assert_eq!(stored_sha256(&objects, &tar2), tar2);
+
+    // A damaged current generation and a lost rootfs of the generation it
+    // restores: one run restores it and makes that rootfs again.
+    let current = b.history()[0].1.clone();
+    let doc: serde_json::Value =
+        serde_json::from_slice(&objects.get(&blob_key(&current)).unwrap()).unwrap();
+    let stacks_doc = d(&doc["documents"]["stacks"]);
+    let mut bytes = objects.get(&blob_key(&stacks_doc)).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    objects.put(&blob_key(&stacks_doc), &bytes);
+    objects.delete(&blob_key(&tar1));
+    let out = b.airlock_ok(&["fsck"], &["--repair"]);
+    assert!(out.contains("restored generation"), "{out}");
+    assert!(out.contains(&format!("made again: rootfs {tar1}")), "{out}");
+    b.airlock_ok(&["fsck"], &[]);
+    assert_eq!(stored_sha256(&objects, &tar1), tar1);
 }
 
 on_backends!([fs, s3s_fs] fsck_repair_makes_a_stacks_derived_blobs_again);

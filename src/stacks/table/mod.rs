@@ -139,6 +139,15 @@ impl StackTable {
         })
     }
 
+    /// The sizes the table records for blobs it keeps: each rootfs tar and
+    /// each patch, in bytes (chunk indexes, maps and chunks record none).
+    /// For fsck, which compares them with the stored sizes.
+    pub fn blob_sizes(&self) -> impl Iterator<Item = (&Digest, u64)> {
+        self.rootfs().flat_map(|r| {
+            std::iter::once((&r.sha256, r.size)).chain(r.patch.iter().map(|p| (&p.blob, p.size)))
+        })
+    }
+
     /// Every rootfs of every promotion.
     pub fn rootfs(&self) -> impl Iterator<Item = &Rootfs> {
         self.stacks

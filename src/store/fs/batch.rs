@@ -155,7 +155,7 @@ mod tests {
     /// A FIFO or a directory where a blob should be is absent to a read,
     /// at once (a FIFO opened for reading would wait for a writer).
     #[tokio::test]
-    async fn a_non_regular_file_at_a_key_reads_as_absent_without_hanging() {
+    async fn a_non_regular_file_at_a_key_reads_as_absent_without_hanging_or_following() {
         use crate::store::Blobstore as _;
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::fs::FsStore::open(dir.path()).unwrap();
@@ -178,6 +178,27 @@ mod tests {
             store.read(&blob_key(&d), None).await,
             Err(StoreError::NotFound(_))
         ));
+        // A symbolic link, looping or to a file holding the right bytes, is
+        // absent too; writing the blob replaces the link, not its target.
+        std::fs::remove_dir(&path).unwrap();
+        std::os::unix::fs::symlink(&path, &path).unwrap();
+        assert_eq!(store.stat(&blob_key(&d)).await.unwrap(), None);
+        assert!(matches!(
+            store.read(&blob_key(&d), None).await,
+            Err(StoreError::NotFound(_))
+        ));
+        std::fs::remove_file(&path).unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"x").unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert_eq!(store.stat(&blob_key(&d)).await.unwrap(), None);
+        assert!(matches!(
+            store.read(&blob_key(&d), None).await,
+            Err(StoreError::NotFound(_))
+        ));
+        crate::store::put_bytes(&store, b"x").await.unwrap();
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+        assert_eq!(std::fs::read(&target).unwrap(), b"x");
     }
 
     #[test]

@@ -7,8 +7,11 @@ use super::*;
 impl crate::store::Blobstore for FsStore {
     async fn stat(&self, key: &str) -> Result<Option<u64>> {
         let path = self.path(key)?;
-        // One stat(2) on a local file system: cheaper inline than a hop to the blocking pool.
-        match std::fs::metadata(&path) {
+        // One lstat(2) on a local file system: cheaper inline than a hop to
+        // the blocking pool. The store writes only regular files: anything
+        // else at a key (a symbolic link, even a looping one, a directory, a
+        // FIFO) reads as absent, so it is written anew, never through.
+        match std::fs::symlink_metadata(&path) {
             Ok(m) if m.is_file() => Ok(Some(m.len())),
             Ok(_) => Ok(None),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),

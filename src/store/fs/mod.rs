@@ -174,11 +174,15 @@ impl FsStore {
         // O_NONBLOCK: a FIFO where an object should be is opened without
         // waiting for a writer, and then refused as not a regular file
         // (as `stat` reports it absent), instead of hanging the reader.
+        // O_NOFOLLOW: a symbolic link there is refused the same way (ELOOP).
         let file = std::fs::File::options()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
             .open(&path)
-            .map_err(|e| not_found(key, e))?;
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => StoreError::NotFound(format!("{key} (not a regular file)")),
+                _ => not_found(key, e),
+            })?;
         let meta = file.metadata()?;
         if !meta.is_file() {
             return Err(StoreError::NotFound(format!("{key} (not a regular file)")));
