@@ -298,13 +298,7 @@ async fn rederive(
                 _ => println!("{m}"),
             }
         }
-        match made
-            .iter_mut()
-            .find(|o| (o.what, &o.blob) == (m.what, &m.blob))
-        {
-            Some(o) => *o = m,
-            None => made.push(m),
-        }
+        airlock::stacks::rederive::merge(made, m);
     }
 }
 

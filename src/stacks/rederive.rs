@@ -72,13 +72,7 @@ pub async fn run(state: &StateStore, dry_run: bool) -> Result<Vec<Rederived>, St
         let failed = found.iter().any(|e| e.error.is_some());
         last = found.clone();
         for e in found {
-            match out
-                .iter_mut()
-                .find(|o| (o.what, &o.blob) == (e.what, &e.blob))
-            {
-                Some(o) => *o = e,
-                None => out.push(e),
-            }
+            merge(&mut out, e);
         }
         if dry_run || !failed || !progress {
             break;
@@ -143,6 +137,18 @@ async fn pass(
         }
     }
     Ok(out)
+}
+
+/// Adds `e` to `out`, replacing the entry for the same blob (a later try
+/// of it), else at the end.
+pub fn merge(out: &mut Vec<Rederived>, e: Rederived) {
+    match out
+        .iter_mut()
+        .find(|o| (o.what, &o.blob) == (e.what, &e.blob))
+    {
+        Some(o) => *o = e,
+        None => out.push(e),
+    }
 }
 
 fn entry(r: &Rootfs, what: &'static str, blob: &Digest, error: Option<String>) -> Rederived {
