@@ -3,11 +3,11 @@
 //! Owns: the [`Role`]s and the [`Permission`]s they grant (table below),
 //! [`User`]s with optional repository prefix limits, the [`Policy`] built
 //! from the serve config (users, `anonymous_read`, failed-login throttling),
-//! password hashing and checking ([`password`]),
-//! the (method, path) → [`Requirement`] mapping of every surface
-//! ([`required`]). Never reads HTTP bodies or answers requests: the server's
-//! access layer (`server::access`) applies a [`Policy`] to each request and
-//! hands the rooms the principal as a `state::Actor`.
+//! password hashing and checking ([`password`]), and the one decision
+//! [`Grant::allows`]. Which route needs which permission on what is
+//! declared in `server::routes`. Never reads HTTP bodies or answers
+//! requests: the server's access layer (`server::access`) applies a
+//! [`Policy`] to each request and hands the rooms the caller's [`Grant`].
 //!
 //! | role | grants |
 //! | --- | --- |
@@ -20,14 +20,11 @@
 //! admin role (what the `allow_*` switches serve), as before users existed.
 
 pub mod password;
-pub mod required;
 pub mod throttle;
 pub mod tokens;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-pub use required::{Requirement, required};
 
 /// What a request needs (see the module table for who has it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +84,31 @@ pub struct User {
     /// boundary ([`covers`]: `stacks/` and `stacks` allow `stacks/bookworm`,
     /// neither allows `stacks-private`); empty: every repository.
     pub repositories: Vec<String>,
+    /// Cell ids this user may report for (`PUT /stacks/v1/<stack>/cells/<id>`),
+    /// as globs where `*` matches any run of characters (`diego-cell/*`);
+    /// empty: any cell (the credential is trusted to name its own).
+    pub cells: Vec<String>,
+}
+
+/// Whether the glob `pattern` (`*` matches any run of characters, every
+/// other character itself) matches all of `text`.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(at) => rest = &rest[at + mid.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// Whether the repository prefix `prefix` covers `repository`: the
@@ -169,6 +191,32 @@ impl Grant {
         )
     }
 
+    /// Whether the caller may report for the cell `id`: the open policy,
+    /// or a user whose `cells` globs are empty or one matches.
+    pub fn may_report_for(&self, id: &str) -> bool {
+        match &self.principal {
+            None => true,
+            Some(Principal::Anonymous) => false,
+            Some(Principal::User(u)) => u.cells.is_empty() || u.cells.iter().any(|g| glob(g, id)),
+        }
+    }
+
+    /// Whether the caller may read the repository `repo` (a list shows only
+    /// these).
+    pub fn may_read(&self, repo: &str) -> bool {
+        self.allows(Permission::Pull, &[repo])
+    }
+
+    /// Whether the caller holds a role granting `permission` somewhere
+    /// (ignoring repository prefixes): what a page offers, never a check.
+    pub fn holds(&self, permission: Permission) -> bool {
+        match &self.principal {
+            None => true,
+            Some(Principal::Anonymous) => self.anonymous_read && permission == Permission::Pull,
+            Some(Principal::User(u)) => u.may(permission, None),
+        }
+    }
+
     /// The user's name (`None`: anonymous or the open policy).
     pub fn user(&self) -> Option<&str> {
         match &self.principal {
@@ -195,7 +243,7 @@ impl Grant {
     }
 }
 
-/// The one decision behind [`Grant::allows`] and [`Policy::allows`]:
+/// The one decision behind [`Grant::allows`]:
 /// whether `principal` (`None`: the open policy) may do `permission` on
 /// every one of `resources`.
 fn decide<S: AsRef<str>>(
@@ -379,17 +427,6 @@ impl Policy {
             None
         }
     }
-
-    /// Whether `who` may do what `req` needs.
-    pub fn allows(&self, who: &Principal, req: &Requirement) -> bool {
-        let who = (!self.is_open()).then_some(who);
-        decide(
-            who,
-            self.anonymous_read,
-            req.permission,
-            req.repository.as_slice(),
-        )
-    }
 }
 
 #[cfg(test)]
@@ -402,7 +439,20 @@ mod tests {
             password_hash: None,
             roles: roles.to_vec(),
             repositories: repos.iter().map(|s| s.to_string()).collect(),
+            cells: Vec::new(),
         }
+    }
+
+    #[test]
+    fn cell_globs() {
+        assert!(glob("diego-cell/*", "diego-cell/0a"));
+        assert!(!glob("diego-cell/*", "router/0a"));
+        assert!(glob("*", ""));
+        assert!(glob("a*b*c", "aXbYc"));
+        assert!(!glob("a*b*c", "aXc"));
+        assert!(glob("exact", "exact"));
+        assert!(!glob("exact", "exactly"));
+        assert!(!glob("ab*ba", "aba"));
     }
 
     #[test]

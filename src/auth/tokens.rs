@@ -55,6 +55,7 @@ impl TokenUser {
             password_hash: Some(self.token_hash.clone()),
             roles: self.roles.clone(),
             repositories: self.repositories.clone(),
+            cells: Vec::new(),
         }
     }
 }

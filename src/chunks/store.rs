@@ -32,6 +32,10 @@ pub trait ChunkStore: Send + Sync {
 pub struct ChunkLookup {
     maps: HashSet<Digest>,
     by_id: HashMap<ChunkId, Digest>,
+    /// The maps read, in the order read (indexes of `owners`).
+    order: Vec<Digest>,
+    /// Which maps name each chunk (indexes into `order`).
+    owners: HashMap<ChunkId, Vec<u32>>,
 }
 
 impl ChunkLookup {
@@ -48,6 +52,8 @@ impl ChunkLookup {
             Some(p) if p.maps.is_subset(&maps) => ChunkLookup {
                 maps: p.maps.clone(),
                 by_id: p.by_id.clone(),
+                order: p.order.clone(),
+                owners: p.owners.clone(),
             },
             _ => ChunkLookup::default(),
         };
@@ -57,7 +63,10 @@ impl ChunkLookup {
             }
             match map::load(&*store, &m).await {
                 Ok(doc) => {
+                    let index = out.order.len() as u32;
+                    out.order.push(m.clone());
                     for (id, d) in doc.chunks {
+                        out.owners.entry(id).or_default().push(index);
                         out.by_id.entry(id).or_insert(d);
                     }
                 }
@@ -81,6 +90,16 @@ impl ChunkLookup {
     /// The blob holding the `.cacnk` of `id`.
     pub fn get(&self, id: &ChunkId) -> Option<&Digest> {
         self.by_id.get(id)
+    }
+
+    /// The chunk maps that name `id` (each rootfs's map; none for an
+    /// unknown chunk).
+    pub fn maps_of(&self, id: &ChunkId) -> impl Iterator<Item = &Digest> {
+        self.owners
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter_map(|i| self.order.get(*i as usize))
     }
 
     /// Distinct chunks known.

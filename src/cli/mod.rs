@@ -5,6 +5,75 @@
 //! One file per command group: [`keys`], [`bundle`], [`data`] (import,
 //! inventory, history), [`ops`] (gc, fsck, rollback), [`stack`], [`cell`] and [`serve`]; shared argument types and helpers live
 //! here.
+//!
+//! Everything the CLI prints may hold content from outside (feed records,
+//! stack descriptions, os-release `PRETTY_NAME`, package names, reasons):
+//! within this module `println!`, `print!` and `eprintln!` are the
+//! escaping versions below ([`escape_controls`]), so a terminal control
+//! sequence in content is shown as text (`\u{1b}]0;...`), never run by the
+//! terminal. JSON output is unchanged (serde_json escapes control
+//! characters itself).
+
+/// `println!` that escapes terminal control characters ([`escape_controls`]).
+macro_rules! println {
+    () => { $crate::cli::print_escaped(std::format_args!("\n")) };
+    ($($t:tt)*) => {
+        $crate::cli::print_escaped(std::format_args!("{}\n", std::format_args!($($t)*)))
+    };
+}
+
+/// `print!` that escapes terminal control characters ([`escape_controls`]).
+macro_rules! print {
+    ($($t:tt)*) => { $crate::cli::print_escaped(std::format_args!($($t)*)) };
+}
+
+/// `eprintln!` that escapes terminal control characters ([`escape_controls`]).
+macro_rules! eprintln {
+    () => { $crate::cli::eprint_escaped(std::format_args!("\n")) };
+    ($($t:tt)*) => {
+        $crate::cli::eprint_escaped(std::format_args!("{}\n", std::format_args!($($t)*)))
+    };
+}
+
+/// `text` with every control character but newline and tab (C0, DEL and
+/// C1: what starts or ends a terminal escape sequence, or moves the
+/// cursor) written as a Rust-style escape (`\u{1b}`, `\r`).
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Writes `args` to standard output with [`escape_controls`] applied (a
+/// closed pipe ends the output quietly).
+pub fn print_escaped(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let text = args.to_string();
+    let _ = std::io::stdout()
+        .lock()
+        .write_all(escape_controls(&text).as_bytes());
+}
+
+/// Writes `args` to standard error with [`escape_controls`] applied.
+pub fn eprint_escaped(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let text = args.to_string();
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(escape_controls(&text).as_bytes());
+}
 
 mod bundle;
 mod cell;
@@ -337,6 +406,18 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_shown_not_run() {
+        assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            escape_controls("\u{1b}]0;owned\u{7}x"),
+            "\\u{1b}]0;owned\\u{7}x"
+        );
+        assert_eq!(escape_controls("\u{1b}[2K\rfake"), "\\u{1b}[2K\\rfake");
+        assert_eq!(escape_controls("c1 \u{9b}31m"), "c1 \\u{9b}31m");
+        assert_eq!(escape_controls("ünïcode"), "ünïcode");
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {

@@ -350,6 +350,7 @@ impl Settings {
                 password_hash: u.password_hash,
                 roles: u.roles,
                 repositories: u.repositories,
+                cells: u.cells,
             })
             .collect();
         let throttle = ThrottleLimits {

@@ -263,6 +263,10 @@ pub struct UserEntry {
     /// Repository prefixes the roles are limited to; absent: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repositories: Vec<String>,
+    /// Cell ids this user may report for, as globs (`*` matches any run of
+    /// characters): `["diego-cell/*"]`; absent: any cell id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cells: Vec<String>,
 }
 
 /// `[registry]`: what the OCI API serves.

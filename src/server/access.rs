@@ -1,52 +1,97 @@
-//! The access layer: one middleware in front of every route that applies
-//! the server's [`Policy`](crate::auth::Policy) (who may do what, [`crate::auth`]).
+//! The access layer: one middleware in front of every route that enforces
+//! the route's declaration in [`super::routes::ROUTES`] (who may do what,
+//! on which resources) before any handler runs.
 //!
 //! Owns: finding the principal of a request (a verified client
-//! certificate's CN/SAN that names a user, else HTTP Basic credentials,
-//! else anonymous), failed-login throttling per client address and per user
-//! (429 `TOOMANYREQUESTS` with `Retry-After`), the answers of
+//! certificate's CN/SAN that names a user, else, on the console's paths, a
+//! console session ([`ConsoleSessions`]), else HTTP Basic credentials, else
+//! anonymous), failed-login throttling per client address and per (user,
+//! address) (429 `TOOMANYREQUESTS` with `Retry-After`), resolving what a
+//! route touches (a repository, every image of a stack, a cell, the stack
+//! of a digest or of a chunk, a torcx remote, every repository) and asking
+//! [`crate::auth::Grant::allows`] about it, the answers of
 //! distribution-spec "Authentication": 401 `UNAUTHORIZED` with
 //! `WWW-Authenticate: Basic realm="airlock"` (docker, containerd, podman
 //! and skopeo then send credentials) and 403 `DENIED` for a known user
-//! without the permission, the per-user upload-session and upload-byte
-//! caps (413 `DENIED` past `max_upload_bytes_per_user`: a body is counted
-//! chunk by chunk as the registry reads it), the user's repository scope
-//! handed to the registry as a request extension, and the audit
-//! actor: every request that may change state runs inside [`audit::scope`]
-//! with the user and the client address, so every state change it makes
-//! records them (registry reads, `GET`/`HEAD` under `/v2/`, never change
-//! state and skip it when no users are configured).
-//! A console request (`/ui/`, `/api/v1/`) may also name its user with the
-//! console's session cookie ([`crate::ui::session::user`]); an anonymous
-//! request for a console page is sent to its login form.
-//! Never decides a permission itself ([`crate::auth::Policy::allows`], [`auth::required`]).
+//! without the permission, 404 for a request no route declares (405 with
+//! `Allow` for an undeclared method), the per-user upload-session and
+//! upload-byte caps (413 `DENIED` past `max_upload_bytes_per_user`: a body
+//! is counted chunk by chunk as the registry reads it), the caller's
+//! [`crate::auth::Grant`] and repository scope handed to the rooms as
+//! request extensions (lists filter with them; resources named only in a
+//! body are checked with the grant as they are read), and the audit actor:
+//! every request that may change state runs inside [`audit::scope`] with
+//! the user and the client address. Registry reads (`GET`/`HEAD` under
+//! `/v2/`) with no users configured skip all of it (the hot path of pulls).
+//! Never imports the console: the console sits on top of this layer and
+//! hands it its sessions through [`ConsoleSessions`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use futures_util::StreamExt as _;
+use futures_util::future::BoxFuture;
 use serde_json::json;
 
 use super::App;
+use super::routes::{self, Found, Need, Switch, Touches};
 use super::tls::ClientCertNames;
 use super::trace::ClientAddr;
-use crate::auth::{self, Principal};
+use crate::auth::{self, Grant, Permission, Principal};
 use crate::registry::errors::{ErrorCode, RegistryError};
 use crate::registry::responses::{API_VERSION, DOCKER_DISTRIBUTION_API_VERSION};
 use crate::registry::routes::Route;
 use crate::registry::scope::RepositoryScope;
 use crate::registry::uploads::Uploader;
-use crate::state::{Actor, audit};
+use crate::state::{Actor, StateStore, audit};
 
-/// Middleware (see `super::front`): authenticates and authorizes the
-/// request, then runs it as its actor, with the user's [`RepositoryScope`]
-/// as a request extension (the registry checks the repository it finally
-/// reads against it).
+/// What the console gives the access layer: who a session cookie names,
+/// and where an anonymous visitor of a page goes. Implemented by the
+/// console (`ui::Console`); the access layer never imports it.
+pub trait ConsoleSessions: Send + Sync {
+    /// The user the request's session cookie names, as configured now
+    /// (`None`: no valid logged-in session for this listener, or the user
+    /// is gone or changed since login). `tls`: the request came over TLS.
+    fn user<'a>(
+        &'a self,
+        policy: &'a auth::Policy,
+        state: &'a StateStore,
+        headers: &'a HeaderMap,
+        tls: bool,
+    ) -> BoxFuture<'a, Option<auth::User>>;
+
+    /// The answer to an anonymous visitor of a console page: the login form.
+    fn login_redirect(&self, uri: &Uri) -> Response;
+}
+
+/// Whether `path` is one of the console's (the only paths a session
+/// cookie counts on).
+pub fn is_console_path(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/") || path == "/api/v1" || path.starts_with("/api/v1/")
+}
+
+/// What a route touches, with the path's parameters owned (the request
+/// moves on to the handler).
+struct Target {
+    permission: Permission,
+    touches: Touches,
+    anonymous: bool,
+    repo: Option<String>,
+    stack: Option<String>,
+    cell: Option<String>,
+    digest: Option<String>,
+    chunk: Option<String>,
+    remote: Option<String>,
+}
+
+/// Middleware (see `super::front`): enforces the route's declaration, then
+/// runs the request as its actor, with the caller's [`Grant`] and
+/// [`RepositoryScope`] as request extensions.
 pub async fn check<F>(app: Arc<App>, req: Request, next: impl FnOnce(Request) -> F) -> Response
 where
     F: Future<Output = Response>,
@@ -58,6 +103,32 @@ where
         // address to format on the hot path of pulls).
         return next(req).await;
     }
+    let path = req.uri().path();
+    let (need, params) = match routes::find(req.method(), path) {
+        Found::Route(route, params) => (route.need, params),
+        Found::Method(allow) => return finish(method_not_allowed(path, &allow), path),
+        Found::None => return finish(no_route(path), path),
+    };
+    let Need::Grant {
+        permission,
+        touches,
+        anonymous,
+        public_when,
+    } = need
+    else {
+        return next(req).await;
+    };
+    let target = Target {
+        permission,
+        touches,
+        anonymous,
+        repo: params.get("repo").map(|r| write_target(&req, r)),
+        stack: params.get("stack").map(str::to_string),
+        cell: params.get("cell").map(str::to_string),
+        digest: params.get("digest").map(str::to_string),
+        chunk: params.get("chunk").map(str::to_string),
+        remote: params.get("remote").map(str::to_string),
+    };
     let address = client.map(|a| a.to_string());
     if policy.is_open() {
         let actor = Actor {
@@ -67,70 +138,48 @@ where
         };
         return audit::scope(actor, next(req)).await;
     }
-    if app.torcx.serves_anonymously(req.method(), req.uri().path()) {
-        return next(req).await;
-    }
-    let Some(need) = auth::required(req.method(), req.uri()) else {
-        return next(req).await;
+    let public = match public_when {
+        Some(Switch::TorcxPublic) => app.torcx.public(),
+        Some(Switch::PublicMetrics) => policy.public_metrics,
+        None => false,
     };
-    if need.permission == auth::Permission::Metrics && policy.public_metrics {
+    if public {
         return next(req).await;
     }
     let ip = client.map_or_else(|| "-".to_string(), |a| a.ip().to_string());
     let names = req.extensions().get::<ClientCertNames>().cloned();
-    let authorization = req.headers().get(header::AUTHORIZATION).cloned();
-    let console = match &app.ui {
-        Some(ui) if crate::ui::session::is_console_path(req.uri().path()) => {
-            Box::pin(crate::ui::session::user(
-                &ui.sessions,
-                &policy,
-                &app.state,
-                req.headers(),
-                req.uri().path(),
-            ))
-            .await
+    let tls = app.tls_request(&req);
+    let caller = Caller {
+        headers: req.headers(),
+        path: req.uri().path(),
+        names: names.as_ref(),
+        tls,
+        ip: &ip,
+    };
+    let principal = match Box::pin(principal(&app, &policy, &caller)).await {
+        Ok(p) => p,
+        Err(res) => return finish(res, req.uri().path()),
+    };
+    let grant = Grant::of(&policy, principal.clone());
+    if let Some(res) = Box::pin(authorize(&app, &grant, &target, req.uri())).await {
+        if let Principal::User(u) = &principal {
+            tracing::info!(user = %u.name, client = %ip, path = %req.uri().path(), "access denied");
         }
-        _ => None,
-    };
-    let principal = match console {
-        Some(u) => Principal::User(u),
-        None => match Box::pin(identify(&app, names, authorization, &ip)).await {
-            Ok(p) => p,
-            Err(res) => return finish(res, req.uri().path()),
-        },
-    };
-    if !policy.allows(&principal, &need) {
-        let res = match &principal {
-            // A console page sends the browser to its login form instead.
-            Principal::Anonymous if app.ui.is_some() && crate::ui::is_page(req.uri().path()) => {
-                crate::ui::login_redirect(req.uri())
-            }
-            Principal::Anonymous => unauthorized("authentication required"),
-            Principal::User(u) => {
-                tracing::info!(user = %u.name, client = %ip, path = %req.uri().path(), "access denied");
-                RegistryError::new(
-                    ErrorCode::Denied,
-                    json!({ "user": u.name, "repository": need.repository }),
-                )
-                .into_response()
-            }
-        };
         return finish(res, req.uri().path());
     }
-    let (who, scope) = match &principal {
+    let who = principal_name(&principal);
+    let scope = match &principal {
         Principal::User(u) if !u.repositories.is_empty() => {
             let u = u.clone();
-            let scope =
-                RepositoryScope::limited(move |repo| u.may(auth::Permission::Pull, Some(repo)));
-            (principal_name(&principal), scope)
+            RepositoryScope::limited(move |repo| u.may(Permission::Pull, Some(repo)))
         }
-        _ => (principal_name(&principal), RepositoryScope::all()),
+        _ => RepositoryScope::all(),
     };
+    let admin = grant.allows::<&str>(Permission::Admin, &[]);
     let mut req = req;
     req.extensions_mut().insert(scope);
     req.extensions_mut().insert(Uploader(who.clone()));
-    req.extensions_mut()
-        .insert(auth::Grant::of(&policy, principal.clone()));
+    req.extensions_mut().insert(grant);
     let quota = match upload_body(req.method(), req.uri()) {
         true if app.uploads.user_byte_cap() > 0 => {
             let cap = app.uploads.user_byte_cap();
@@ -145,13 +194,6 @@ where
         }
         _ => None,
     };
-    let admin = policy.allows(
-        &principal,
-        &auth::Requirement {
-            permission: auth::Permission::Admin,
-            repository: None,
-        },
-    );
     let actor = Actor {
         who: who.clone(),
         address,
@@ -163,6 +205,220 @@ where
         return finish(over_quota(&app, &who), &path);
     }
     res
+}
+
+/// What the principal of a request is found from.
+struct Caller<'a> {
+    headers: &'a HeaderMap,
+    path: &'a str,
+    names: Option<&'a ClientCertNames>,
+    tls: bool,
+    ip: &'a str,
+}
+
+/// The principal of a request: a client certificate naming a user, else
+/// (on the console's paths) a console session, else Basic credentials.
+async fn principal(
+    app: &App,
+    policy: &auth::Policy,
+    c: &Caller<'_>,
+) -> Result<Principal, Response> {
+    if let Some(names) = c.names
+        && let Some(u) = policy.user_for_certificate(&names.0)
+    {
+        return Ok(Principal::User(u.clone()));
+    }
+    if let Some(sessions) = app.console_sessions()
+        && is_console_path(c.path)
+        && let Some(u) = sessions.user(policy, &app.state, c.headers, c.tls).await
+    {
+        return Ok(Principal::User(u));
+    }
+    let authorization = c.headers.get(header::AUTHORIZATION).cloned();
+    identify(app, authorization, c.ip).await
+}
+
+/// `None` when `grant` may do what `target` needs; else the answer: 401
+/// (or the console's login form) for an anonymous caller, 403 `DENIED`
+/// for a user, 404 for a chunk outside what the caller may read.
+async fn authorize(app: &App, grant: &Grant, t: &Target, uri: &Uri) -> Option<Response> {
+    let anonymous = grant.user().is_none();
+    let refuse = || {
+        if anonymous {
+            match app.console_sessions() {
+                Some(s) if is_page(uri.path()) => s.login_redirect(uri),
+                _ => unauthorized("authentication required"),
+            }
+        } else {
+            denied(grant, t)
+        }
+    };
+    if anonymous && !t.anonymous {
+        return Some(refuse());
+    }
+    let resources: Vec<String> = match t.touches {
+        Touches::Nothing | Touches::Listed | Touches::Named | Touches::Resolved => Vec::new(),
+        Touches::Repository => t.repo.iter().cloned().collect(),
+        Touches::StackImages | Touches::StackAndNamed | Touches::Cell => {
+            match stack_repositories(app, t.stack.as_deref()).await {
+                Ok(r) => r,
+                Err(res) => return Some(res),
+            }
+        }
+        Touches::Lifecycle => {
+            let table = match app.stacks.table(&app.state).await {
+                Ok(t) => t,
+                Err(e) => return Some(internal(e)),
+            };
+            let digest = t.digest.as_deref().and_then(|d| d.parse().ok());
+            match digest.and_then(|d| crate::stacks::lifecycle::lifecycle(&table, &d).stack) {
+                Some(stack) => table.repositories(&stack),
+                None => Vec::new(),
+            }
+        }
+        Touches::Remote => t.remote.iter().map(|r| format!("torcx/{r}")).collect(),
+        Touches::Everything => {
+            return (!grant.allows_everywhere(t.permission)).then(refuse);
+        }
+        Touches::Chunk => return chunk(app, grant, t).await.then(refuse),
+    };
+    if !grant.allows(t.permission, &resources) {
+        return Some(refuse());
+    }
+    if t.touches == Touches::Cell
+        && let Some(cell) = t.cell.as_deref().and_then(crate::stacks::api::decode_cell)
+        && !grant.may_report_for(&cell)
+    {
+        return Some(
+            RegistryError::with_message(
+                ErrorCode::Denied,
+                "this credential may not report for that cell (the user's cells)",
+                json!({ "user": grant.user(), "cell": cell }),
+            )
+            .into_response(),
+        );
+    }
+    None
+}
+
+/// Whether `grant` may not read the chunk of `t` (true: refuse). A chunk
+/// no stack the caller may read uses answers 404, as an absent one does.
+async fn chunk(app: &App, grant: &Grant, t: &Target) -> bool {
+    if grant.allows_everywhere(t.permission) {
+        return false;
+    }
+    if grant.user().is_none() {
+        return true;
+    }
+    let Some(id) = t.chunk.as_deref().and_then(crate::chunks::parse_store_path) else {
+        return true;
+    };
+    let (Ok(stacks), Ok(table)) = (
+        app.stacks.stacks_using_chunk(&app.state, &id).await,
+        app.stacks.table(&app.state).await,
+    ) else {
+        return true;
+    };
+    !stacks
+        .iter()
+        .any(|s| grant.allows(t.permission, &table.repositories(s)))
+}
+
+/// Every repository of the images stack `name` names (none for an unknown
+/// or malformed name: the handler answers it).
+async fn stack_repositories(app: &App, name: Option<&str>) -> Result<Vec<String>, Response> {
+    let Some(name) = name.and_then(|n| n.parse::<crate::stacks::StackName>().ok()) else {
+        return Ok(Vec::new());
+    };
+    let table = app.stacks.table(&app.state).await.map_err(internal)?;
+    Ok(table.repositories(&name))
+}
+
+/// The repository a registry write targets (`?ns=` applied as the
+/// registry applies it); other routes' `{repo*}` as it is.
+fn write_target(req: &Request, repo: &str) -> String {
+    if !req.uri().path().starts_with("/v2/") {
+        return repo.to_string();
+    }
+    let Ok(name) = repo.parse::<crate::names::RepositoryName>() else {
+        return repo.to_string();
+    };
+    let ns = crate::registry::query::QueryParams::from_uri(req.uri())
+        .get("ns")
+        .map(str::to_string);
+    crate::registry::namespace::write_target(ns.as_deref(), &name)
+        .map_or_else(|_| repo.to_string(), |n| n.to_string())
+}
+
+/// 403 `DENIED` naming the user and what was asked for.
+fn denied(grant: &Grant, t: &Target) -> Response {
+    if t.touches == Touches::Chunk {
+        if let Some(id) = t.chunk.as_deref().and_then(crate::chunks::parse_store_path) {
+            return crate::stacks::api::chunk_not_found(&id);
+        }
+    }
+    RegistryError::new(
+        ErrorCode::Denied,
+        json!({
+            "user": grant.user(),
+            "repository": t.repo,
+            "stack": t.stack,
+            "remote": t.remote,
+        }),
+    )
+    .into_response()
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "access check failed: the state cannot be read");
+    RegistryError::Internal(e.to_string()).into_response()
+}
+
+/// 404 for a path no route declares (under `/v2`: the registry's
+/// `NAME_UNKNOWN` "no such endpoint").
+fn no_route(path: &str) -> Response {
+    if path == "/v2" || path.starts_with("/v2/") {
+        return RegistryError::NoEndpoint.into_response();
+    }
+    let mut res = (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({ "code": "NOT_FOUND", "message": format!("no endpoint {path}") })),
+    )
+        .into_response();
+    res.extensions_mut()
+        .insert(crate::registry::errors::LoggedCode("NOT_FOUND"));
+    res
+}
+
+/// 405 with `Allow` for a method no route declares on `path`.
+fn method_not_allowed(path: &str, allow: &[&str]) -> Response {
+    let allow = allow.join(", ");
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&allow) {
+        headers.insert(header::ALLOW, v);
+    }
+    if path == "/v2" || path.starts_with("/v2/") {
+        return RegistryError::Status {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: ErrorCode::Unsupported,
+            detail: json!({ "allow": allow }),
+            headers: Box::new(headers),
+        }
+        .into_response();
+    }
+    let mut res = (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(json!({ "code": "UNSUPPORTED", "message": format!("allowed: {allow}") })),
+    )
+        .into_response();
+    res.headers_mut().extend(headers);
+    res
+}
+
+/// Whether `path` is a console page (HTML: an anonymous visitor is sent to
+/// the login form rather than answered 401).
+pub fn is_page(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/")
 }
 
 /// A GET or HEAD under `/v2/`: the registry's reads (pull, tags, catalog,
@@ -250,21 +506,14 @@ impl Quota {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The principal of `req`: a client certificate naming a user, else Basic
-/// credentials (checked against configured users, then token users;
-/// throttled), else anonymous.
+/// The principal of Basic credentials (checked against configured users,
+/// then token users; throttled), else anonymous.
 async fn identify(
     app: &App,
-    names: Option<ClientCertNames>,
     authorization: Option<HeaderValue>,
     ip: &str,
 ) -> Result<Principal, Response> {
     let policy = app.auth.load();
-    if let Some(names) = names
-        && let Some(u) = policy.user_for_certificate(&names.0)
-    {
-        return Ok(Principal::User(u.clone()));
-    }
     let Some(value) = authorization else {
         return Ok(Principal::Anonymous);
     };
@@ -296,8 +545,10 @@ pub enum LoginRefused {
 }
 
 /// The user `user` if `password` is theirs ([`crate::auth::Policy::login`]), with
-/// failed logins throttled per client address `ip` and per user name: the
-/// one password check of HTTP Basic and of the console's login form.
+/// failed logins throttled per client address `ip` and per (user, address):
+/// the one password check of HTTP Basic and of the console's login form.
+/// Failures from one address never lock the same user out at another, so
+/// nobody can lock an admin out by failing logins in its name.
 pub async fn password_login(
     policy: &crate::auth::Policy,
     state: &crate::state::StateStore,
@@ -305,7 +556,7 @@ pub async fn password_login(
     password: &str,
     ip: &str,
 ) -> Result<auth::User, LoginRefused> {
-    let keys = [format!("addr:{ip}"), format!("user:{user}")];
+    let keys = [format!("addr:{ip}"), format!("user:{user}@{ip}")];
     let keys: [&str; 2] = [&keys[0], &keys[1]];
     if let Some(wait) = policy.throttle.blocked(&keys) {
         tracing::warn!(user = %user, client = %ip, "login refused: too many failed attempts");

@@ -14,6 +14,7 @@ mod body;
 mod conn;
 pub mod health;
 pub mod metrics;
+pub mod routes;
 mod slots;
 pub mod tls;
 pub mod trace;
@@ -102,6 +103,18 @@ impl App {
             .set_limits(registry.upload_expiry, registry.uploads);
         self.pulls.set_on(!registry.pull_record_interval.is_zero());
         self.registry.store(Arc::new(registry));
+    }
+
+    /// The console's sessions, for the access layer (`None`: `[ui]` off).
+    pub fn console_sessions(&self) -> Option<&dyn access::ConsoleSessions> {
+        self.ui
+            .as_deref()
+            .map(|c| c as &dyn access::ConsoleSessions)
+    }
+
+    /// Whether `req` came over TLS ([`tls::OverTls`]).
+    pub fn tls_request(&self, req: &axum::extract::Request) -> bool {
+        req.extensions().get::<tls::OverTls>().is_some()
     }
 
     /// The same app with the stacks API's switches set to `config`.

@@ -45,6 +45,12 @@ pub struct TlsFiles {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientCertNames(pub Vec<String>);
 
+/// A request extension marking a request that came over TLS (a console
+/// session minted over plain HTTP is not accepted on it, and its answers
+/// carry `Strict-Transport-Security`).
+#[derive(Debug, Clone, Copy)]
+pub struct OverTls;
+
 /// The current TLS configuration, reloadable.
 pub struct Tls {
     current: RwLock<(TlsFiles, TlsAcceptor)>,

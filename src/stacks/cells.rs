@@ -6,7 +6,9 @@
 //!
 //! Reports are observations, not decisions: they live outside the state
 //! tree, one object per cell at `stacks/cells/<stack>/<hex of cell id>`
-//! (overwritten by the cell's next report), so thousands of cells
+//! (`sha256-<hex of its SHA-256>` for ids over 127 characters, whose hex
+//! would not fit a file name: [`report_name`]; overwritten by the cell's
+//! next report), so thousands of cells
 //! reporting never make thousands of generations. They are not part of
 //! history or rollback.
 
@@ -84,6 +86,23 @@ pub fn prefix(stack: &StackName) -> String {
     format!("stacks/cells/{stack}/")
 }
 
+/// Longest cell id whose report object is named by its hex (254 characters,
+/// within the 255 bytes a file name may have on every Linux file system).
+const HEX_NAMED: usize = 127;
+
+/// The name of cell `id`'s report object below [`prefix`]: the hex of the
+/// id, or for a longer id `sha256-<hex of its SHA-256>` (71 characters).
+pub fn report_name(id: &str) -> String {
+    if id.len() <= HEX_NAMED {
+        hex::encode(id.as_bytes())
+    } else {
+        format!(
+            "sha256-{}",
+            crate::digest::Digest::sha256_of(id.as_bytes()).hex()
+        )
+    }
+}
+
 /// Stores `report` for `stack`, replacing the cell's previous one.
 pub async fn record(
     store: &dyn Blobstore,
@@ -91,7 +110,7 @@ pub async fn record(
     report: &CellReport,
 ) -> Result<(), StackError> {
     check_cell_id(&report.cell)?;
-    let key = format!("{}{}", prefix(stack), hex::encode(report.cell.as_bytes()));
+    let key = format!("{}{}", prefix(stack), report_name(&report.cell));
     let bytes = serde_json::to_vec(report).map_err(anyhow::Error::from)?;
     let mut w = store.writer(&key).await?;
     w.write(Bytes::from(bytes)).await?;
@@ -334,4 +353,21 @@ pub async fn metrics(
     let table = super::ops::load(state).await?;
     let statuses = all_statuses(&**state.blobstore(), &table, stale_after).await?;
     Ok(gauges(&statuses))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_valid_cell_id_names_a_report_that_fits_a_file_name() {
+        for n in [1, 127, 128, 200, 253] {
+            let id = "a".repeat(n);
+            check_cell_id(&id).unwrap();
+            let name = report_name(&id);
+            assert!(name.len() <= 254, "{n}: {}", name.len());
+        }
+        assert_eq!(report_name("c1"), "6331");
+        assert_ne!(report_name(&"a".repeat(200)), report_name(&"a".repeat(201)));
+    }
 }

@@ -28,6 +28,27 @@ pub fn native_platform() -> String {
     format!("linux/{arch}")
 }
 
+/// `(REPO, Ok(TAG) or Err(DIGEST))` of `REPO@DIGEST`, `REPO:TAG` or `REPO`
+/// (tag `latest`); a `:` before the last `/` is a registry port.
+fn split_reference(reference: &str) -> (&str, Result<&str, &str>) {
+    match reference.split_once('@') {
+        Some((r, d)) => (r, Err(d)),
+        None => {
+            let slash = reference.rfind('/').map_or(0, |i| i + 1);
+            match reference[slash..].rfind(':') {
+                Some(i) => (&reference[..slash + i], Ok(&reference[slash + i + 1..])),
+                None => (reference, Ok("latest")),
+            }
+        }
+    }
+}
+
+/// The repository part of an image reference, as [`pin`] reads it (for
+/// checking who may use it before it is resolved).
+pub fn repository_of(reference: &str) -> String {
+    split_reference(reference).0.to_string()
+}
+
 /// Pins `reference` (`REPO@DIGEST`, `REPO:TAG`, or `REPO` for `REPO:latest`)
 /// to a manifest the registry holds in `snap`.
 ///
@@ -39,16 +60,7 @@ pub async fn pin(
     reference: &str,
 ) -> Result<ImageRef, StackError> {
     let bad = |why: &str| StackError::Invalid(format!("image {reference:?}: {why}"));
-    let (repo, by) = match reference.split_once('@') {
-        Some((r, d)) => (r, Err(d)),
-        None => {
-            let slash = reference.rfind('/').map_or(0, |i| i + 1);
-            match reference[slash..].rfind(':') {
-                Some(i) => (&reference[..slash + i], Ok(&reference[slash + i + 1..])),
-                None => (reference, Ok("latest")),
-            }
-        }
-    };
+    let (repo, by) = split_reference(reference);
     let repository: RepositoryName = repo.parse().map_err(|_| bad("not a repository name"))?;
     let found = state
         .repository(snap, &repository)

@@ -385,37 +385,65 @@ pub async fn promote(
         _ => None,
     };
     let platforms = image::platforms(&**store, &image).await?;
-    let replaced = table.stacks.get(name).and_then(|s| s.active()).cloned();
-    let (rootfs, shared) = rootfs_of(state, &table, &platforms, replaced.as_ref()).await?;
+    let mut replaced = table.stacks.get(name).and_then(|s| s.active()).cloned();
+    let (mut rootfs, shared) = rootfs_of(state, &table, &platforms, replaced.as_ref()).await?;
     let reason = req
         .reason
         .clone()
         .unwrap_or_else(|| format!("promote {image}"));
-    let input = PromotionInput {
-        image: image.clone(),
-        rootfs: rootfs.clone(),
-        build_image: build,
-        run_image: run,
-        stack_id,
-        percent,
-        max_in_flight: req.max_in_flight,
-        description: req.description.clone(),
-        reason: reason.clone(),
-        diff: req.diff.clone(),
+    let mut diff = req.diff.clone();
+    let mut raced = 0;
+    let (id, percent, commit) = loop {
+        let input = PromotionInput {
+            image: image.clone(),
+            rootfs: rootfs.clone(),
+            build_image: build.clone(),
+            run_image: run.clone(),
+            stack_id: stack_id.clone(),
+            percent,
+            max_in_flight: req.max_in_flight,
+            description: req.description.clone(),
+            reason: reason.clone(),
+            diff: diff.clone(),
+        };
+        let (n, w, now) = (name.clone(), who.to_string(), now_rfc3339());
+        let expect = replaced.as_ref().map(|p| p.id);
+        let done = change(
+            state,
+            &format!("stack {name}: promote {image}: {reason}"),
+            who,
+            move |t| {
+                // The patch and the diff were made against the promotion
+                // this one replaces: another promotion committed meanwhile
+                // (another process) means making them again.
+                if t.stacks.get(&n).and_then(|s| s.active()).map(|p| p.id) != expect {
+                    return Err(StackError::Conflict(RACED.into()));
+                }
+                let id = t.promote(&n, &input, &now, &w)?;
+                Ok((id, t.get(&n)?.rollout.map_or(100, |r| r.percent)))
+            },
+        )
+        .await;
+        match done {
+            Err(StackError::Conflict(m)) if m == RACED && raced < MAX_RACES => {
+                raced += 1;
+                let table = load(state).await?;
+                replaced = table.stacks.get(name).and_then(|s| s.active()).cloned();
+                for r in &mut rootfs {
+                    r.patch = patch_from(store, replaced.as_ref(), r).await;
+                }
+                diff = crate::sbom::compare::promotion_diff(state, name, &req.image).await;
+                tracing::info!(stack = %name, "another promotion landed first; patch and diff made again against it");
+            }
+            Err(StackError::Conflict(m)) if m == RACED => {
+                return Err(StackError::Conflict(format!(
+                    "stack {name}: other promotions landed first {MAX_RACES} times; try again"
+                )));
+            }
+            Err(e) => return Err(e),
+            Ok(((id, percent), commit)) => break (id, percent, commit),
+        }
     };
-    let n = name.clone();
-    let w = who.to_string();
-    let now = now_rfc3339();
-    let ((id, percent), commit) = change(
-        state,
-        &format!("stack {name}: promote {image}: {reason}"),
-        who,
-        move |t| {
-            let id = t.promote(&n, &input, &now, &w)?;
-            Ok((id, t.get(&n)?.rollout.map_or(100, |r| r.percent)))
-        },
-    )
-    .await?;
     recheck_shared(state, &shared, &rootfs, replaced.as_ref()).await?;
     events::emit_logged(
         &**store,
@@ -429,7 +457,7 @@ pub async fn promote(
             "percent": percent,
             "rootfs": rootfs,
             "reason": reason,
-            "diff": req.diff,
+            "diff": diff,
         }),
     )
     .await;
@@ -441,6 +469,13 @@ pub async fn promote(
         generation: commit.generation,
     })
 }
+
+/// The conflict a promotion's commit reports when another promotion of the
+/// stack landed after its patch and diff were made.
+const RACED: &str = "raced by another promotion";
+
+/// Times a promotion makes its patch and diff again after losing a race.
+const MAX_RACES: u32 = 8;
 
 /// Widens the rollout of `name` to `percent` (one root swap).
 pub async fn rollout(

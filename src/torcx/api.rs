@@ -245,24 +245,14 @@ async fn file<C: Context>(
     State(app): State<Arc<C>>,
     method: Method,
     headers: HeaderMap,
-    grant: Option<axum::Extension<crate::auth::Grant>>,
     Path(path): Path<String>,
 ) -> Result<Response, TorcxError> {
     let parts: Vec<&str> = path.split('/').collect();
     let [remote, board, os, file] = parts[..] else {
         return Err(not_found().await);
     };
-    // A user limited to repository prefixes reads a remote only when a
-    // prefix covers `torcx/<remote>` (issue 24 §2).
-    let grant = grant.map(|axum::Extension(g)| g).unwrap_or_default();
-    if !grant.allows(crate::auth::Permission::Pull, &[format!("torcx/{remote}")]) {
-        return Err(TorcxError {
-            status: StatusCode::FORBIDDEN,
-            message: format!(
-                "remote {remote:?} is outside the repositories this user may read (torcx/{remote})"
-            ),
-        });
-    }
+    // Who may read the remote (`torcx/<remote>`) is declared in
+    // `server::routes` and enforced before this handler runs.
     let (remote, board, os, file) = (
         remote.to_string(),
         board.to_string(),

@@ -2,9 +2,13 @@
 //! of a stack; roll the whole state back to a generation; revoke a token
 //! user.
 //!
-//! Every form is checked the same way: CSRF ([`super::http::check_csrf`]),
-//! then the admin role (stack changes also `[stacks] allow_admin`, as
-//! `POST /stacks/v1/...`), then a first submission answers a confirmation
+//! Every form is checked the same way: the access layer enforces the
+//! route's declaration first (`server::routes`: the admin role on every
+//! repository of the stack, or on every repository for a whole-state
+//! rollback or a revocation), then CSRF ([`super::http::check_csrf`]),
+//! `[stacks] allow_admin` for stack changes (as `POST /stacks/v1/...`),
+//! and for a promotion the admin role on the image's repository (named in
+//! the form, so checked as it is read), then a first submission answers a confirmation
 //! page naming the effect ("120 of 1,000 reporting cells will move back to
 //! promotion 2 (sha256:2941…)"), computed by applying the change to a copy
 //! of the stack table with the table's own rules and resolving every
@@ -238,9 +242,13 @@ fn percent(v: Option<&String>) -> Result<u8, UiError> {
         .ok_or_else(|| UiError::invalid("percent must be 0 to 100"))
 }
 
-/// The change a form or query asks for (`action` from the path).
+/// The change a form or query asks for (`action` from the path); an image
+/// named for a promotion must be in a repository where `seen` may do
+/// `permission` (checked before it is resolved, so nothing about it leaks).
 async fn change_of(
     ctx: &dyn Context,
+    seen: &Viewer,
+    permission: crate::auth::Permission,
     action: &str,
     f: &BTreeMap<String, String>,
 ) -> Result<Change, UiError> {
@@ -262,6 +270,13 @@ async fn change_of(
             let state = ctx.state();
             let snap = state.snapshot().await?;
             let image = f.get("image").map_or("", String::as_str);
+            let repo = crate::stacks::image::repository_of(image);
+            if !seen.grant.allows(permission, &[repo.as_str()]) {
+                return Err(UiError::denied(format!(
+                    "{} may not use images of repository {repo}",
+                    seen.who
+                )));
+            }
             let pinned = crate::stacks::image::pin(state, &snap, image).await?;
             Change::Promote(pinned, percent(f.get("percent"))?, reason)
         }
@@ -272,18 +287,28 @@ async fn change_of(
 /// `GET /api/v1/stacks/NAME/effect?action=rollout&percent=50` (also
 /// `rollback`, `state&state=DEPRECATED`, `promote&image=REF&percent=10`):
 /// what the change would do, without doing it.
-pub async fn effect_route(ctx: &dyn Context, name: &str, uri: &Uri) -> Result<Effect, UiError> {
+pub async fn effect_route(
+    ctx: &dyn Context,
+    seen: &Viewer,
+    name: &str,
+    uri: &Uri,
+) -> Result<Effect, UiError> {
     let q = http::query(uri);
     let name: StackName = name.parse()?;
     let action = q.get("action").map_or("", String::as_str);
-    let change = change_of(ctx, action, &q).await?;
+    let change = change_of(ctx, seen, crate::auth::Permission::Pull, action, &q).await?;
     let table = ctx.stacks().table(ctx.state()).await?;
     effect(ctx, &table, &name, &change)
 }
 
 /// The handler of [`effect_route`].
-pub async fn effect_handler(State(ctx): Ctx, Path(name): Path<String>, uri: Uri) -> Response {
-    match effect_route(&*ctx, &name, &uri).await {
+pub async fn effect_handler(
+    State(ctx): Ctx,
+    seen: Seen,
+    Path(name): Path<String>,
+    uri: Uri,
+) -> Response {
+    match effect_route(&*ctx, &seen, &name, &uri).await {
         Ok(e) => axum::Json(e).into_response(),
         Err(e) => e.into_response(),
     }
@@ -316,9 +341,9 @@ async fn stack_action_inner(
     body: Body,
 ) -> Result<Response, UiError> {
     let form = super::routes::checked_form(seen, headers, body).await?;
-    may_administer(ctx, seen).map_err(UiError::denied)?;
+    may_administer(ctx).map_err(UiError::denied)?;
     let name: StackName = name.parse()?;
-    let change = change_of(ctx, action, &form).await?;
+    let change = change_of(ctx, seen, crate::auth::Permission::Admin, action, &form).await?;
     let state = ctx.state();
     let table = ctx.stacks().table(state).await?;
     let eff = effect(ctx, &table, &name, &change)?;
@@ -374,12 +399,6 @@ pub async fn state_rollback(
 ) -> Response {
     let run = async {
         let form = super::routes::checked_form(&seen, &headers, body).await?;
-        if !seen.admin {
-            return Err(UiError::denied(format!(
-                "{} does not hold the admin role",
-                seen.who
-            )));
-        }
         let to: u64 = form
             .get("to")
             .and_then(|t| t.parse().ok())
@@ -426,12 +445,6 @@ pub async fn revoke_user(State(ctx): Ctx, seen: Seen, headers: HeaderMap, body: 
     let run = async {
         let form = super::routes::checked_form(&seen, &headers, body).await?;
         let name = form.get("user").cloned().unwrap_or_default();
-        if !seen.admin {
-            return Err(UiError::denied(format!(
-                "{} does not hold the admin role",
-                seen.who
-            )));
-        }
         let table = crate::auth::tokens::list(ctx.state())
             .await
             .map_err(UiError::internal)?;

@@ -26,8 +26,10 @@ const MAX_FORM: usize = 16 * 1024;
 pub struct Viewer {
     /// The actor's name (`anonymous`, a user, or the open policy's actor).
     pub who: String,
-    /// Whether they hold the admin role.
-    pub admin: bool,
+    /// What they may do, as the access layer found it: read models filter
+    /// with it and pages offer only the forms it allows (the access layer
+    /// enforces every route itself).
+    pub grant: crate::auth::Grant,
     /// True when the server has no users (everyone is admin).
     pub open: bool,
     /// The repositories they may read.
@@ -39,6 +41,33 @@ pub struct Viewer {
 }
 
 impl Viewer {
+    /// Whether they hold the admin role somewhere (the header says so).
+    pub fn admin(&self) -> bool {
+        self.grant.holds(crate::auth::Permission::Admin)
+    }
+
+    /// Whether they may change every repository at once (roll the whole
+    /// state back, revoke users, see users and the store).
+    pub fn admin_everywhere(&self) -> bool {
+        self.grant.allows_everywhere(crate::auth::Permission::Admin)
+    }
+
+    /// Whether they may read the repository `repo`.
+    pub fn may_read(&self, repo: &str) -> bool {
+        self.grant.may_read(repo)
+    }
+
+    /// Whether they may read stack `name` of `table` (every repository of
+    /// its images, as `/stacks/v1` decides).
+    pub fn may_read_stack(
+        &self,
+        table: &crate::stacks::table::StackTable,
+        name: &crate::stacks::StackName,
+    ) -> bool {
+        self.grant
+            .allows(crate::auth::Permission::Stack, &table.repositories(name))
+    }
+
     /// Whether a logged-in session (not an anonymous one) is in use.
     pub fn logged_in(&self) -> bool {
         self.session.as_ref().is_some_and(|s| s.user.is_some())
@@ -173,9 +202,8 @@ pub fn secure(res: &mut Response) {
 /// `303 See Other` to `location` (a path of this server).
 pub fn redirect(location: &str) -> Response {
     let mut res = StatusCode::SEE_OTHER.into_response();
-    if let Ok(v) = HeaderValue::from_str(location) {
-        res.headers_mut().insert(header::LOCATION, v);
-    }
+    let v = HeaderValue::from_str(location).unwrap_or(HeaderValue::from_static("/ui/"));
+    res.headers_mut().insert(header::LOCATION, v);
     res
 }
 

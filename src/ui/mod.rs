@@ -11,9 +11,13 @@
 //! series of cell-report samples it draws ([`series`]), and the stack
 //! actions' confirmation step ([`actions`]).
 //!
-//! Never decides a permission (the access layer, `server::access`, hands
-//! every request its actor and repository scope; admin-only forms check
-//! [`crate::state::Actor::admin`]), never changes state except through the
+//! Never decides a permission: every console route is declared in
+//! `server::routes` and the access layer (`server::access`) enforces it
+//! before a handler runs, handing the handler the caller's grant, with
+//! which read models filter lists and pages decide which forms to offer.
+//! The console sits on top of the access layer: it gives it its sessions
+//! ([`crate::server::access::ConsoleSessions`]) and never the other way
+//! round. Never changes state except through the
 //! functions the other surfaces call (`stacks::ops`, `ops::rollback`,
 //! `auth::tokens`), and never loads anything from another origin: every
 //! page carries a `Content-Security-Policy` without inline scripts or
@@ -34,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use http::{UiError, Viewer};
-pub use routes::{is_page, login_redirect, router};
+pub use routes::{login_redirect, router};
 
 use crate::auth::Policy;
 use crate::stacks::api::StacksServer;
@@ -119,6 +123,22 @@ impl Console {
             cache: api::Cache::default(),
             config,
         }
+    }
+}
+
+impl crate::server::access::ConsoleSessions for Console {
+    fn user<'a>(
+        &'a self,
+        policy: &'a Policy,
+        state: &'a StateStore,
+        headers: &'a axum::http::HeaderMap,
+        tls: bool,
+    ) -> futures_util::future::BoxFuture<'a, Option<crate::auth::User>> {
+        Box::pin(session::user(&self.sessions, policy, state, headers, tls))
+    }
+
+    fn login_redirect(&self, uri: &axum::http::Uri) -> axum::response::Response {
+        login_redirect(uri)
     }
 }
 

@@ -69,11 +69,7 @@ pub fn router(ctx: Arc<dyn Context>) -> Router {
         .with_state(ctx)
 }
 
-/// Whether `path` is a console page (HTML: an anonymous visitor is sent to
-/// the login form rather than answered 401).
-pub fn is_page(path: &str) -> bool {
-    path == "/ui" || path.starts_with("/ui/")
-}
+use crate::server::access::is_page;
 
 /// `303` to the login form, coming back to `uri` after it.
 pub fn login_redirect(uri: &Uri) -> Response {
@@ -100,8 +96,17 @@ async fn console(State(ctx): Ctx, mut req: Request, next: Next) -> Response {
         .get::<crate::registry::scope::RepositoryScope>()
         .cloned()
         .unwrap_or_default();
+    let grant = req
+        .extensions()
+        .get::<crate::auth::Grant>()
+        .cloned()
+        .unwrap_or_else(|| anonymous_grant(&*ctx));
+    let tls = req
+        .extensions()
+        .get::<crate::server::tls::OverTls>()
+        .is_some();
     let store = ctx.state().blobstore().clone();
-    let mut session = ui.sessions.open(&*store, req.headers()).await;
+    let mut session = ui.sessions.open(&*store, req.headers(), tls).await;
     let mut cookie = None;
     let path = req.uri().path();
     if session.is_none() && is_page(path) && !path.starts_with("/ui/assets/") {
@@ -119,7 +124,7 @@ async fn console(State(ctx): Ctx, mut req: Request, next: Next) -> Response {
         } else {
             actor.who
         },
-        admin: actor.admin,
+        grant,
         open: ctx.policy().is_open(),
         scope,
         session,
@@ -134,12 +139,26 @@ async fn console(State(ctx): Ctx, mut req: Request, next: Next) -> Response {
     req.extensions_mut().insert(viewer);
     let mut res = next.run(req).await;
     http::secure(&mut res);
+    if tls {
+        res.headers_mut().insert(
+            axum::http::header::STRICT_TRANSPORT_SECURITY,
+            axum::http::HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     if let Some(c) = cookie
         && !res.headers().contains_key(axum::http::header::SET_COOKIE)
     {
         res.headers_mut().insert(axum::http::header::SET_COOKIE, c);
     }
     res
+}
+
+/// The grant of a request the access layer let through without one (a
+/// public route such as the login form): everything when the server has
+/// no users, else nothing but an anonymous caller's.
+fn anonymous_grant(ctx: &dyn Context) -> crate::auth::Grant {
+    let policy = ctx.policy();
+    crate::auth::Grant::of(&policy, crate::auth::Principal::Anonymous)
 }
 
 /// The page of `model` for `/ui/...`, its JSON for `/api/v1/...`; an
@@ -175,7 +194,7 @@ async fn imports(State(ctx): Ctx, seen: Seen, uri: Uri) -> Response {
             None => None,
         };
         let all = q.get("all").is_some_and(|v| v == "1" || v == "true");
-        api::imports::build(&*ctx, before, http::limit(&q, 25, 200)?, all).await
+        api::imports::build(&*ctx, &seen, before, http::limit(&q, 25, 200)?, all).await
     }
     .await;
     answer(&uri, &seen, model, |m| pages::imports::page(&seen, m))
@@ -207,7 +226,7 @@ async fn repository(State(ctx): Ctx, seen: Seen, uri: Uri, Path(name): Path<Stri
 }
 
 async fn stacks(State(ctx): Ctx, seen: Seen, uri: Uri) -> Response {
-    let model = api::stacks::list(&*ctx).await;
+    let model = api::stacks::list(&*ctx, &seen).await;
     answer(&uri, &seen, model, |m| pages::stacks::list(&seen, m))
 }
 
@@ -229,7 +248,7 @@ async fn stack(State(ctx): Ctx, seen: Seen, uri: Uri, Path(name): Path<String>) 
 }
 
 async fn torcx(State(ctx): Ctx, seen: Seen, uri: Uri) -> Response {
-    let model = api::torcx::build(&*ctx).await;
+    let model = api::torcx::build(&*ctx, &seen).await;
     answer(&uri, &seen, model, |m| pages::torcx::page(&seen, m))
 }
 
@@ -250,7 +269,7 @@ async fn operations(State(ctx): Ctx, seen: Seen, uri: Uri) -> Response {
 async fn session(seen: Seen) -> Response {
     axum::Json(serde_json::json!({
         "who": seen.who,
-        "admin": seen.admin,
+        "admin": seen.admin(),
         "open": seen.open,
         "logged_in": seen.logged_in(),
     }))

@@ -3,10 +3,17 @@
 //!
 //! Owns: the session cookie and its signing key. A session is a signed
 //! value, not a server-side record, so that every replica serving one
-//! store accepts it: `v1.<user>.<expires>.<nonce>.<mac>` (user and nonce
-//! base64url, expires in Unix seconds, mac = HMAC-SHA256 over the rest
-//! under the key in the store object [`KEY_OBJECT`], created once with a
-//! conditional write so replicas agree on it). An anonymous session (empty
+//! store accepts it: `v2.<user>.<expires>.<nonce>.<credential>.<mac>`
+//! (user, nonce and credential base64url, expires in Unix seconds, mac =
+//! HMAC-SHA256 over the rest and the transport, `tls` or `plain`, under
+//! the key in the store object [`KEY_OBJECT`], created once with a
+//! conditional write so replicas agree on it). The credential is the
+//! first 16 bytes of a SHA-256 over the user as configured at login
+//! (password hash, roles, repositories, cells): a changed password, role,
+//! prefix or cell list, a removed user or a revoked token user ends every
+//! session of that user at its next request, on every replica. A session
+//! minted over plain HTTP is refused on a TLS listener (and the other way
+//! round), whichever server of the store minted it. An anonymous session (empty
 //! user, in a cookie of its own name) is handed to every visitor so that
 //! the login form, and every form of a server without users, carries a
 //! CSRF token too. The token of a
@@ -61,6 +68,40 @@ pub struct Session {
     pub expires: u64,
     nonce: [u8; 16],
     csrf: String,
+    /// [`credential`] of the user at login (zeros for an anonymous session).
+    credential: [u8; 16],
+}
+
+/// What a session is bound to of its user: the first 16 bytes of a
+/// SHA-256 over the name, password hash, roles, repository prefixes and
+/// cell globs (each length-prefixed). Any change to them changes it.
+pub fn credential(user: &User) -> [u8; 16] {
+    use sha2::Digest as _;
+    let mut h = Sha256::new();
+    let mut put = |b: &[u8]| {
+        h.update((b.len() as u64).to_be_bytes());
+        h.update(b);
+    };
+    put(user.name.as_bytes());
+    put(user.password_hash.as_deref().unwrap_or("").as_bytes());
+    for r in &user.roles {
+        put(format!("role:{r:?}").as_bytes());
+    }
+    for r in &user.repositories {
+        put(format!("repository:{r}").as_bytes());
+    }
+    for c in &user.cells {
+        put(format!("cell:{c}").as_bytes());
+    }
+    let d = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&d[..16]);
+    out
+}
+
+/// The transport a cookie is bound to.
+fn transport(tls: bool) -> &'static [u8] {
+    if tls { b"tls" } else { b"plain" }
 }
 
 impl Session {
@@ -136,9 +177,14 @@ impl Sessions {
     }
 
     /// The session `headers`' cookie names, if it is valid (signed with the
-    /// key, not expired, not ended here).
+    /// key for this transport, `tls`, not expired, not ended here).
     /// The logged-in session's cookie wins over an anonymous one.
-    pub async fn open(&self, store: &dyn Blobstore, headers: &HeaderMap) -> Option<Session> {
+    pub async fn open(
+        &self,
+        store: &dyn Blobstore,
+        headers: &HeaderMap,
+        tls: bool,
+    ) -> Option<Session> {
         let login = cookie(headers, self.cookie_name(true));
         let anonymous = cookie(headers, self.cookie_name(false));
         if login.is_none() && anonymous.is_none() {
@@ -153,49 +199,42 @@ impl Sessions {
         };
         let t = now();
         let valid = |v: Option<&str>, logged_in: bool| {
-            let s = parse(key, v?, t)?;
+            let s = parse(key, v?, t, tls)?;
             let ended = self.ended.lock().ok()?.contains_key(&s.nonce);
             (!ended && s.user.is_some() == logged_in).then_some(s)
         };
         valid(login, true).or_else(|| valid(anonymous, false))
     }
 
-    /// A new session for `user` (`None`: anonymous) and the `Set-Cookie`
+    /// A new session for `user` (`None`: anonymous), bound to its
+    /// [`credential`] and to this server's transport, and the `Set-Cookie`
     /// value that hands it to the browser.
     ///
     /// Errors: the signing key cannot be read or created.
     pub async fn start(
         &self,
         store: &dyn Blobstore,
-        user: Option<&str>,
+        user: Option<&User>,
     ) -> Result<(Session, HeaderValue), StoreError> {
         let key = self.key(store).await?;
         let mut nonce = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut nonce);
         let expires = now() + self.lifetime.as_secs();
-        let user_b64 = B64.encode(user.unwrap_or("").as_bytes());
-        let expires_text = expires.to_string();
-        let tag = mac(
+        let credential = user.map_or([0u8; 16], credential);
+        let value = seal(
             key,
-            &[
-                b"airlock-ui-session-v1",
-                user_b64.as_bytes(),
-                expires_text.as_bytes(),
-                &nonce,
-            ],
-        )
-        .finalize()
-        .into_bytes();
-        let value = format!(
-            "v1.{user_b64}.{expires}.{}.{}",
-            B64.encode(nonce),
-            B64.encode(tag)
+            user.map_or("", |u| u.name.as_str()),
+            expires,
+            nonce,
+            credential,
+            self.secure,
         );
         let session = Session {
-            user: user.map(str::to_string),
+            user: user.map(|u| u.name.clone()),
             expires,
             nonce,
             csrf: csrf_of(key, &nonce),
+            credential,
         };
         let name = self.cookie_name(user.is_some());
         Ok((
@@ -241,32 +280,71 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         })
 }
 
-/// The session in a cookie value signed with `key`, unless expired at `now`.
-fn parse(key: &Key, value: &str, now: u64) -> Option<Session> {
+/// The MAC of a cookie's fields under `key`.
+fn tag(
+    key: &Key,
+    user_b64: &str,
+    expires: &str,
+    nonce: &[u8; 16],
+    credential: &[u8; 16],
+    tls: bool,
+) -> Hmac<Sha256> {
+    mac(
+        key,
+        &[
+            b"airlock-ui-session-v2",
+            user_b64.as_bytes(),
+            expires.as_bytes(),
+            nonce,
+            credential,
+            transport(tls),
+        ],
+    )
+}
+
+/// The cookie value of a session (module docs).
+fn seal(
+    key: &Key,
+    user: &str,
+    expires: u64,
+    nonce: [u8; 16],
+    credential: [u8; 16],
+    tls: bool,
+) -> String {
+    let user_b64 = B64.encode(user.as_bytes());
+    let e = expires.to_string();
+    let t = tag(key, &user_b64, &e, &nonce, &credential, tls)
+        .finalize()
+        .into_bytes();
+    format!(
+        "v2.{user_b64}.{e}.{}.{}.{}",
+        B64.encode(nonce),
+        B64.encode(credential),
+        B64.encode(t)
+    )
+}
+
+/// The session in a cookie value signed with `key` for the transport
+/// `tls`, unless expired at `now`.
+fn parse(key: &Key, value: &str, now: u64, tls: bool) -> Option<Session> {
     let mut parts = value.split('.');
-    let (v, user_b64, expires_text, nonce_b64, tag_b64) = (
+    let (v, user_b64, expires_text, nonce_b64, credential_b64, tag_b64) = (
+        parts.next()?,
         parts.next()?,
         parts.next()?,
         parts.next()?,
         parts.next()?,
         parts.next()?,
     );
-    if v != "v1" || parts.next().is_some() {
+    if v != "v2" || parts.next().is_some() {
         return None;
     }
     let nonce: [u8; 16] = B64.decode(nonce_b64).ok()?.try_into().ok()?;
-    let tag = B64.decode(tag_b64).ok()?;
-    mac(
-        key,
-        &[
-            b"airlock-ui-session-v1",
-            user_b64.as_bytes(),
-            expires_text.as_bytes(),
-            &nonce,
-        ],
-    )
-    .verify_slice(&tag)
-    .ok()?;
+    let credential: [u8; 16] = B64.decode(credential_b64).ok()?.try_into().ok()?;
+    let t = B64.decode(tag_b64).ok()?;
+    tag(key, user_b64, expires_text, &nonce, &credential, tls)
+        .verify_slice(&t)
+        .ok()?;
     let expires: u64 = expires_text.parse().ok()?;
     if expires <= now {
         return None;
@@ -277,6 +355,7 @@ fn parse(key: &Key, value: &str, now: u64) -> Option<Session> {
         expires,
         nonce,
         csrf: csrf_of(key, &nonce),
+        credential,
     })
 }
 
@@ -323,31 +402,26 @@ async fn load_or_create(store: &dyn Blobstore) -> Result<Key, StoreError> {
     )))
 }
 
-/// Whether `path` is one of the console's (the only paths a session
-/// cookie counts on).
-pub fn is_console_path(path: &str) -> bool {
-    path == "/ui" || path.starts_with("/ui/") || path == "/api/v1" || path.starts_with("/api/v1/")
-}
-
 /// The user a console request's session cookie names, as configured now
 /// (a configured user, else a token user of `state`); `None` without a
-/// valid logged-in session, outside the console's paths, or when the user
-/// is gone. For the access layer, which then applies the policy to it.
+/// valid logged-in session for this transport (`tls`), or when the user is
+/// gone or changed since login ([`credential`]). For the access layer,
+/// which then applies the policy to it.
 pub async fn user(
     sessions: &Sessions,
     policy: &Policy,
     state: &StateStore,
     headers: &HeaderMap,
-    path: &str,
+    tls: bool,
 ) -> Option<User> {
-    if !is_console_path(path) {
-        return None;
-    }
-    let name = sessions.open(&**state.blobstore(), headers).await?.user?;
-    match policy.user(&name) {
-        Some(u) => Some(u.clone()),
-        None => policy.tokens.user(state, &name).await,
-    }
+    let session = sessions.open(&**state.blobstore(), headers, tls).await?;
+    let name = session.user.as_deref()?;
+    let user = match policy.user(name) {
+        Some(u) => u.clone(),
+        None => policy.tokens.user(state, name).await?,
+    };
+    let same: bool = credential(&user).ct_eq(&session.credential).into();
+    same.then_some(user)
 }
 
 #[cfg(test)]
@@ -359,24 +433,41 @@ mod tests {
     }
 
     fn seal(user: Option<&str>, expires: u64, nonce: [u8; 16]) -> String {
-        let user_b64 = B64.encode(user.unwrap_or("").as_bytes());
-        let e = expires.to_string();
-        let tag = mac(
-            &key(),
-            &[
-                b"airlock-ui-session-v1",
-                user_b64.as_bytes(),
-                e.as_bytes(),
-                &nonce,
-            ],
-        )
-        .finalize()
-        .into_bytes();
-        format!(
-            "v1.{user_b64}.{e}.{}.{}",
-            B64.encode(nonce),
-            B64.encode(tag)
-        )
+        super::seal(&key(), user.unwrap_or(""), expires, nonce, [3; 16], false)
+    }
+
+    fn parse(key: &Key, value: &str, now: u64) -> Option<Session> {
+        super::parse(key, value, now, false)
+    }
+
+    #[test]
+    fn sessions_are_bound_to_their_transport_and_credential() {
+        let v = seal(Some("ops"), 2000, [1; 16]);
+        assert!(super::parse(&key(), &v, 1000, false).is_some());
+        assert!(
+            super::parse(&key(), &v, 1000, true).is_none(),
+            "a plain-HTTP session on TLS"
+        );
+        let tls = super::seal(&key(), "ops", 2000, [1; 16], [3; 16], true);
+        assert!(super::parse(&key(), &tls, 1000, true).is_some());
+        assert!(super::parse(&key(), &tls, 1000, false).is_none());
+        // Another credential under the same tag.
+        let forged = v.replacen(&B64.encode([3u8; 16]), &B64.encode([4u8; 16]), 1);
+        assert!(parse(&key(), &forged, 1000).is_none());
+        let u = |hash: &str, roles: Vec<crate::auth::Role>| User {
+            name: "ops".into(),
+            password_hash: Some(hash.into()),
+            roles,
+            repositories: Vec::new(),
+            cells: Vec::new(),
+        };
+        let base = credential(&u("h1", vec![crate::auth::Role::Admin]));
+        assert_ne!(base, credential(&u("h2", vec![crate::auth::Role::Admin])));
+        assert_ne!(base, credential(&u("h1", vec![crate::auth::Role::Reader])));
+        let mut limited = u("h1", vec![crate::auth::Role::Admin]);
+        limited.repositories.push("stacks/".into());
+        assert_ne!(base, credential(&limited));
+        assert_eq!(base, credential(&u("h1", vec![crate::auth::Role::Admin])));
     }
 
     #[test]
@@ -394,6 +485,7 @@ mod tests {
         let forged = v.replacen(".2000.", ".9999.", 1);
         assert!(parse(&key(), &forged, 1000).is_none());
         assert!(parse(&key(), &format!("{v}.x"), 1000).is_none());
+        assert!(parse(&key(), &v.replacen("v2.", "v1.", 1), 1000).is_none());
         let anon = parse(&key(), &seal(None, 2000, [2; 16]), 1000).unwrap();
         assert_eq!(anon.user, None);
     }

@@ -258,3 +258,15 @@ pub fn skopeo_status(args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
 }
+
+/// The `password_hash = "..."` line of user `name` in a config `text`.
+pub fn hash_line_of(text: &str, name: &str) -> String {
+    let at = text
+        .find(&format!("name = \"{name}\"\n"))
+        .unwrap_or_else(|| panic!("no user {name}"));
+    text[at..]
+        .lines()
+        .find(|l| l.starts_with("password_hash = "))
+        .unwrap()
+        .to_string()
+}

@@ -257,6 +257,12 @@ fn roles_over_tls_with_skopeo_curl_and_client_certificates() {
     let (code, heads, _) = site.curl(&["/v2/", "-u", "stk:ops-pw"]);
     assert_eq!(code, 429);
     assert!(heads.contains("retry-after:"), "{heads}");
+    // ... but not from another address: failures in a user's name lock out
+    // that (user, address) and that address, never the user elsewhere.
+    let (code, _, body) = site.curl(&["/v2/", "-u", "stk:ops-pw", "--interface", "127.0.0.2"]);
+    assert_eq!(code, 200, "{body}");
+    let (code, _, _) = site.curl(&["/v2/", "-u", "stk:ops-pw", "--interface", "127.0.0.3"]);
+    assert_eq!(code, 200);
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

@@ -129,6 +129,7 @@ fn site() -> (Router, tempfile::TempDir) {
                     _ => Role::Metrics,
                 }],
                 repositories: vec!["a".into(), "torcx/a".into()],
+                cells: Vec::new(),
             }
         })
         .collect();

@@ -236,3 +236,52 @@ fn ls_inspect_events_and_help_say_it_in_words() {
         );
     }
 }
+
+/// Content never drives the terminal (issue 36): a stack description and a
+/// reason holding an OSC title sequence and an erase-line sequence are
+/// printed by `stack show` and `history` as text (`\u{1b}`), never as the
+/// raw bytes; `--json` keeps JSON's own escapes.
+#[test]
+fn control_sequences_in_content_are_printed_as_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let d = data.to_str().unwrap();
+    let layout = fixture_layout();
+    let config = write_config(tmp.path(), &layout, &[("latest", "stacks/bb", &["latest"])]);
+    let bundle = tmp.path().join("b.tar");
+    create_bundle(&config, &bundle, &[]);
+    import_bundle(&data, &test_key().1, &bundle);
+    let evil = "\u{1b}]0;owned\u{7}\u{1b}[2K\rfixed";
+    airlock_ok(&[
+        "stack",
+        "promote",
+        "--data",
+        d,
+        "bb",
+        "--image",
+        "stacks/bb:latest",
+        "--description",
+        evil,
+        "--reason",
+        evil,
+    ]);
+    for args in [
+        vec!["stack", "show", "bb", "--data", d],
+        vec!["stack", "list", "--data", d],
+        vec!["history", "--data", d],
+    ] {
+        let out = airlock(&args);
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !out.stdout.contains(&0x1b) && !out.stdout.contains(&b'\r'),
+            "{args:?}: {text:?}"
+        );
+        if args[0] != "stack" || args[1] == "show" {
+            assert!(text.contains("\\u{1b}]0;owned\\u{7}"), "{args:?}: {text}");
+        }
+    }
+    let json = airlock_ok(&["stack", "show", "bb", "--json", "--data", d]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["description"], evil);
+}

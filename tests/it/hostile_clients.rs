@@ -476,3 +476,52 @@ async fn malformed_requests_get_oci_error_bodies() {
     assert!(head.contains("content-range: bytes */10"), "{head}");
     assert_eq!(error_code(&body), "SIZE_INVALID");
 }
+
+/// A TLS ClientHello on the plain-HTTP listener (what crane, podman,
+/// skopeo and docker send first) is logged once per address per minute as
+/// what it is, not as a malformed request per attempt (issue 36).
+#[test]
+fn tls_probes_on_a_plain_listener_are_logged_once() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let log = tmp.path().join("serve.log");
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["--log", "info", "--log-format", "json", "serve", "--data"])
+        .arg(&data)
+        .args(["--listen", &addr])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(std::time::Instant::now() < deadline, "serve did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The first bytes of a TLS 1.2/1.3 ClientHello record.
+    let hello = [
+        0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4, 0x03, 0x03, 0x55, 0x1a,
+    ];
+    for _ in 0..5 {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.write_all(&hello).unwrap();
+        s.write_all(&[0u8; 200]).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        assert!(
+            out.starts_with(b"HTTP/1.1 400 "),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    common::terminate(&mut child, std::time::Duration::from_secs(20));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let probes = text
+        .lines()
+        .filter(|l| l.contains("TLS handshake on a plain-HTTP listener from 127.0.0.1"))
+        .count();
+    assert_eq!(probes, 1, "{text}");
+    assert!(!text.contains("request refused before routing"), "{text}");
+}

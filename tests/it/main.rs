@@ -16,6 +16,7 @@ mod common;
 mod auth_tls;
 mod auth_users;
 mod authz_matrix;
+mod authz_routes;
 mod bosh_release;
 mod bundle_import;
 mod bundle_volumes;

@@ -419,3 +419,40 @@ fn max_in_flight_counts_delta_downloads_and_the_index_follows_the_tars_cache_rul
         );
     }
 }
+
+/// Two `stack promote` processes at once (issue 36): both succeed, one
+/// after the other, and the one that lands second has the patch and the
+/// diff made against the promotion it actually replaces, as a sequential
+/// promotion has.
+#[test]
+fn concurrent_promotions_make_their_patch_against_what_they_replace() {
+    let b = Backend::start(Kind::Fs);
+    b.import(&test_key().1, bundle());
+    std::thread::scope(|s| {
+        let runs: Vec<_> = ["v1", "v2"]
+            .into_iter()
+            .map(|tag| {
+                let b = &b;
+                s.spawn(move || promote(b, tag, &[]))
+            })
+            .collect();
+        for r in runs {
+            r.join().unwrap();
+        }
+    });
+    let show: serde_json::Value =
+        serde_json::from_str(&b.airlock_ok(&["stack", "show"], &[STACK, "--json"])).unwrap();
+    let promotions = show["promotions"].as_array().unwrap();
+    assert_eq!(promotions.len(), 2, "{show:#}");
+    let (first, second) = (&promotions[0], &promotions[1]);
+    assert_eq!(second["replaces"], first["id"], "{show:#}");
+    let patch = &second["rootfs"][0]["patch"];
+    assert_eq!(
+        patch["from"], first["rootfs"][0]["sha256"],
+        "the second promotion's patch: {show:#}"
+    );
+    assert!(
+        !second["diff"].is_null(),
+        "the second promotion's diff: {show:#}"
+    );
+}

@@ -237,3 +237,101 @@ with open(path, "w") as f:
         "DEBIAN-CVE-2026-7"
     );
 }
+
+/// What import refuses, create refuses first (issue 36): a single `.json`
+/// record over the record limit, and range versions that are no version
+/// (`introduced: ""`, a NUL in `last_affected`); nothing is written. The
+/// same versions in a signed bundle are refused at import too.
+#[test]
+fn create_applies_the_imports_feed_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let create = |name: &str, source: &Path| {
+        let cfg = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[[feed]]\nname = \"{name}\"\nsource = {:?}\n",
+                source.display().to_string()
+            ),
+        )
+        .unwrap();
+        let out = tmp.path().join(format!("{name}.tar"));
+        let o = create_bundle_output(&cfg, &out);
+        (o, out)
+    };
+    let record = || {
+        pkgdb::osv_record(
+            "DSA-3-1",
+            &[],
+            "x",
+            "1",
+            "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H",
+        )
+    };
+    // A 17 MiB record in one .json file.
+    let mut huge = record();
+    huge["details"] = serde_json::Value::String("x".repeat(17 << 20));
+    let file = tmp.path().join("huge.json");
+    std::fs::write(&file, huge.to_string()).unwrap();
+    let (o, out) = create("huge", &file);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("over the 16777216 bytes"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a refused bundle was written");
+    // Versions that are none.
+    for (name, events) in [
+        (
+            "empty",
+            serde_json::json!([{"introduced": ""}, {"fixed": "1"}]),
+        ),
+        (
+            "nul",
+            serde_json::json!([{"introduced": "0"}, {"last_affected": "1\u{0}2"}]),
+        ),
+        (
+            "space",
+            serde_json::json!([{"introduced": "0"}, {"fixed": "1 2"}]),
+        ),
+    ] {
+        let mut r = record();
+        r["affected"][0]["ranges"][0]["events"] = events;
+        let file = tmp.path().join(format!("{name}.json"));
+        std::fs::write(&file, r.to_string()).unwrap();
+        let (o, out) = create(name, &file);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("version"),
+            "{name}: {err}"
+        );
+        assert!(!out.exists(), "{name}: a refused bundle was written");
+        // Signed and carried anyway: import refuses it, nothing changes.
+        let data = tmp.path().join(format!("data-{name}"));
+        let ok = tmp.path().join(format!("ok-{name}.tar"));
+        feed_bundle(
+            &ok,
+            &test_key().0,
+            "good",
+            format!("{}\n", record()).as_bytes(),
+        );
+        import_bundle(&data, &test_key().1, &ok);
+        let before = root_of(&data);
+        let bad = tmp.path().join(format!("bad-{name}.tar"));
+        feed_bundle(&bad, &test_key().0, "good", format!("{r}\n").as_bytes());
+        let o = airlock(&[
+            "import",
+            "--data",
+            data.to_str().unwrap(),
+            "--keyring",
+            test_key().1.to_str().unwrap(),
+            bad.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("version"),
+            "{name}: {err}"
+        );
+        assert_eq!(root_of(&data), before, "{name}: import changed the state");
+    }
+}

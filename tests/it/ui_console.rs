@@ -95,6 +95,7 @@ fn content(site: &Site) {
         bundle.to_str().unwrap(),
     ]);
     site.airlock_ok(&["stack", "promote", "bb", "--image", "stacks/bb:latest"]);
+    site.airlock_ok(&["stack", "promote", "xs", "--image", "library/xss:latest"]);
     site.airlock_ok(&[
         "stack",
         "promote",
@@ -146,6 +147,7 @@ fn console_in_a_real_browser() {
         .env("UI_SCREENSHOTS", screenshots())
         .env("UI_ADMIN", "ops:ops-pw")
         .env("UI_READER", "rd:rd-pw")
+        .env("UI_PADMIN", "stk:ops-pw")
         .env("UI_CELL", "cells:cells-pw")
         .output()
         .unwrap();
@@ -206,7 +208,7 @@ fn jar_value(jar: &Path, name: &str) -> String {
 #[test]
 fn sessions_cookies_and_headers_over_tls() {
     let site = site::site(&console_config());
-    let _server = site.start();
+    let server = site.start();
     let jar = |name: &str| site.dir.join(name);
     let (anon, login_jar) = (jar("anon.jar"), jar("login.jar"));
     let s = |p: &Path| p.to_str().unwrap().to_string();
@@ -225,7 +227,7 @@ fn sessions_cookies_and_headers_over_tls() {
         .unwrap()
         .to_string();
     for part in [
-        "__host-airlock-anonymous=v1.",
+        "__host-airlock-anonymous=v2.",
         "path=/",
         "httponly",
         "samesite=strict",
@@ -237,6 +239,10 @@ fn sessions_cookies_and_headers_over_tls() {
         "content-security-policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ), "{h}");
     assert!(h.contains("x-frame-options: deny") && h.contains("x-content-type-options: nosniff"));
+    assert!(
+        h.contains("strict-transport-security: max-age=31536000"),
+        "no HSTS over TLS: {h}"
+    );
     let csrf = csrf_of(&page);
     let login = |password: &str, token: &str| {
         site.curl(&[
@@ -265,7 +271,7 @@ fn sessions_cookies_and_headers_over_tls() {
     assert_eq!(st, 303);
     assert!(h.contains("location: /ui/stacks"), "{h}");
     let logged_in = jar_value(&login_jar, "__Host-airlock-session");
-    assert!(logged_in.starts_with("v1."), "no login cookie");
+    assert!(logged_in.starts_with("v2."), "no login cookie");
     assert_ne!(
         logged_in,
         jar_value(&anon, "__Host-airlock-anonymous"),
@@ -307,6 +313,46 @@ fn sessions_cookies_and_headers_over_tls() {
     assert_eq!(st, 303);
     assert!(h.contains("max-age=0"), "{h}");
     assert_eq!(who(&kept).0, 401, "a logged-out session is refused");
+
+    // A next= with CR/LF falls back to the overview.
+    let (st, _, page) = site.curl(&["/ui/login", "-c", &s(&anon)]);
+    assert_eq!(st, 200);
+    let token = csrf_of(&page);
+    let (st, h, _) = site.curl(&[
+        "/ui/login",
+        "-b",
+        &s(&anon),
+        "-c",
+        &s(&login_jar),
+        "--data-urlencode",
+        "username=ops",
+        "--data-urlencode",
+        "password=ops-pw",
+        "--data-urlencode",
+        &format!("csrf={token}"),
+        "--data-urlencode",
+        "next=/ui/\r\nSet-Cookie: x=1",
+    ]);
+    assert_eq!(st, 303);
+    assert!(h.contains("location: /ui/\r\n"), "{h}");
+    // A changed password ends the user's sessions at the next request
+    // after the reload (SIGHUP), on every surface of the console.
+    assert_eq!(who(&login_jar).0, 200);
+    let config = site.dir.join("airlock.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let old = site::hash_line_of(&text, "ops");
+    std::fs::write(&config, text.replace(&old, &site::hash("ops-new"))).unwrap();
+    // SAFETY: kill(2) on our own child's pid with a valid signal.
+    assert_eq!(unsafe { libc::kill(server.0.id() as i32, libc::SIGHUP) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while site.curl(&["/v2/", "-u", "ops:ops-pw"]).0 != 401 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload did not take"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(who(&login_jar).0, 401, "a session outlived its password");
 }
 
 #[test]

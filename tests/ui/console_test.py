@@ -2,7 +2,8 @@
 """The airlock console in a real browser (Debian chromium + chromedriver,
 driven by selenium), against a server tests/it/ui_console.rs set up: imported
 images (one with an annotation that is an HTML tag), stack `bb` with
-promotion 2 at 10 %, users ops (admin) and rd (reader), a cell user.
+promotion 2 at 10 %, stack `xs` of `library/xss` (outside `stacks/`),
+users ops (admin), stk (admin limited to `stacks/`), rd (reader), a cell user.
 
 Steps, each failing the run with a message:
  1. 200 cells resolve `bb` through /stacks/v1 and report what they were
@@ -17,11 +18,16 @@ Steps, each failing the run with a message:
     and the change is seen through the CLI (`airlock stack show --json`).
  6. A cross-site POST (a page on another origin) and a POST without the
     CSRF token are refused and change nothing.
- 7. As rd: no admin action is shown, and the forms' endpoints answer 403.
+ 7. As rd: the stacks (they need the cell or admin role, as /stacks/v1
+    does) are refused and not in the navigation, no admin action is
+    shown, and the forms' endpoints answer 403.
+ 8. As stk (admin limited to `stacks/`): the pages show only its stack and
+    repositories, it sees no form for the others (nor a whole-state
+    rollback), and their endpoints answer 403.
 
 Environment: UI_BASE (https://127.0.0.1:PORT), UI_CA (the test CA),
 AIRLOCK (the binary), AIRLOCK_DATA (the store), UI_SCREENSHOTS,
-UI_ADMIN, UI_READER, UI_CELL (`user:password`).
+UI_ADMIN, UI_READER, UI_PADMIN, UI_CELL (`user:password`).
 """
 
 import hashlib
@@ -56,6 +62,7 @@ SHOTS = os.environ["UI_SCREENSHOTS"]
 DOCS = os.environ.get("UI_DOCS_IMAGES")
 ADMIN = os.environ["UI_ADMIN"].split(":", 1)
 READER = os.environ["UI_READER"].split(":", 1)
+PADMIN = os.environ["UI_PADMIN"].split(":", 1)
 CELL = os.environ["UI_CELL"].split(":", 1)
 STACK = "bb"
 CELLS = [f"diego-cell/{i:04d}" for i in range(200)]
@@ -324,33 +331,79 @@ def cross_site(d, before):
     check(stack_show()["rollout"] == before, "a refused POST changed the rollout")
 
 
+def denied_page(d, path, who):
+    d.get(BASE + path)
+    check("DENIED" in d.page_source, f"{who} reads {path}: {d.page_source[:300]}")
+
+
+def forms_refused(d, who, cases):
+    cookie, token = session_cookie(d), csrf_of(d)
+    before = stack_show()["rollout"]
+    for path, fields in cases:
+        for confirm in [{}, {"confirm": "yes"}]:
+            st, _, _ = post_form(path, {**fields, **confirm, "csrf": token}, cookie)
+            check(st == 403, f"{who} POST {path} {confirm}: {st}, not 403")
+    check(stack_show()["rollout"] == before, f"{who} changed the rollout")
+
+
+WHOLE_STATE = [("/ui/imports/rollback", {"to": "1"}), ("/ui/operations/revoke", {"user": "x"})]
+
+
 def reader(expected):
     d = browser()
     try:
         login(d, READER)
-        d.get(f"{BASE}/ui/stacks/{STACK}")
-        console_errors(d, "reader stack page")
-        check(not d.find_elements(By.ID, "actions"), "a reader sees admin actions")
+        nav = [a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "nav.main a")]
+        check(not any(h.endswith("/ui/stacks") for h in nav), f"a reader's navigation offers stacks: {nav}")
+        denied_page(d, f"/ui/stacks/{STACK}", "a reader")
+        denied_page(d, "/ui/stacks", "a reader")
+        d.get(f"{BASE}/ui/imports")
+        console_errors(d, "reader imports page")
+        check(not d.find_elements(By.CSS_SELECTOR, "form[action='/ui/imports/rollback']"), "a reader sees rollback")
         forms = [f.get_attribute("action") for f in d.find_elements(By.TAG_NAME, "form")]
         check(all(f.endswith("/ui/logout") for f in forms), f"a reader sees forms {forms}")
-        check(table_counts(d) == expected, "the reader's chart counts differ")
-        d.save_screenshot(os.path.join(SHOTS, "stack-reader.png"))
-        d.get(f"{BASE}/ui/imports")
-        check(not d.find_elements(By.CSS_SELECTOR, "form[action='/ui/imports/rollback']"), "a reader sees rollback")
-        cookie, token = session_cookie(d), csrf_of(d)
-        before = stack_show()["rollout"]
-        for path, fields in [
+        d.save_screenshot(os.path.join(SHOTS, "imports-reader.png"))
+        forms_refused(d, "reader", [
             (f"/ui/stacks/{STACK}/rollout", {"percent": "100"}),
             (f"/ui/stacks/{STACK}/rollback", {"reason": "x"}),
             (f"/ui/stacks/{STACK}/state", {"state": "DISABLED"}),
             (f"/ui/stacks/{STACK}/promote", {"image": "stacks/bb:latest", "percent": "10"}),
-            ("/ui/imports/rollback", {"to": "1"}),
-            ("/ui/operations/revoke", {"user": "x"}),
-        ]:
-            for confirm in [{}, {"confirm": "yes"}]:
-                st, _, _ = post_form(path, {**fields, **confirm, "csrf": token}, cookie)
-                check(st == 403, f"reader POST {path} {confirm}: {st}, not 403")
-        check(stack_show()["rollout"] == before, "a reader changed the rollout")
+        ] + WHOLE_STATE)
+    finally:
+        d.quit()
+
+
+def padmin(expected):
+    d = browser()
+    try:
+        login(d, PADMIN)
+        d.get(f"{BASE}/ui/stacks")
+        console_errors(d, "padmin stacks page")
+        links = [a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "main a")]
+        check(any(h.endswith(f"/ui/stacks/{STACK}") for h in links), f"stk does not see {STACK}: {links}")
+        check(not any(h.endswith("/ui/stacks/xs") for h in links), f"stk sees stack xs: {links}")
+        d.save_screenshot(os.path.join(SHOTS, "stacks-padmin.png"))
+        d.get(f"{BASE}/ui/stacks/{STACK}")
+        console_errors(d, "padmin stack page")
+        check(d.find_elements(By.ID, "actions"), "stk sees no actions on its own stack")
+        check(table_counts(d) == expected, "stk's chart counts differ")
+        candidates = [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#actions option")]
+        check(not any("library/" in c for c in candidates), f"stk is offered images outside stacks/: {candidates}")
+        d.get(f"{BASE}/ui/repositories")
+        text = d.find_element(By.TAG_NAME, "main").text
+        check("stacks/bb" in text and "library/xss" not in text, f"stk's repositories: {text!r}")
+        d.get(f"{BASE}/ui/imports?all=1")
+        check(not d.find_elements(By.CSS_SELECTOR, "form[action='/ui/imports/rollback']"), "stk sees the whole-state rollback")
+        check("library/xss" not in d.find_element(By.TAG_NAME, "main").text, "stk's history names library/xss")
+        d.get(f"{BASE}/ui/operations")
+        check("ops" not in [c.text for c in d.find_elements(By.CSS_SELECTOR, "main td")], "stk sees the users")
+        denied_page(d, "/ui/stacks/xs", "stk")
+        d.get(f"{BASE}/ui/stacks/{STACK}")
+        forms_refused(d, "stk", [
+            ("/ui/stacks/xs/rollout", {"percent": "100"}),
+            ("/ui/stacks/xs/state", {"state": "DISABLED"}),
+            (f"/ui/stacks/{STACK}/promote", {"image": "library/xss:latest", "percent": "10"}),
+        ] + WHOLE_STATE)
     finally:
         d.quit()
 
@@ -432,6 +485,7 @@ def main():
     finally:
         d.quit()
     reader(expected)
+    padmin(expected)
     print(json.dumps({"cells": expected, "moved_on_widen": moving, "moved_back": back}))
 
 

@@ -3,7 +3,9 @@
 //!
 //! Owns: `docs/reference/cli.md` (every command's `--help`, rendered from
 //! the clap definition of [`super::Cli`]), `docs/reference/config.md`
-//! (every config key, see [`config`]), and the check that every relative
+//! (every config key, see [`config`]), the table of every HTTP route and
+//! who may call it in `docs/users-and-tls.md` (from
+//! `airlock::server::routes`), and the check that every relative
 //! link in README.md and `docs/` resolves (file and heading anchor, see
 //! [`links`]). Each test compares the file with what the code gives and
 //! fails naming the command that rewrites it; with `UPDATE_DOCS=1` it
@@ -108,6 +110,32 @@ fn config_reference_is_current() {
         "docs/reference/config.md",
         &config::markdown(&repo(), serve),
     );
+}
+
+/// The markers around the generated route table in docs/users-and-tls.md.
+const ROUTES_BEGIN: &str = "<!-- routes: generated from src/server/routes.rs; do not edit -->\n";
+const ROUTES_END: &str = "<!-- end of routes -->\n";
+
+/// docs/users-and-tls.md with the table of every route and who may call
+/// it (`airlock::server::routes::markdown`) between its markers.
+fn users_doc_with_routes() -> String {
+    let path = repo().join("docs/users-and-tls.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let begin = text
+        .find(ROUTES_BEGIN)
+        .expect("the routes markers in docs/users-and-tls.md");
+    let end = text[begin..].find(ROUTES_END).expect("the end marker") + begin;
+    format!(
+        "{}{ROUTES_BEGIN}{}{}",
+        &text[..begin],
+        airlock::server::routes::markdown(),
+        &text[end..]
+    )
+}
+
+#[test]
+fn route_table_is_current() {
+    check("docs/users-and-tls.md", &users_doc_with_routes());
 }
 
 #[test]

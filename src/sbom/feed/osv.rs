@@ -80,6 +80,25 @@ fn level(sev: &[Severity], labels: &[Option<&serde_json::Value>]) -> Option<&'st
     })
 }
 
+/// Longest version string of a range event, in bytes.
+pub const MAX_VERSION: usize = 256;
+
+/// A range event's version: 1 to [`MAX_VERSION`] bytes, no whitespace or
+/// control characters (what no ecosystem's version syntax admits: dpkg,
+/// apk and semver versions are printable ASCII without spaces).
+fn check_version(k: &str, v: &str) -> Result<()> {
+    if v.is_empty() || v.len() > MAX_VERSION {
+        bail!("range event {k}: version {v:?} is empty or over {MAX_VERSION} bytes");
+    }
+    if v.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        bail!(
+            "range event {k}: version {:?} holds a control or space character",
+            v.escape_default().to_string()
+        );
+    }
+    Ok(())
+}
+
 /// Pairs `introduced`/`fixed`/`last_affected` events in order.
 fn ranges(r: &OsvRange) -> Result<Vec<Range>> {
     let mut out: Vec<Range> = Vec::new();
@@ -92,6 +111,7 @@ fn ranges(r: &OsvRange) -> Result<Vec<Range>> {
             .as_str()
             .ok_or_else(|| anyhow::anyhow!("range event {k} is not a string"))?
             .to_string();
+        check_version(k, &v)?;
         match k.as_str() {
             "introduced" => out.push(Range {
                 introduced: v,

@@ -128,6 +128,14 @@ pub fn pack(src: &FeedSource, base: &Path, scratch: &Path) -> Result<Packed> {
                     }
                 }
             } else {
+                if meta.len() > super::MAX_RECORD as u64 {
+                    bail!(
+                        "feed {name}: {} is {} bytes, over the {} bytes of one record (import refuses it)",
+                        path.display(),
+                        meta.len(),
+                        super::MAX_RECORD
+                    );
+                }
                 let bytes = std::fs::read(&path)?;
                 note(put_record(&mut out, &bytes, &|| {
                     format!("feed {name}: {}", path.display())

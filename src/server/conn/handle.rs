@@ -46,6 +46,9 @@ pub(super) fn handle(
     if let Some(n) = names {
         parts.extensions.insert(n);
     }
+    if shared.tls() {
+        parts.extensions.insert(crate::server::tls::OverTls);
+    }
     let limits = &shared.limits;
     let manifest_put = parts.method == Method::PUT
         && matches!(Route::parse(parts.uri.path()), Ok(Route::Manifest { .. }));

@@ -164,6 +164,43 @@ fn content_length(headers: &[httparse::Header<'_>]) -> Option<(ErrorCode, String
     None
 }
 
+/// Whether `head` begins with a TLS handshake record (a ClientHello:
+/// content type 22, version 3.x), what crane, podman, skopeo and docker
+/// send first to a registry they may reach over HTTPS.
+pub(super) fn is_tls_hello(head: &[u8]) -> bool {
+    matches!(head, [0x16, 0x03, ..])
+}
+
+/// Most client addresses remembered for [`tls_probe_first_in_a_minute`].
+const TLS_PROBES_KEPT: usize = 4096;
+
+/// True for the first TLS probe from `ip` in a minute (one log line per
+/// address per minute, however many probes a client session makes).
+fn tls_probe_first_in_a_minute(ip: std::net::IpAddr, now: std::time::Instant) -> bool {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static SEEN: Mutex<Option<HashMap<std::net::IpAddr, std::time::Instant>>> = Mutex::new(None);
+    let minute = std::time::Duration::from_secs(60);
+    let Ok(mut seen) = SEEN.lock() else {
+        return true;
+    };
+    let seen = seen.get_or_insert_with(HashMap::new);
+    if seen
+        .get(&ip)
+        .is_some_and(|t| now.duration_since(*t) < minute)
+    {
+        return false;
+    }
+    if seen.len() >= TLS_PROBES_KEPT {
+        seen.retain(|_, t| now.duration_since(*t) < minute);
+        if seen.len() >= TLS_PROBES_KEPT {
+            seen.clear();
+        }
+    }
+    seen.insert(ip, now);
+    true
+}
+
 /// The answer that replaces hyper's: `status` with an OCI error body,
 /// hyper's `date`, `X-Request-Id` and `connection: close`.
 fn answer(status: u16, hyper: &[u8], head: &[u8], peer: SocketAddr) -> Vec<u8> {
@@ -179,7 +216,16 @@ fn answer(status: u16, hyper: &[u8], head: &[u8], peer: SocketAddr) -> Vec<u8> {
         "detail": { "reason": cause },
     }]})
     .to_string();
-    tracing::info!(
+    if is_tls_hello(head) {
+        if tls_probe_first_in_a_minute(peer.ip(), std::time::Instant::now()) {
+            tracing::info!(
+                client = %peer,
+                "TLS handshake on a plain-HTTP listener from {} (a client trying HTTPS first; configure it for http://, or serve TLS)",
+                peer.ip()
+            );
+        }
+    } else {
+        tracing::info!(
         method = %method.escape_default(),
         path = %path.escape_default(),
         status,
@@ -188,7 +234,8 @@ fn answer(status: u16, hyper: &[u8], head: &[u8], peer: SocketAddr) -> Vec<u8> {
         request_id = %id,
         reason = %cause,
         "request refused before routing"
-    );
+        );
+    }
     let reason = match status {
         414 => "URI Too Long",
         431 => "Request Header Fields Too Large",
@@ -310,6 +357,27 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Answering<I> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_probes_are_logged_once_per_address_per_minute() {
+        assert!(is_tls_hello(&[0x16, 0x03, 0x01, 0x02, 0x00]));
+        assert!(!is_tls_hello(b"GET / HTTP/1.1\r\n"));
+        let ip: std::net::IpAddr = "127.0.0.99".parse().unwrap();
+        let other: std::net::IpAddr = "127.0.0.98".parse().unwrap();
+        let t = std::time::Instant::now();
+        assert!(tls_probe_first_in_a_minute(ip, t));
+        for s in [1, 10, 59] {
+            assert!(!tls_probe_first_in_a_minute(
+                ip,
+                t + std::time::Duration::from_secs(s)
+            ));
+        }
+        assert!(tls_probe_first_in_a_minute(other, t));
+        assert!(tls_probe_first_in_a_minute(
+            ip,
+            t + std::time::Duration::from_secs(61)
+        ));
+    }
 
     #[test]
     fn hyper_answers_are_recognised() {

@@ -258,6 +258,35 @@ impl StacksServer {
         Ok(lookup)
     }
 
+    /// The stacks whose promoted rootfs chunk maps name the chunk `id`
+    /// (for the access layer: a chunk is readable when the caller may read
+    /// one of them).
+    ///
+    /// Errors: the state, the table or a chunk map cannot be read.
+    pub async fn stacks_using_chunk(
+        &self,
+        state: &StateStore,
+        id: &crate::chunks::ChunkId,
+    ) -> std::result::Result<Vec<StackName>, StackError> {
+        let lookup = self.chunk_lookup(state).await?;
+        let maps: std::collections::HashSet<&Digest> = lookup.maps_of(id).collect();
+        if maps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let table = self.table(state).await?;
+        Ok(table
+            .stacks
+            .iter()
+            .filter(|(_, s)| {
+                s.promotions
+                    .iter()
+                    .flat_map(|p| &p.rootfs)
+                    .any(|r| r.chunks.as_ref().is_some_and(|c| maps.contains(&c.map)))
+            })
+            .map(|(n, _)| n.clone())
+            .collect())
+    }
+
     /// Rootfs downloads of `stack` in flight now (delta downloads included).
     pub fn in_flight(&self, stack: &str) -> u32 {
         if let Ok(mut leases) = self.leases.lock() {
@@ -335,31 +364,44 @@ struct Caller<'a> {
 }
 
 impl Caller<'_> {
-    /// `Ok` when the caller may do `permission` on every repository the
-    /// stack `name` names (in `table`) and on `more`; else 403 `DENIED`
-    /// naming the repositories (issue 24 §2: a repository prefix bounds
-    /// stack reads and writes as it bounds `/v2`).
-    fn may(
-        &self,
-        table: &StackTable,
-        name: &StackName,
-        permission: Permission,
-        more: &[String],
-    ) -> Result<()> {
-        let mut repos = table.repositories(name);
-        repos.extend(more.iter().cloned());
-        if self.grant.allows(permission, &repos) {
+    /// Whether the caller may read stack `name` (in `table`): what a list
+    /// shows. The access layer has already checked the route itself
+    /// (`server::routes`); this only filters.
+    fn reads(&self, table: &StackTable, name: &StackName) -> bool {
+        self.grant
+            .allows(Permission::Stack, &table.repositories(name))
+    }
+
+    /// `Ok` when the caller may do `permission` on every repository of
+    /// `named` (the images a request body names: the access layer checked
+    /// the stack's own, `server::routes::Touches::StackAndNamed`); else 403
+    /// `DENIED` naming them.
+    fn named(&self, name: &StackName, permission: Permission, named: &[String]) -> Result<()> {
+        if self.grant.allows(permission, named) {
             return Ok(());
         }
         Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "DENIED",
             format!(
-                "stack {name} names images in repositories outside this user's: {}",
-                repos.join(", ")
+                "stack {name}: the images named are in repositories outside this user's: {}",
+                named.join(", ")
             ),
         ))
     }
+}
+
+/// A cell id as the path carries it (`diego-cell%2F0a` or `diego-cell/0a`),
+/// percent-decoded; `None` when malformed.
+pub fn decode_cell(s: &str) -> Option<String> {
+    decode(s)
+}
+
+/// The 404 of a chunk that no stack the caller may read uses: the same
+/// answer as for a chunk that is in no promoted rootfs at all, so the
+/// chunk store tells nobody what exists outside what they may read.
+pub fn chunk_not_found(id: &crate::chunks::ChunkId) -> Response {
+    ApiError::from(chunk_missing(id)).into_response()
 }
 
 fn method_not_allowed(allow: &'static str) -> ApiError {
@@ -383,15 +425,8 @@ async fn dispatch(
     let route = Route::parse(uri.path())?;
     let query = QueryParams::from_uri(uri);
     let read = matches!(*method, Method::GET | Method::HEAD);
-    // Reads and cell reports need read rights on the stack's images.
-    if let Route::Stack(name)
-    | Route::Rootfs(name, _)
-    | Route::Status(name)
-    | Route::Cell(name, _) = &route
-    {
-        let table = ctx.stacks().table(ctx.state()).await?;
-        caller.may(&table, name, Permission::Pull, &[])?;
-    }
+    // Who may call which route is declared in `server::routes` and
+    // enforced before this handler runs.
     match route {
         Route::List if read => list(ctx, caller).await,
         Route::Stack(name) if read => match query.get("cell") {
@@ -414,9 +449,6 @@ async fn dispatch(
         Route::Lifecycle(digest) if read => {
             let table = ctx.stacks().table(ctx.state()).await?;
             let l = lifecycle::lifecycle(&table, &digest);
-            if let Some(stack) = &l.stack {
-                caller.may(&table, stack, Permission::Pull, &[])?;
-            }
             Ok(
                 axum::Json(crate::sbom::report::lifecycle_json(ctx.state(), &l).await)
                     .into_response(),

@@ -30,7 +30,7 @@ pub(super) async fn list(ctx: &dyn Context, caller: &Caller<'_>) -> Result<Respo
     let stacks: Vec<_> = table
         .stacks
         .iter()
-        .filter(|(n, _)| caller.may(&table, n, Permission::Pull, &[]).is_ok())
+        .filter(|(n, _)| caller.reads(&table, n))
         .map(|(n, s)| s.view(n, table.default.as_ref() == Some(n)))
         .collect();
     Ok(axum::Json(json!({ "default": table.default, "stacks": stacks })).into_response())
@@ -281,8 +281,10 @@ pub(super) async fn chunk(
     Ok(res)
 }
 
-fn chunk_missing(id: &crate::chunks::ChunkId) -> StackError {
-    StackError::NotFound(format!("chunk {id} is not in any promoted rootfs"))
+pub(super) fn chunk_missing(id: &crate::chunks::ChunkId) -> StackError {
+    StackError::NotFound(format!(
+        "chunk {id} is not in any promoted rootfs this user may read"
+    ))
 }
 
 pub(super) fn too_many(cfg: &StacksConfig, name: &StackName, limit: u32) -> ApiError {

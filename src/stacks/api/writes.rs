@@ -92,7 +92,6 @@ pub(super) async fn admin(
     let state = ctx.state();
     let who = crate::state::audit::current().map_or_else(|| HTTP_ADMIN.to_string(), |a| a.who);
     let who = who.as_str();
-    let table = ctx.stacks().table(state).await?;
     let extra = match action {
         Action::Promote => {
             let mut req: PromoteRequest = json_body(body).await?;
@@ -103,28 +102,16 @@ pub(super) async fn admin(
             ]
             .into_iter()
             .flatten()
-            .map(|r| image_repository(r))
+            .map(|r| crate::stacks::image::repository_of(r))
             .collect();
-            caller.may(&table, name, Permission::Admin, &named)?;
+            caller.named(name, Permission::Admin, &named)?;
             req.diff = crate::sbom::compare::promotion_diff(state, name, &req.image).await;
             let p = ops::promote(state, name, &req, who).await?;
             json!({ "promotion": p.promotion, "percent": p.percent, "generation": p.generation })
         }
-        _ => {
-            caller.may(&table, name, Permission::Admin, &[])?;
-            return admin_action(ctx, name, action, who, body).await;
-        }
+        _ => return admin_action(ctx, name, action, who, body).await,
     };
     answer(ctx, name, extra).await
-}
-
-/// `REPO` of an image reference `REPO:TAG`, `REPO@DIGEST` or `REPO`.
-fn image_repository(r: &str) -> String {
-    let no_digest = r.split('@').next().unwrap_or(r);
-    match no_digest.rsplit_once(':') {
-        Some((repo, tag)) if !tag.contains('/') => repo.to_string(),
-        _ => no_digest.to_string(),
-    }
 }
 
 /// The rollout, rollback, state and default actions (authorized).

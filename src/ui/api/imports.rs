@@ -165,16 +165,19 @@ fn ended(e: &UiError) -> String {
 }
 
 /// Up to `limit` generations older than `before` (all when `None`), newest
-/// first: only imports, or every generation when `all`.
+/// first: only imports, or every generation when `all`; only those
+/// `viewer` may see ([`super::visible`]).
 ///
 /// Errors: the root cannot be read.
 pub async fn build(
     ctx: &dyn Context,
+    viewer: &crate::ui::http::Viewer,
     before: Option<u64>,
     limit: usize,
     all: bool,
 ) -> Result<Imports> {
     let root = ctx.state().root_digest().await?;
+    let table = ctx.stacks().table(ctx.state()).await?;
     let mut out = Imports {
         generations: Vec::new(),
         next: None,
@@ -211,8 +214,8 @@ pub async fn build(
         }
         out.seen.1 = g;
         let v = view(&d, &doc);
-        if all || v.kind == "import" {
-            out.generations.push(v);
+        if (all || v.kind == "import") && super::visible::generation(viewer, &table, &v) {
+            out.generations.push(super::visible::redact(viewer, v));
         }
         if out.generations.len() == limit || scanned >= MAX_SCAN {
             out.next = next.is_some().then_some(g);

@@ -13,6 +13,7 @@ pub mod overview;
 pub mod repos;
 pub mod stacks;
 pub mod torcx;
+pub mod visible;
 
 use std::collections::HashMap;
 use std::hash::Hash;

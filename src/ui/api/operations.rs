@@ -1,5 +1,7 @@
 //! `GET /api/v1/operations`: the last GC and fsck reports, the blobs in
-//! quarantine (paged), and, for admins, the configured and token users.
+//! quarantine (paged), and the configured and token users. All of it is
+//! about every repository at once: shown only to a caller who may
+//! administer every repository; others get an empty page.
 
 use super::{Paged, Result, page_of};
 use crate::auth::Role;
@@ -78,6 +80,18 @@ pub async fn build(
 ) -> Result<Operations> {
     let state = ctx.state();
     let store = state.blobstore();
+    if !viewer.admin_everywhere() {
+        return Ok(Operations {
+            last_gc: None,
+            last_fsck: None,
+            quarantined: Paged {
+                items: Vec::new(),
+                next: None,
+                total: None,
+            },
+            users: None,
+        });
+    }
     let metas = match store.list_meta(QUARANTINE_PREFIX).await {
         Ok(m) => m,
         Err(crate::store::StoreError::NotFound(_)) => Vec::new(),
@@ -105,7 +119,7 @@ pub async fn build(
         next: page.next,
         total: page.total,
     };
-    let users = if viewer.admin {
+    let users = if viewer.admin_everywhere() {
         let policy = ctx.policy();
         let configured = policy
             .users()

@@ -79,7 +79,7 @@ pub struct Health {
 ///
 /// Errors: the store failed (a state that cannot be read is reported in
 /// `health`, not as an error).
-pub async fn build(ctx: &dyn Context, _viewer: &Viewer) -> Result<Overview> {
+pub async fn build(ctx: &dyn Context, viewer: &Viewer) -> Result<Overview> {
     let console = ctx
         .console()
         .ok_or_else(|| UiError::not_found("console off"))?;
@@ -99,17 +99,23 @@ pub async fn build(ctx: &dyn Context, _viewer: &Viewer) -> Result<Overview> {
             None
         }
     };
+    let everything = viewer.admin_everywhere();
     let (total_bytes, free_bytes) = match &console.config.store.path {
-        Some(p) => match crate::store::space::usage(p) {
+        Some(p) if everything => match crate::store::space::usage(p) {
             Ok((free, total)) => (Some(total), Some(free)),
             Err(_) => (None, None),
         },
-        None => (None, None),
+        _ => (None, None),
     };
     let mut counts = Counts::default();
+    let table = ctx.stacks().table(state).await?;
     let (mut current, mut last_import) = (None, None);
     if let Some(snap) = &snap {
-        counts = count(ctx, snap).await.unwrap_or_else(|e| {
+        let counted = match super::visible::sees_all(viewer) && everything {
+            true => count(ctx, snap).await,
+            false => count_for(ctx, viewer, &table, snap).await,
+        };
+        counts = counted.unwrap_or_else(|e| {
             health.ready = false;
             health
                 .problems
@@ -117,12 +123,24 @@ pub async fn build(ctx: &dyn Context, _viewer: &Viewer) -> Result<Overview> {
             Counts::default()
         });
         if let Some(d) = &snap.digest {
-            current = imports::generation(ctx, d).await.ok();
-            last_import = imports::last_import(ctx, d).await.unwrap_or(None);
+            let shown = |g: GenerationView| {
+                super::visible::generation(viewer, &table, &g)
+                    .then(|| super::visible::redact(viewer, g))
+            };
+            current = imports::generation(ctx, d).await.ok().and_then(shown);
+            last_import = imports::last_import(ctx, d)
+                .await
+                .unwrap_or(None)
+                .and_then(shown);
         }
     }
-    let last_gc = crate::ops::reports::last(&**store, "gc").await?;
-    let last_fsck = crate::ops::reports::last(&**store, "fsck").await?;
+    let (last_gc, last_fsck) = match everything {
+        true => (
+            crate::ops::reports::last(&**store, "gc").await?,
+            crate::ops::reports::last(&**store, "fsck").await?,
+        ),
+        false => (None, None),
+    };
     if let Some(f) = &last_fsck {
         let n = f.report["problems"].as_array().map_or(0, Vec::len);
         if n > 0 {
@@ -132,6 +150,7 @@ pub async fn build(ctx: &dyn Context, _viewer: &Viewer) -> Result<Overview> {
         }
     }
     if let Some(free) = free_bytes
+        && everything
         && free < 1 << 30
     {
         health
@@ -139,11 +158,21 @@ pub async fn build(ctx: &dyn Context, _viewer: &Viewer) -> Result<Overview> {
             .push(format!("the store has {free} bytes free"));
     }
     for (stack, s) in console.rollout.problems() {
-        health.problems.push(format!("stack {stack}: {s}"));
+        let readable = stack
+            .parse::<crate::stacks::StackName>()
+            .is_ok_and(|n| viewer.may_read_stack(&table, &n));
+        if readable {
+            health.problems.push(format!("stack {stack}: {s}"));
+        }
+    }
+    let mut info = console.config.store.clone();
+    if !everything {
+        // The store's path is for those who may administer all of it.
+        info.location = String::new();
     }
     Ok(Overview {
         store: StoreView {
-            info: console.config.store.clone(),
+            info,
             total_bytes,
             free_bytes,
         },
@@ -156,8 +185,61 @@ pub async fn build(ctx: &dyn Context, _viewer: &Viewer) -> Result<Overview> {
         health,
         events: super::recent_events(&console.cache, &**store)
             .await?
-            .to_vec(),
+            .iter()
+            .filter(|e| super::visible::event(viewer, &table, e))
+            .cloned()
+            .collect(),
     })
+}
+
+/// The counts of `snap` that a caller limited to some repositories may
+/// see: the repositories, stacks and torcx remotes they may read; no
+/// users. Not cached (it depends on the caller).
+async fn count_for(
+    ctx: &dyn Context,
+    viewer: &Viewer,
+    table: &crate::stacks::table::StackTable,
+    snap: &crate::state::Snapshot,
+) -> Result<Counts> {
+    let state = ctx.state();
+    let mut counts = Counts::default();
+    let mut last: Option<String> = None;
+    let mut seen = 0;
+    loop {
+        let page = state.repositories(snap, last.as_deref(), 1000).await?;
+        seen += page.len();
+        counts.repositories += page.iter().filter(|n| viewer.may_read(n.as_str())).count();
+        if page.len() < 1000 {
+            break;
+        }
+        if seen >= COUNT_CAP {
+            counts.repositories_more = true;
+            break;
+        }
+        last = page.last().map(|n| n.as_str().to_string());
+    }
+    counts.stacks = table
+        .stacks
+        .keys()
+        .filter(|n| viewer.may_read_stack(table, n))
+        .count();
+    counts.custom_stacks = table
+        .custom
+        .keys()
+        .filter(|n| viewer.may_read_stack(table, n))
+        .count();
+    let torcx = state
+        .document::<crate::torcx::table::TorcxDoc>(snap, crate::torcx::DOCUMENT)
+        .await?
+        .unwrap_or_default();
+    let remotes: Vec<_> = torcx
+        .remotes
+        .iter()
+        .filter(|(n, _)| viewer.may_read(&format!("torcx/{n}")))
+        .collect();
+    counts.torcx_remotes = remotes.len();
+    counts.torcx_builds = remotes.iter().map(|(_, r)| r.builds.len()).sum();
+    Ok(counts)
 }
 
 /// The counts of `snap`, computed once per state document.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{Paged, Result, page_of};
 use crate::digest::Digest;
 use crate::stacks::cells::{self, StackStatus};
-use crate::stacks::table::{Rollout, Stack};
+use crate::stacks::table::{Rollout, Stack, StackTable};
 use crate::stacks::{StackName, StackState};
 use crate::ui::Context;
 use crate::ui::chart::Band;
@@ -156,13 +156,16 @@ fn stack_name(name: &str) -> Result<StackName> {
 /// Every stack, with the last sample's counts.
 ///
 /// Errors: the stack table cannot be read.
-pub async fn list(ctx: &dyn Context) -> Result<StackList> {
+pub async fn list(ctx: &dyn Context, viewer: &Viewer) -> Result<StackList> {
     let console = ctx
         .console()
         .ok_or_else(|| UiError::not_found("console off"))?;
     let table = ctx.stacks().table(ctx.state()).await?;
     let mut stacks = Vec::new();
     for (name, s) in &table.stacks {
+        if !viewer.may_read_stack(&table, name) {
+            continue;
+        }
         let status = match console.rollout.latest(name.as_str()) {
             Some(sample) => Some(status(ctx, name, s, &sample)?),
             None => None,
@@ -181,10 +184,15 @@ pub async fn list(ctx: &dyn Context) -> Result<StackList> {
     let custom = table
         .custom
         .iter()
+        .filter(|(n, _)| viewer.may_read_stack(&table, n))
         .map(|(n, c)| serde_json::json!({ "name": n, "image": c.image, "owner": c.owner, "description": c.description }))
         .collect();
     Ok(StackList {
-        default: table.default.as_ref().map(ToString::to_string),
+        default: table
+            .default
+            .as_ref()
+            .filter(|d| viewer.may_read_stack(&table, d))
+            .map(ToString::to_string),
         stacks,
         custom,
     })
@@ -267,7 +275,7 @@ pub async fn show(
         series,
         sample_interval_secs: console.config.sample_interval.as_secs(),
         silent_after_secs: ctx.stacks().config.stale_after.as_secs(),
-        actions: actions(ctx, viewer, stack),
+        actions: actions(ctx, viewer, &table, &name, stack),
     })
 }
 
@@ -393,19 +401,34 @@ fn live(stack: &Stack, sample: &Sample, st: &StackStatus) -> Live {
     }
 }
 
-/// Whether the viewer may change stacks from the console, and why not.
-pub fn may_administer(ctx: &dyn Context, viewer: &Viewer) -> std::result::Result<(), String> {
-    if !viewer.admin {
-        return Err(format!("{} does not hold the admin role", viewer.who));
-    }
+/// Whether stacks may be changed from the console (`[stacks]
+/// allow_admin`), and why not. Who may is the access layer's to decide.
+pub fn may_administer(ctx: &dyn Context) -> std::result::Result<(), String> {
     if !ctx.stacks().config.allow_admin {
         return Err("stack administration over HTTP is off ([stacks] allow_admin = false)".into());
     }
     Ok(())
 }
 
-fn actions(ctx: &dyn Context, viewer: &Viewer, stack: &Stack) -> Actions {
-    if let Err(why) = may_administer(ctx, viewer) {
+/// The forms the stack page offers: none unless the viewer may administer
+/// this stack (the admin role on every repository of its images, as the
+/// access layer decides the forms' routes) and `allow_admin` is on.
+fn actions(
+    ctx: &dyn Context,
+    viewer: &Viewer,
+    table: &StackTable,
+    name: &StackName,
+    stack: &Stack,
+) -> Actions {
+    let why = if !viewer
+        .grant
+        .allows(crate::auth::Permission::Admin, &table.repositories(name))
+    {
+        Err(format!("{} may not administer stack {name}", viewer.who))
+    } else {
+        may_administer(ctx)
+    };
+    if let Err(why) = why {
         return Actions {
             why_not: Some(why),
             ..Actions::default()
@@ -425,7 +448,13 @@ fn actions(ctx: &dyn Context, viewer: &Viewer, stack: &Stack) -> Actions {
     let mut candidates: Vec<String> = Vec::new();
     for c in stack.candidates.iter().rev() {
         let s = c.image.to_string();
-        if Some(&c.image.digest) != active.as_ref() && !candidates.contains(&s) {
+        let repo = c.image.repository.to_string();
+        if Some(&c.image.digest) != active.as_ref()
+            && !candidates.contains(&s)
+            && viewer
+                .grant
+                .allows(crate::auth::Permission::Admin, &[repo.as_str()])
+        {
             candidates.push(s);
         }
     }

@@ -43,10 +43,11 @@ pub struct TargetView {
     pub vendor: bool,
 }
 
-/// The torcx document of the current state.
+/// The torcx document of the current state: the remotes `viewer` may read
+/// (`torcx/<remote>`).
 ///
 /// Errors: the state cannot be read.
-pub async fn build(ctx: &dyn Context) -> Result<TorcxView> {
+pub async fn build(ctx: &dyn Context, viewer: &crate::ui::http::Viewer) -> Result<TorcxView> {
     let state = ctx.state();
     let snap = state.snapshot().await?;
     let doc = state
@@ -56,6 +57,7 @@ pub async fn build(ctx: &dyn Context) -> Result<TorcxView> {
     let remotes = doc
         .remotes
         .iter()
+        .filter(|(name, _)| viewer.may_read(&format!("torcx/{name}")))
         .map(|(name, r)| {
             let mut targets: BTreeSet<Target> = r
                 .builds

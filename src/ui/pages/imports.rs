@@ -41,7 +41,7 @@ fn row(viewer: &Viewer, g: &GenerationView, current: u64) -> Markup {
                 }
             }
             td { (digest(&g.digest)) }
-            @if viewer.admin {
+            @if viewer.admin_everywhere() {
                 td {
                     @if g.generation != current {
                         form method="post" action="/ui/imports/rollback" {
@@ -78,7 +78,7 @@ pub fn page(viewer: &Viewer, h: &Imports) -> Markup {
                 thead { tr {
                     th.num scope="col" { "Generation" } th scope="col" { "When" } th scope="col" { "Who" }
                     th scope="col" { "What" } th scope="col" { "State document" }
-                    @if viewer.admin { th scope="col" { "Admin" } }
+                    @if viewer.admin_everywhere() { th scope="col" { "Admin" } }
                 } }
                 tbody { @for g in &h.generations { (row(viewer, g, h.current)) } }
             }

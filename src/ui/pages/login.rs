@@ -20,7 +20,14 @@ use crate::ui::http::{self, UiError, Viewer};
 /// Where to go after login: `next` when it is a console path, else `/ui/`.
 fn next_of(next: Option<&String>) -> String {
     match next {
-        Some(n) if n.starts_with("/ui/") && !n.starts_with("//") && !n.contains('\\') => n.clone(),
+        Some(n)
+            if n.starts_with("/ui/")
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && !n.chars().any(char::is_control) =>
+        {
+            n.clone()
+        }
         _ => "/ui/".into(),
     }
 }
@@ -81,7 +88,7 @@ pub async fn submit(
     match password_login(&ctx.policy(), ctx.state(), user, password, &ip).await {
         Ok(u) => match console
             .sessions
-            .start(&**ctx.state().blobstore(), Some(&u.name))
+            .start(&**ctx.state().blobstore(), Some(&u))
             .await
         {
             Ok((_, cookie)) => {
@@ -135,5 +142,7 @@ mod tests {
         assert_eq!(n("//evil.example/ui/"), "/ui/");
         assert_eq!(n("/v2/"), "/ui/");
         assert_eq!(next_of(None), "/ui/");
+        assert_eq!(n("/ui/\r\nSet-Cookie: x=1"), "/ui/");
+        assert_eq!(n("/ui/a\nb"), "/ui/");
     }
 }

@@ -64,12 +64,14 @@ pub fn layout(viewer: &Viewer, title: &str, current: &str, content: Markup) -> M
                     nav.main aria-label="Console" {
                         ul {
                             @for (path, label) in NAV {
+                                @if path != "/ui/stacks" || viewer.grant.holds(crate::auth::Permission::Stack) {
                                 li {
                                     @if path == current {
                                         a href=(path) aria-current="page" { (label) }
                                     } @else {
                                         a href=(path) { (label) }
                                     }
+                                }
                                 }
                             }
                         }
@@ -78,7 +80,7 @@ pub fn layout(viewer: &Viewer, title: &str, current: &str, content: Markup) -> M
                         @if viewer.open {
                             span { "open server: no users configured, everyone is admin" }
                         } @else if viewer.logged_in() {
-                            span { "logged in as " strong { (viewer.who) } @if viewer.admin { " (admin)" } }
+                            span { "logged in as " strong { (viewer.who) } @if viewer.admin() { " (admin)" } }
                             form method="post" action="/ui/logout" {
                                 input type="hidden" name="csrf" value=(viewer.csrf());
                                 button type="submit" { "Log out" }

@@ -27,13 +27,17 @@ pub fn page(viewer: &Viewer, o: &Overview) -> Markup {
             (card("Repositories", m! { (c.repositories) @if c.repositories_more { "+" } }))
             (card("Stacks", m! { (c.stacks) @if c.custom_stacks > 0 { span.muted { " + " (c.custom_stacks) " custom" } } }))
             (card("torcx", m! { (c.torcx_builds) span.muted { " builds in " (c.torcx_remotes) " remotes" } }))
-            (card("Users", m! { (c.users) span.muted { " + " (c.token_users) " token users" } }))
+            @if viewer.admin_everywhere() {
+                (card("Users", m! { (c.users) span.muted { " + " (c.token_users) " token users" } }))
+            }
             @if let Some(f) = o.store.free_bytes { (card("Free space", m! { (bytes(f)) })) }
         }
         h2 { "Store" }
         dl.kv {
             dt { "Backend" } dd { (o.store.info.backend) }
-            dt { "Location" } dd { code { (o.store.info.location) } }
+            @if !o.store.info.location.is_empty() {
+                dt { "Location" } dd { code { (o.store.info.location) } }
+            }
             @if let (Some(t), Some(f)) = (o.store.total_bytes, o.store.free_bytes) {
                 dt { "File system" } dd { (bytes(t)) ", " (bytes(f)) " free "
                     meter min="0" max=(t) value=(t - f) aria-label="space used" { (bytes(t - f)) " used" } }

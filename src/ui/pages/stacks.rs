@@ -176,7 +176,7 @@ pub fn show(viewer: &Viewer, v: &StackView, done: Option<&str>) -> Markup {
         }
         @if v.actions.allowed {
             (forms(viewer, name, &v.actions))
-        } @else if viewer.admin {
+        } @else if viewer.admin() {
             p.muted { "Admin actions are off: " (v.actions.why_not.as_deref().unwrap_or("")) "." }
         }
         h2 { "Cells" }

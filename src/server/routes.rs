@@ -1,0 +1,951 @@
+//! The one table of who may do what: every route of the server, with the
+//! permission it needs and the resources it touches ([`ROUTES`]).
+//!
+//! Owns: the declaration of every route (method, path pattern, [`Need`]),
+//! and finding the declaration of a request ([`find`]). The access layer
+//! (`super::access`) enforces the declaration before any handler runs; a
+//! request that no declaration matches never reaches a handler (404, or
+//! 405 with `Allow` when only the method is undeclared), so a route added
+//! to a router without a row here answers nobody, and the generated matrix
+//! test (`tests/it/authz_routes.rs`) walks every row. The table of
+//! docs/users-and-tls.md is generated from [`ROUTES`] ([`markdown`]).
+//! Never reads state or answers requests.
+//!
+//! Patterns are `/`-separated: a literal segment, `{name}` (one segment),
+//! or one `{name*}` per pattern (one or more segments; the segments after
+//! it are matched from the end of the path, so a repository name may hold
+//! `/`, as distribution-spec's `<name>` does). `{digest}` must parse as a
+//! digest and `{chunk*}` as a chunk store path (`<4 hex>/<id>.cacnk`), so
+//! `/stacks/v1/lifecycle/status` is the status of stack `lifecycle`, as
+//! the stacks API reads it. Rows are tried in order; the first whose
+//! pattern matches decides.
+
+use std::sync::OnceLock;
+
+use axum::http::Method;
+
+use crate::auth::Permission;
+
+/// A set of HTTP methods (bit flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Methods(u8);
+
+impl Methods {
+    /// `GET` and `HEAD`.
+    pub const READ: Methods = Methods(1 | 2);
+    /// `GET` only.
+    pub const GET: Methods = Methods(1);
+    /// `POST`.
+    pub const POST: Methods = Methods(4);
+    /// `PUT`.
+    pub const PUT: Methods = Methods(8);
+    /// `PATCH`.
+    pub const PATCH: Methods = Methods(16);
+    /// `DELETE`.
+    pub const DELETE: Methods = Methods(32);
+    /// `GET` and `POST` (the login form).
+    pub const GET_POST: Methods = Methods(1 | 4);
+    /// `PATCH`, `PUT` and `DELETE` (an upload session's writes).
+    pub const SESSION_WRITES: Methods = Methods(8 | 16 | 32);
+
+    fn bit(m: &Method) -> u8 {
+        match *m {
+            Method::GET => 1,
+            Method::HEAD => 2,
+            Method::POST => 4,
+            Method::PUT => 8,
+            Method::PATCH => 16,
+            Method::DELETE => 32,
+            _ => 64,
+        }
+    }
+
+    /// Whether `m` is one of these.
+    pub fn contains(self, m: &Method) -> bool {
+        self.0 & Methods::bit(m) != 0
+    }
+
+    /// The names, e.g. `["GET", "HEAD"]`.
+    pub fn names(self) -> Vec<&'static str> {
+        ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| self.0 & (1 << i) != 0)
+            .map(|(_, n)| n)
+            .collect()
+    }
+
+    /// One method of the set, for a request that exercises the row.
+    pub fn first(self) -> Method {
+        [
+            Method::GET,
+            Method::HEAD,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ]
+        .into_iter()
+        .enumerate()
+        .find(|(i, _)| self.0 & (1 << i) != 0)
+        .map_or(Method::GET, |(_, m)| m)
+    }
+}
+
+/// Which resources a request touches: what the permission is checked on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touches {
+    /// No repository: the permission alone (the `/v2/` ping, probes of a
+    /// role such as `/metrics`).
+    Nothing,
+    /// A list or summary: the permission alone, and the room shows only
+    /// the items the caller may read (the caller's grant filters them).
+    Listed,
+    /// The repository `{repo*}` of the path; for registry writes, the
+    /// repository as `?ns=` makes it the target.
+    Repository,
+    /// A registry read: the repository the registry finally reads (mirror
+    /// namespaces may fall back to another), checked by the registry
+    /// against the caller's scope before anything is read.
+    Resolved,
+    /// Every repository of the images the stack `{stack}` names.
+    StackImages,
+    /// As [`Touches::StackImages`], and the cell `{cell*}` must be one the
+    /// credential may report for (a user's `cells` globs).
+    Cell,
+    /// The stack whose promotion or candidate `{digest}` is (every image
+    /// of it); nothing more for a digest of no stack.
+    Lifecycle,
+    /// The chunk `{chunk*}`: some stack the caller may read uses it; else
+    /// 404 as if absent.
+    Chunk,
+    /// The torcx remote `{remote}`, as the resource `torcx/<remote>`.
+    Remote,
+    /// Every repository there is and will be: the caller needs the
+    /// permission with no repository prefix (whole-state changes).
+    Everything,
+    /// The repositories named in the body or query (an import's bundle, a
+    /// promotion's image, a report's image or stack): the room checks them
+    /// with the caller's grant as it reads them, before it changes or
+    /// shows anything.
+    Named,
+    /// [`Touches::StackImages`], then [`Touches::Named`] (a promotion's image).
+    StackAndNamed,
+}
+
+/// A switch of the server config that makes a route public.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// `[torcx] public = true`: torcx reads need no credentials.
+    TorcxPublic,
+    /// `[auth] public_metrics = true`: `/metrics` needs no credentials.
+    PublicMetrics,
+}
+
+/// What a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Nothing: anyone (probes, the login form, the console's assets).
+    Public,
+    /// `permission` on what the request touches.
+    Grant {
+        /// The permission.
+        permission: Permission,
+        /// What it is checked on.
+        touches: Touches,
+        /// Whether `anonymous_read` lets a caller without credentials in
+        /// (pulls only: `/v2` and `/torcx` reads; never the console).
+        anonymous: bool,
+        /// A switch that makes the route public.
+        public_when: Option<Switch>,
+    },
+}
+
+/// One row of [`ROUTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// The methods this row declares.
+    pub methods: Methods,
+    /// The path pattern (module docs).
+    pub path: &'static str,
+    /// What it needs.
+    pub need: Need,
+    /// What it is, for the docs.
+    pub what: &'static str,
+}
+
+const fn grant(permission: Permission, touches: Touches) -> Need {
+    Need::Grant {
+        permission,
+        touches,
+        anonymous: false,
+        public_when: None,
+    }
+}
+
+const fn pull(touches: Touches) -> Need {
+    Need::Grant {
+        permission: Permission::Pull,
+        touches,
+        anonymous: true,
+        public_when: None,
+    }
+}
+
+const fn row(methods: Methods, path: &'static str, need: Need, what: &'static str) -> Route {
+    Route {
+        methods,
+        path,
+        need,
+        what,
+    }
+}
+
+use Permission::{Admin, Delete, Metrics, Push};
+use Touches::*;
+
+/// Every route of the server, in matching order.
+pub const ROUTES: &[Route] = &[
+    // Probes and metrics.
+    row(Methods::READ, "/healthz", Need::Public, "liveness"),
+    row(Methods::READ, "/readyz", Need::Public, "readiness"),
+    row(
+        Methods::GET,
+        "/metrics",
+        Need::Grant {
+            permission: Metrics,
+            touches: Nothing,
+            anonymous: false,
+            public_when: Some(Switch::PublicMetrics),
+        },
+        "Prometheus metrics",
+    ),
+    // OCI distribution-spec v1.1.
+    row(Methods::READ, "/v2", pull(Nothing), "API version check"),
+    row(Methods::READ, "/v2/", pull(Nothing), "API version check"),
+    row(Methods::GET, "/v2/_catalog", pull(Listed), "catalog"),
+    row(
+        Methods::READ,
+        "/v2/{repo*}/manifests/{reference}",
+        pull(Resolved),
+        "pull a manifest",
+    ),
+    row(
+        Methods::PUT,
+        "/v2/{repo*}/manifests/{reference}",
+        grant(Push, Repository),
+        "push a manifest",
+    ),
+    row(
+        Methods::DELETE,
+        "/v2/{repo*}/manifests/{reference}",
+        grant(Delete, Repository),
+        "delete a manifest or tag",
+    ),
+    row(
+        Methods::POST,
+        "/v2/{repo*}/blobs/uploads/",
+        grant(Push, Repository),
+        "open an upload (or mount, or monolithic push)",
+    ),
+    row(
+        Methods::GET,
+        "/v2/{repo*}/blobs/uploads/{session}",
+        pull(Resolved),
+        "upload progress",
+    ),
+    row(
+        Methods::SESSION_WRITES,
+        "/v2/{repo*}/blobs/uploads/{session}",
+        grant(Push, Repository),
+        "upload a chunk, finish or cancel",
+    ),
+    row(
+        Methods::READ,
+        "/v2/{repo*}/blobs/{blob}",
+        pull(Resolved),
+        "pull a blob",
+    ),
+    row(
+        Methods::DELETE,
+        "/v2/{repo*}/blobs/{blob}",
+        grant(Delete, Repository),
+        "delete a blob",
+    ),
+    row(
+        Methods::GET,
+        "/v2/{repo*}/tags/list",
+        pull(Resolved),
+        "list tags",
+    ),
+    row(
+        Methods::GET,
+        "/v2/{repo*}/referrers/{subject}",
+        pull(Resolved),
+        "list referrers",
+    ),
+    // torcx remote.
+    row(
+        Methods::READ,
+        "/torcx/{remote}/{board}/{os}/{file}",
+        Need::Grant {
+            permission: Permission::Pull,
+            touches: Remote,
+            anonymous: true,
+            public_when: Some(Switch::TorcxPublic),
+        },
+        "torcx remote contents and addon images",
+    ),
+    row(
+        Methods::GET,
+        "/torcx",
+        Need::Grant {
+            permission: Permission::Pull,
+            touches: Nothing,
+            anonymous: true,
+            public_when: Some(Switch::TorcxPublic),
+        },
+        "not a remote (404)",
+    ),
+    row(
+        Methods::GET,
+        "/torcx/",
+        Need::Grant {
+            permission: Permission::Pull,
+            touches: Nothing,
+            anonymous: true,
+            public_when: Some(Switch::TorcxPublic),
+        },
+        "not a remote (404)",
+    ),
+    // Stacks API.
+    row(
+        Methods::READ,
+        "/stacks/v1",
+        grant(Permission::Stack, Listed),
+        "stack table",
+    ),
+    row(
+        Methods::READ,
+        "/stacks/v1/",
+        grant(Permission::Stack, Listed),
+        "stack table",
+    ),
+    row(
+        Methods::READ,
+        "/stacks/v1/lifecycle/{digest}",
+        grant(Permission::Stack, Lifecycle),
+        "lifecycle of a digest",
+    ),
+    row(
+        Methods::READ,
+        "/stacks/v1/chunks/{chunk*}",
+        grant(Permission::Stack, Chunk),
+        "a rootfs chunk",
+    ),
+    row(
+        Methods::READ,
+        "/stacks/v1/{stack}",
+        grant(Permission::Stack, StackImages),
+        "a stack; with ?cell= what that cell runs",
+    ),
+    row(
+        Methods::READ,
+        "/stacks/v1/{stack}/rootfs.tar",
+        grant(Permission::Stack, StackImages),
+        "flattened rootfs",
+    ),
+    row(
+        Methods::READ,
+        "/stacks/v1/{stack}/rootfs.caibx",
+        grant(Permission::Stack, StackImages),
+        "rootfs chunk index",
+    ),
+    row(
+        Methods::READ,
+        "/stacks/v1/{stack}/rootfs.patch",
+        grant(Permission::Stack, StackImages),
+        "rootfs patch",
+    ),
+    row(
+        Methods::READ,
+        "/stacks/v1/{stack}/status",
+        grant(Permission::Stack, StackImages),
+        "rollout status",
+    ),
+    row(
+        Methods::PUT,
+        "/stacks/v1/{stack}/cells/{cell*}",
+        grant(Permission::Stack, Cell),
+        "a cell's report",
+    ),
+    row(
+        Methods::POST,
+        "/stacks/v1/{stack}/promote",
+        grant(Admin, StackAndNamed),
+        "promote an image",
+    ),
+    row(
+        Methods::POST,
+        "/stacks/v1/{stack}/rollout",
+        grant(Admin, StackImages),
+        "widen a rollout",
+    ),
+    row(
+        Methods::POST,
+        "/stacks/v1/{stack}/rollback",
+        grant(Admin, StackImages),
+        "roll a stack back",
+    ),
+    row(
+        Methods::POST,
+        "/stacks/v1/{stack}/state",
+        grant(Admin, StackImages),
+        "set a stack's state",
+    ),
+    row(
+        Methods::POST,
+        "/stacks/v1/{stack}/default",
+        grant(Admin, StackImages),
+        "make a stack the default",
+    ),
+    row(
+        Methods::POST,
+        "/stacks/v1/{stack}/register",
+        grant(Permission::Pull, Named),
+        "register a custom stack (the custom_stacks policy decides)",
+    ),
+    // Imports over HTTP.
+    row(
+        Methods::POST,
+        "/admin/v1/imports",
+        grant(Admin, Named),
+        "import a bundle (every repository it writes; a repair: every repository)",
+    ),
+    // Console: pages and their JSON.
+    row(Methods::GET, "/ui", Need::Public, "redirect to /ui/"),
+    row(Methods::GET_POST, "/ui/login", Need::Public, "login form"),
+    row(Methods::POST, "/ui/logout", Need::Public, "log out"),
+    row(
+        Methods::GET,
+        "/ui/assets/{file}",
+        Need::Public,
+        "stylesheet, script, icon",
+    ),
+    row(
+        Methods::GET,
+        "/ui/",
+        grant(Permission::Pull, Listed),
+        "overview",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/overview",
+        grant(Permission::Pull, Listed),
+        "overview",
+    ),
+    row(
+        Methods::GET,
+        "/ui/imports",
+        grant(Permission::Pull, Listed),
+        "history",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/imports",
+        grant(Permission::Pull, Listed),
+        "history",
+    ),
+    row(
+        Methods::POST,
+        "/ui/imports/rollback",
+        grant(Admin, Everything),
+        "roll the whole state back",
+    ),
+    row(
+        Methods::GET,
+        "/ui/repositories",
+        grant(Permission::Pull, Listed),
+        "repositories",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/repositories",
+        grant(Permission::Pull, Listed),
+        "repositories",
+    ),
+    row(
+        Methods::GET,
+        "/ui/repositories/{repo*}",
+        grant(Permission::Pull, Repository),
+        "a repository",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/repositories/{repo*}",
+        grant(Permission::Pull, Repository),
+        "a repository",
+    ),
+    row(
+        Methods::GET,
+        "/ui/stacks",
+        grant(Permission::Stack, Listed),
+        "stacks",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/stacks",
+        grant(Permission::Stack, Listed),
+        "stacks",
+    ),
+    row(
+        Methods::GET,
+        "/ui/stacks/{stack}",
+        grant(Permission::Stack, StackImages),
+        "a stack and its rollout",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/stacks/{stack}",
+        grant(Permission::Stack, StackImages),
+        "a stack and its rollout",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/stacks/{stack}/effect",
+        grant(Permission::Stack, StackAndNamed),
+        "what a stack change would do",
+    ),
+    row(
+        Methods::POST,
+        "/ui/stacks/{stack}/promote",
+        grant(Admin, StackAndNamed),
+        "promote (form)",
+    ),
+    row(
+        Methods::POST,
+        "/ui/stacks/{stack}/rollout",
+        grant(Admin, StackImages),
+        "widen (form)",
+    ),
+    row(
+        Methods::POST,
+        "/ui/stacks/{stack}/rollback",
+        grant(Admin, StackImages),
+        "roll back (form)",
+    ),
+    row(
+        Methods::POST,
+        "/ui/stacks/{stack}/state",
+        grant(Admin, StackImages),
+        "set the state (form)",
+    ),
+    row(
+        Methods::GET,
+        "/ui/torcx",
+        grant(Permission::Pull, Listed),
+        "torcx remotes",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/torcx",
+        grant(Permission::Pull, Listed),
+        "torcx remotes",
+    ),
+    row(
+        Methods::GET,
+        "/ui/operations",
+        grant(Permission::Pull, Listed),
+        "gc, fsck, quarantine, users",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/operations",
+        grant(Permission::Pull, Listed),
+        "gc, fsck, quarantine, users",
+    ),
+    row(
+        Methods::POST,
+        "/ui/operations/revoke",
+        grant(Admin, Everything),
+        "revoke a token user",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/session",
+        grant(Permission::Pull, Nothing),
+        "who the console thinks the caller is",
+    ),
+    row(
+        Methods::GET,
+        "/api/v1/vulns",
+        grant(Permission::Pull, Named),
+        "vulnerability reports (of the image, stack or digest named)",
+    ),
+];
+
+/// One segment of a parsed pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(&'static str),
+    One(&'static str),
+    Many(&'static str),
+}
+
+struct Pattern {
+    /// Segments before the `{name*}` (all of them when there is none).
+    head: Vec<Segment>,
+    /// The `{name*}`, and the segments after it.
+    tail: Option<(&'static str, Vec<Segment>)>,
+}
+
+fn parse(path: &'static str) -> Pattern {
+    let segs: Vec<Segment> = path
+        .strip_prefix('/')
+        .unwrap_or(path)
+        .split('/')
+        .map(
+            |s| match s.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                Some(name) => match name.strip_suffix('*') {
+                    Some(n) => Segment::Many(n),
+                    None => Segment::One(name),
+                },
+                None => Segment::Literal(s),
+            },
+        )
+        .collect();
+    match segs.iter().position(|s| matches!(s, Segment::Many(_))) {
+        Some(at) => {
+            let Segment::Many(name) = segs[at] else {
+                unreachable!()
+            };
+            Pattern {
+                head: segs[..at].to_vec(),
+                tail: Some((name, segs[at + 1..].to_vec())),
+            }
+        }
+        None => Pattern {
+            head: segs,
+            tail: None,
+        },
+    }
+}
+
+fn patterns() -> &'static [Pattern] {
+    static P: OnceLock<Vec<Pattern>> = OnceLock::new();
+    P.get_or_init(|| ROUTES.iter().map(|r| parse(r.path)).collect())
+}
+
+/// The parameters a pattern captured, by name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Params<'a>(Vec<(&'static str, &'a str)>);
+
+impl<'a> Params<'a> {
+    /// The value of `{name}` or `{name*}`.
+    pub fn get(&self, name: &str) -> Option<&'a str> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+}
+
+/// Whether `value` is a valid `{name}` (only `digest` and `chunk` are typed).
+fn valid(name: &str, value: &str) -> bool {
+    match name {
+        "digest" => value.parse::<crate::digest::Digest>().is_ok(),
+        "chunk" => crate::chunks::parse_store_path(value).is_some(),
+        _ => true,
+    }
+}
+
+fn match_segments<'a>(
+    pattern: &[Segment],
+    parts: &[&'a str],
+    out: &mut Vec<(&'static str, &'a str)>,
+) -> bool {
+    pattern.len() == parts.len()
+        && pattern.iter().zip(parts).all(|(p, v)| match p {
+            Segment::Literal(l) => l == v,
+            Segment::One(n) => {
+                out.push((n, v));
+                !v.is_empty() && valid(n, v)
+            }
+            Segment::Many(_) => false,
+        })
+}
+
+fn matches<'a>(p: &Pattern, path: &'a str, parts: &[&'a str]) -> Option<Params<'a>> {
+    let mut out = Vec::new();
+    match &p.tail {
+        None => match_segments(&p.head, parts, &mut out).then_some(Params(out)),
+        Some((name, after)) => {
+            if parts.len() < p.head.len() + 1 + after.len() {
+                return None;
+            }
+            let (head, rest) = parts.split_at(p.head.len());
+            let (many, tail) = rest.split_at(rest.len() - after.len());
+            if !match_segments(&p.head, head, &mut out) || !match_segments(after, tail, &mut out) {
+                return None;
+            }
+            // The `{name*}` part as one slice of the path.
+            let start = head.iter().map(|s| s.len() + 1).sum::<usize>() + 1;
+            let len = many.iter().map(|s| s.len()).sum::<usize>() + many.len() - 1;
+            let value = path.get(start..start + len)?;
+            (many.iter().all(|s| !s.is_empty()) && valid(name, value)).then(|| {
+                out.push((name, value));
+                Params(out)
+            })
+        }
+    }
+}
+
+/// What [`find`] found for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found<'a> {
+    /// The row declaring this method on this path, and what it captured.
+    Route(&'static Route, Params<'a>),
+    /// Rows declare the path, none this method: 405 with these in `Allow`.
+    Method(Vec<&'static str>),
+    /// No row declares the path: 404.
+    None,
+}
+
+/// The declaration of `method` on `path` (the path as sent, not decoded).
+pub fn find<'a>(method: &Method, path: &'a str) -> Found<'a> {
+    let parts: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
+    let mut allow: Vec<&'static str> = Vec::new();
+    for (route, pattern) in ROUTES.iter().zip(patterns()) {
+        let Some(params) = matches(pattern, path, &parts) else {
+            continue;
+        };
+        if route.methods.contains(method) {
+            return Found::Route(route, params);
+        }
+        for m in route.methods.names() {
+            if !allow.contains(&m) {
+                allow.push(m);
+            }
+        }
+    }
+    if allow.is_empty() {
+        Found::None
+    } else {
+        Found::Method(allow)
+    }
+}
+
+/// Who may call each row, for the docs: a markdown table of every route
+/// with the roles that may, and what the check is made on.
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "| methods | path | what | needs | checked on |\n| --- | --- | --- | --- | --- |\n",
+    );
+    for r in ROUTES {
+        let (needs, on) = match r.need {
+            Need::Public => ("anyone".to_string(), String::new()),
+            Need::Grant {
+                permission,
+                touches,
+                anonymous,
+                public_when,
+            } => {
+                let roles: Vec<&str> = [
+                    (crate::auth::Role::Reader, "reader"),
+                    (crate::auth::Role::Cell, "cell"),
+                    (crate::auth::Role::Admin, "admin"),
+                    (crate::auth::Role::Metrics, "metrics"),
+                ]
+                .into_iter()
+                .filter(|(role, _)| role.grants(permission))
+                .map(|(_, n)| n)
+                .collect();
+                let mut needs = roles.join(", ");
+                if anonymous {
+                    needs.push_str("; anyone with `anonymous_read`");
+                }
+                match public_when {
+                    Some(Switch::TorcxPublic) => needs.push_str("; anyone with `[torcx] public`"),
+                    Some(Switch::PublicMetrics) => {
+                        needs.push_str("; anyone with `[auth] public_metrics`")
+                    }
+                    None => {}
+                }
+                (needs, touches_text(touches).to_string())
+            }
+        };
+        out.push_str(&format!(
+            "| {} | `{}` | {} | {needs} | {on} |\n",
+            r.methods.names().join(", "),
+            r.path,
+            r.what
+        ));
+    }
+    out
+}
+
+fn touches_text(t: Touches) -> &'static str {
+    match t {
+        Nothing => "the role alone",
+        Listed => "the role; the answer lists only what the caller may read",
+        Repository => "the repository (a write: as `?ns=` makes the target)",
+        Resolved => "the repository the registry reads (after mirror namespaces)",
+        StackImages => "every repository of the stack's images",
+        Cell => "every repository of the stack's images, and the user's `cells`",
+        Lifecycle => "every repository of the images of the digest's stack",
+        Chunk => "some stack the caller may read uses the chunk (else 404)",
+        Remote => "`torcx/<remote>`",
+        Everything => "every repository (no repository prefix)",
+        Named => "every repository the body or query names",
+        StackAndNamed => "every repository of the stack's images and of the image named",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(m: Method, p: &str) -> Option<(&'static str, Vec<(&'static str, String)>)> {
+        match find(&m, p) {
+            Found::Route(r, params) => Some((
+                r.path,
+                params.0.iter().map(|(n, v)| (*n, v.to_string())).collect(),
+            )),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn patterns_capture_names_with_slashes() {
+        assert_eq!(
+            route(Method::GET, "/v2/a/b/manifests/v1"),
+            Some((
+                "/v2/{repo*}/manifests/{reference}",
+                vec![("reference", "v1".into()), ("repo", "a/b".into())]
+            ))
+        );
+        assert_eq!(
+            route(Method::POST, "/v2/a/blobs/uploads/").map(|r| r.0),
+            Some("/v2/{repo*}/blobs/uploads/")
+        );
+        assert_eq!(
+            route(Method::PATCH, "/v2/a/b/blobs/uploads/xyz").map(|r| r.0),
+            Some("/v2/{repo*}/blobs/uploads/{session}")
+        );
+        assert_eq!(
+            route(Method::PUT, "/stacks/v1/bb/cells/diego-cell/0a"),
+            Some((
+                "/stacks/v1/{stack}/cells/{cell*}",
+                vec![("stack", "bb".into()), ("cell", "diego-cell/0a".into())]
+            ))
+        );
+        assert_eq!(
+            route(Method::GET, "/ui/repositories/private/secret"),
+            Some((
+                "/ui/repositories/{repo*}",
+                vec![("repo", "private/secret".into())]
+            ))
+        );
+    }
+
+    #[test]
+    fn typed_names_decide_as_the_stacks_api_does() {
+        let d = crate::digest::Digest::sha256_of(b"x");
+        assert_eq!(
+            route(Method::GET, &format!("/stacks/v1/lifecycle/{d}")).map(|r| r.0),
+            Some("/stacks/v1/lifecycle/{digest}")
+        );
+        assert_eq!(
+            route(Method::GET, "/stacks/v1/lifecycle/status").map(|r| r.0),
+            Some("/stacks/v1/{stack}/status")
+        );
+        let id = crate::chunks::ChunkId::of(b"x");
+        assert_eq!(
+            route(
+                Method::GET,
+                &format!("/stacks/v1/chunks/{}", id.store_path())
+            )
+            .map(|r| r.0),
+            Some("/stacks/v1/chunks/{chunk*}")
+        );
+        assert_eq!(
+            route(Method::GET, "/stacks/v1/chunks/status").map(|r| r.0),
+            Some("/stacks/v1/{stack}/status")
+        );
+    }
+
+    #[test]
+    fn undeclared_paths_and_methods() {
+        assert_eq!(find(&Method::GET, "/nothing"), Found::None);
+        assert_eq!(find(&Method::GET, "/ui/stacks/bb/frobnicate"), Found::None);
+        assert_eq!(find(&Method::GET, "/stacks/v1/bb/nope"), Found::None);
+        assert_eq!(
+            find(&Method::GET, "/stacks/v1/bb/promote"),
+            Found::Method(vec!["POST"])
+        );
+        assert_eq!(
+            find(&Method::POST, "/v2/a/manifests/v1"),
+            Found::Method(vec!["GET", "HEAD", "PUT", "DELETE"])
+        );
+        assert_eq!(find(&Method::GET, "/v2//manifests/v1"), Found::None);
+    }
+
+    /// The table and the registry's own grammar agree on which endpoint a
+    /// path is (so the repository checked is the one the registry uses).
+    #[test]
+    fn registry_rows_agree_with_the_registry_grammar() {
+        use crate::registry::routes::Route as R;
+        let d = crate::digest::Digest::sha256_of(b"x");
+        for path in [
+            "/v2/".to_string(),
+            "/v2/_catalog".into(),
+            "/v2/a/manifests/v1".into(),
+            format!("/v2/a/b/c/manifests/{d}"),
+            "/v2/a/manifests/b/manifests/c".into(),
+            "/v2/a/blobs/uploads/".into(),
+            "/v2/a/blobs/uploads/s1".into(),
+            format!("/v2/a/blobs/{d}"),
+            "/v2/a/tags/list".into(),
+            format!("/v2/a/referrers/{d}"),
+            format!("/v2/x/blobs/uploads/blobs/{d}"),
+            "/v2/tags/list/tags/list".into(),
+            format!("/v2/a/manifests/x/blobs/{d}"),
+        ] {
+            let path = path.as_str();
+            let ours = route(Method::GET, path)
+                .or_else(|| route(Method::POST, path))
+                .or_else(|| route(Method::PATCH, path))
+                .unwrap_or_else(|| panic!("{path}: no row"));
+            let theirs = R::parse(path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+            let repo = ours
+                .1
+                .iter()
+                .find(|(n, _)| *n == "repo")
+                .map(|(_, v)| v.clone());
+            assert_eq!(
+                repo.as_deref(),
+                theirs.repository().map(|r| r.as_str()),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_row_parses_and_is_reachable() {
+        for (i, r) in ROUTES.iter().enumerate() {
+            let p = parse(r.path);
+            let manys = p
+                .head
+                .iter()
+                .filter(|s| matches!(s, Segment::Many(_)))
+                .count()
+                + p.tail.as_ref().map_or(0, |(_, a)| {
+                    1 + a.iter().filter(|s| matches!(s, Segment::Many(_))).count()
+                });
+            assert!(manys <= 1, "{}: more than one {{name*}}", r.path);
+            // No earlier row with the same methods shadows this one entirely.
+            let shadowed = ROUTES[..i]
+                .iter()
+                .any(|e| e.path == r.path && e.methods.0 & r.methods.0 != 0);
+            assert!(!shadowed, "{} declared twice for a method", r.path);
+        }
+        assert!(markdown().lines().count() == ROUTES.len() + 2);
+    }
+}
