@@ -352,10 +352,10 @@ fn write_target(req: &Request, repo: &str) -> String {
 
 /// 403 `DENIED` naming the user and what was asked for.
 fn denied(grant: &Grant, t: &Target) -> Response {
-    if t.touches == Touches::Chunk {
-        if let Some(id) = t.chunk.as_deref().and_then(crate::chunks::parse_store_path) {
-            return crate::stacks::api::chunk_not_found(&id);
-        }
+    if t.touches == Touches::Chunk
+        && let Some(id) = t.chunk.as_deref().and_then(crate::chunks::parse_store_path)
+    {
+        return crate::stacks::api::chunk_not_found(&id);
     }
     RegistryError::new(
         ErrorCode::Denied,
