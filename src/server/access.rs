@@ -106,7 +106,10 @@ where
     let path = req.uri().path();
     let (need, params) = match routes::find(req.method(), path) {
         Found::Route(route, params) => (route.need, params),
-        Found::Method(allow) => return finish(method_not_allowed(path, &allow), path),
+        Found::Method(_, params) if path.starts_with("/v2/") => {
+            (routes::REGISTRY_OTHER_METHODS, params)
+        }
+        Found::Method(allow, _) => return finish(method_not_allowed(path, &allow), path),
         Found::None => return finish(no_route(path), path),
     };
     let Need::Grant {
@@ -380,6 +383,9 @@ fn no_route(path: &str) -> Response {
     if path == "/v2" || path.starts_with("/v2/") {
         return RegistryError::NoEndpoint.into_response();
     }
+    if path == "/torcx" || path.starts_with("/torcx/") {
+        return crate::torcx::api::not_a_remote_path().into_response();
+    }
     let mut res = (
         StatusCode::NOT_FOUND,
         axum::Json(json!({ "code": "NOT_FOUND", "message": format!("no endpoint {path}") })),
@@ -390,14 +396,15 @@ fn no_route(path: &str) -> Response {
     res
 }
 
-/// 405 with `Allow` for a method no route declares on `path`.
+/// 405 with `Allow` for a method no route declares on `path` (outside
+/// `/v2/`, whose registry answers its own: [`routes::REGISTRY_OTHER_METHODS`]).
 fn method_not_allowed(path: &str, allow: &[&str]) -> Response {
     let allow = allow.join(", ");
     let mut headers = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_str(&allow) {
         headers.insert(header::ALLOW, v);
     }
-    if path == "/v2" || path.starts_with("/v2/") {
+    if path == "/v2" {
         return RegistryError::Status {
             status: StatusCode::METHOD_NOT_ALLOWED,
             code: ErrorCode::Unsupported,

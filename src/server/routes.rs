@@ -5,7 +5,9 @@
 //! and finding the declaration of a request ([`find`]). The access layer
 //! (`super::access`) enforces the declaration before any handler runs; a
 //! request that no declaration matches never reaches a handler (404, or
-//! 405 with `Allow` when only the method is undeclared), so a route added
+//! 405 with `Allow` when only the method is undeclared; under `/v2/` such
+//! a method needs push rights and the registry answers the 405 with the
+//! `Allow` its switches give, [`REGISTRY_OTHER_METHODS`]), so a route added
 //! to a router without a row here answers nobody, and the generated matrix
 //! test (`tests/it/authz_routes.rs`) walks every row. The table of
 //! docs/users-and-tls.md is generated from [`ROUTES`] ([`markdown`]).
@@ -702,8 +704,10 @@ fn matches<'a>(p: &Pattern, path: &'a str, parts: &[&'a str]) -> Option<Params<'
 pub enum Found<'a> {
     /// The row declaring this method on this path, and what it captured.
     Route(&'static Route, Params<'a>),
-    /// Rows declare the path, none this method: 405 with these in `Allow`.
-    Method(Vec<&'static str>),
+    /// Rows declare the path, none this method: 405 with these in `Allow`
+    /// (under `/v2`, see [`REGISTRY_OTHER_METHODS`]); what the first such
+    /// row captured.
+    Method(Vec<&'static str>, Params<'a>),
     /// No row declares the path: 404.
     None,
 }
@@ -712,6 +716,7 @@ pub enum Found<'a> {
 pub fn find<'a>(method: &Method, path: &'a str) -> Found<'a> {
     let parts: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
     let mut allow: Vec<&'static str> = Vec::new();
+    let mut first = None;
     for (route, pattern) in ROUTES.iter().zip(patterns()) {
         let Some(params) = matches(pattern, path, &parts) else {
             continue;
@@ -719,18 +724,24 @@ pub fn find<'a>(method: &Method, path: &'a str) -> Found<'a> {
         if route.methods.contains(method) {
             return Found::Route(route, params);
         }
+        first.get_or_insert(params);
         for m in route.methods.names() {
             if !allow.contains(&m) {
                 allow.push(m);
             }
         }
     }
-    if allow.is_empty() {
-        Found::None
-    } else {
-        Found::Method(allow)
+    match first {
+        None => Found::None,
+        Some(params) => Found::Method(allow, params),
     }
 }
+
+/// What a method no row declares on a `/v2` path needs: push rights on its
+/// repository. It then reaches the registry, which answers 405
+/// `UNSUPPORTED` with the `Allow` its switches give (a read-only server
+/// allows `GET, HEAD` where this table also declares writes).
+pub const REGISTRY_OTHER_METHODS: Need = grant(Push, Repository);
 
 /// Who may call each row, for the docs: a markdown table of every route
 /// with the roles that may, and what the check is made on.
@@ -876,13 +887,14 @@ mod tests {
         assert_eq!(find(&Method::GET, "/nothing"), Found::None);
         assert_eq!(find(&Method::GET, "/ui/stacks/bb/frobnicate"), Found::None);
         assert_eq!(find(&Method::GET, "/stacks/v1/bb/nope"), Found::None);
+        let allow = |m: Method, p: &str| match find(&m, p) {
+            Found::Method(a, _) => a,
+            other => panic!("{p}: {other:?}"),
+        };
+        assert_eq!(allow(Method::GET, "/stacks/v1/bb/promote"), ["POST"]);
         assert_eq!(
-            find(&Method::GET, "/stacks/v1/bb/promote"),
-            Found::Method(vec!["POST"])
-        );
-        assert_eq!(
-            find(&Method::POST, "/v2/a/manifests/v1"),
-            Found::Method(vec!["GET", "HEAD", "PUT", "DELETE"])
+            allow(Method::POST, "/v2/a/manifests/v1"),
+            ["GET", "HEAD", "PUT", "DELETE"]
         );
         assert_eq!(find(&Method::GET, "/v2//manifests/v1"), Found::None);
     }

@@ -220,6 +220,13 @@ pub fn router<C: Context>(app: Arc<C>) -> Router {
 }
 
 async fn not_found() -> TorcxError {
+    not_a_remote_path()
+}
+
+/// 404 for a path under `/torcx` that is no remote file (plain text, as
+/// every torcx error; the access layer answers it for paths no route
+/// declares).
+pub fn not_a_remote_path() -> TorcxError {
     TorcxError::not_found("not a torcx remote path: /torcx/<remote>/<board>/<os version>/<file>")
 }
 
