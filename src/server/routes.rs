@@ -194,6 +194,16 @@ const fn pull(touches: Touches) -> Need {
     }
 }
 
+/// A torcx read: pull, for anyone with `anonymous_read` or `[torcx] public`.
+const fn torcx(touches: Touches) -> Need {
+    Need::Grant {
+        permission: Permission::Pull,
+        touches,
+        anonymous: true,
+        public_when: Some(Switch::TorcxPublic),
+    }
+}
+
 const fn row(methods: Methods, path: &'static str, need: Need, what: &'static str) -> Route {
     Route {
         methods,
@@ -290,34 +300,14 @@ pub const ROUTES: &[Route] = &[
     row(
         Methods::READ,
         "/torcx/{remote}/{board}/{os}/{file}",
-        Need::Grant {
-            permission: Permission::Pull,
-            touches: Remote,
-            anonymous: true,
-            public_when: Some(Switch::TorcxPublic),
-        },
+        torcx(Remote),
         "torcx remote contents and addon images",
     ),
-    row(
-        Methods::GET,
-        "/torcx",
-        Need::Grant {
-            permission: Permission::Pull,
-            touches: Nothing,
-            anonymous: true,
-            public_when: Some(Switch::TorcxPublic),
-        },
-        "not a remote (404)",
-    ),
+    row(Methods::GET, "/torcx", torcx(Nothing), "not a remote (404)"),
     row(
         Methods::GET,
         "/torcx/",
-        Need::Grant {
-            permission: Permission::Pull,
-            touches: Nothing,
-            anonymous: true,
-            public_when: Some(Switch::TorcxPublic),
-        },
+        torcx(Nothing),
         "not a remote (404)",
     ),
     // Stacks API.
