@@ -333,12 +333,26 @@ impl From<StoreError> for RegistryError {
 }
 
 impl From<StateError> for RegistryError {
-    /// Always internal: state errors mean the metadata tree cannot be read
-    /// (store failure, a missing or corrupt document), never that the
-    /// client asked for something absent; handlers report absence themselves.
+    /// Internal but for two: a full store is 507 ([`RegistryError::no_space`])
+    /// and a commit that kept losing the root race past its deadline
+    /// (`state::commit::RETRY_DEADLINE`) is 503 with `Retry-After: 1`, to
+    /// be tried again. Otherwise state errors mean the metadata tree cannot
+    /// be read (store failure, a missing or corrupt document), never that
+    /// the client asked for something absent; handlers report absence
+    /// themselves.
     fn from(e: StateError) -> RegistryError {
         match e {
             StateError::Store(s) if s.is_no_space() => RegistryError::no_space(&s),
+            StateError::Contention(n) => {
+                let mut headers = HeaderMap::new();
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                RegistryError::Status {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    code: ErrorCode::TooManyRequests,
+                    detail: json!({ "reason": format!("the state root kept changing under {n} attempts (other replicas committing); try again") }),
+                    headers: Box::new(headers),
+                }
+            }
             other => RegistryError::Internal(other.to_string()),
         }
     }

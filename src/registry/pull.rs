@@ -82,22 +82,62 @@ pub async fn manifest(
             body: None,
         });
     }
-    // Streamed from the store as blobs are (through the store's read path,
-    // which verifies content), so a slow reader holds at most the chunk in
-    // flight, not the whole manifest.
+    // Read whole (at most `MAX_MANIFEST_SIZE`, the size recorded at push)
+    // through the store's read path, which verifies content, before a byte
+    // is sent: the length sent is the recorded one, never what the store
+    // says of the object (a proxy answered HEAD with `Content-Length: 0`).
     let store = state.blobstore();
     let key = blob_key(&digest);
-    let (length, body) = store
+    let (_, body) = store
         .stream_sized(&key)
         .await
         .map_err(missing)?
         .ok_or_else(|| missing(StoreError::NotFound(key)))?;
+    let bytes = collect_exact(body, info.size).await.map_err(|e| match e {
+        Collected::Store(e) => missing(e),
+        Collected::Length(got) => {
+            tracing::error!(%digest, %name, recorded = info.size, got, "the store's manifest bytes are not the recorded length; not served");
+            RegistryError::Internal(format!(
+                "the store returned {got} bytes for manifest {digest} of {} bytes",
+                info.size
+            ))
+        }
+    })?;
     Ok(ManifestResponse {
         digest,
         media_type,
-        length,
-        body: Some(body),
+        length: info.size,
+        body: Some(Box::pin(futures_util::stream::once(async { Ok(bytes) }))),
     })
+}
+
+/// Why [`collect_exact`] failed.
+enum Collected {
+    /// The store's read failed (among them: content that fails its digest).
+    Store(StoreError),
+    /// The body was not the expected length: the bytes it had (at most
+    /// one past the expected length).
+    Length(u64),
+}
+
+/// The whole of `body`, which must be exactly `len` bytes.
+async fn collect_exact(
+    mut body: store::ByteStream,
+    len: u64,
+) -> std::result::Result<bytes::Bytes, Collected> {
+    use futures_util::StreamExt;
+    let mut buf = bytes::BytesMut::with_capacity(len.min(crate::oci::MAX_MANIFEST_SIZE) as usize);
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| Collected::Store(StoreError::Io(e)))?;
+        if (buf.len() + chunk.len()) as u64 > len {
+            return Err(Collected::Length(len + 1));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    if buf.len() as u64 != len {
+        return Err(Collected::Length(buf.len() as u64));
+    }
+    Ok(buf.freeze())
 }
 
 /// How long a redirect's presigned URL is valid: 15 minutes.
@@ -133,10 +173,16 @@ pub async fn blob(
     let store = state.blobstore();
     let snap = state.snapshot().await?;
     let repo = state.repository(&snap, name).await?;
-    let in_tree = match &repo {
-        Some(r) => r.is_linked(digest).await?,
-        None => false,
+    // The size recorded when the blob (or manifest) was linked: what is
+    // sent as its length, whatever the store says of the object.
+    let recorded = match &repo {
+        Some(r) => match r.blob(digest).await? {
+            Some(size) => Some(size),
+            None => r.manifest(digest).await?.map(|m| m.size),
+        },
+        None => None,
     };
+    let in_tree = recorded.is_some();
     if !in_tree && links::get(&**store, name, digest).await.is_none() {
         let known = repo.is_some() || links::any(&**store, name).await?;
         return Err(if known {
@@ -167,9 +213,10 @@ pub async fn blob(
     }
     if !head && !headers.contains_key(header::RANGE) {
         // The whole blob (the common GET): size and body from one store call.
-        let Some((size, body)) = store.stream_sized(&key).await? else {
+        let Some((stored, body)) = store.stream_sized(&key).await? else {
             return Err(missing());
         };
+        let size = trusted_size(digest, recorded, stored);
         return Ok(BlobResponse {
             digest: digest.clone(),
             size,
@@ -184,10 +231,26 @@ pub async fn blob(
     } else {
         store.stat(&key).await?
     };
-    let Some(size) = size else {
+    let Some(size) = size.map(|stored| trusted_size(digest, recorded, stored)) else {
         return Err(missing());
     };
     Ok(blob_response(&**store, digest, size, headers, head, |s| s).await?)
+}
+
+/// The length to send for `digest`: the `recorded` one (from the state,
+/// set when it was pushed or imported and verified) over what the store
+/// reports (`stored`); a difference is logged. A body shorter or longer
+/// than the length sent ends the response with an error (hyper checks
+/// `Content-Length`), never a short 200.
+fn trusted_size(digest: &Digest, recorded: Option<u64>, stored: u64) -> u64 {
+    match recorded {
+        Some(r) if r != stored => {
+            tracing::warn!(%digest, recorded = r, stored, "the store reports another size than recorded; sending the recorded one");
+            r
+        }
+        Some(r) => r,
+        None => stored,
+    }
 }
 
 /// The GET/HEAD response for the blob `digest` of `size` bytes held in

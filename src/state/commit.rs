@@ -32,11 +32,20 @@ use crate::store::{RootVersion, StoreError};
 
 /// Most changes applied in one root swap.
 const MAX_BATCH: usize = 512;
-/// How long a batch keeps retrying while other processes win the race.
-const RETRY_DEADLINE: Duration = Duration::from_secs(300);
-/// First and largest backoff between attempts after a lost race.
+/// How long a batch keeps retrying while other processes win the race:
+/// past it the batch's changes fail with [`StateError::Contention`] (HTTP
+/// 503 with `Retry-After`). Real races end in milliseconds; a server that
+/// refuses every conditional write is detected on its first refusal
+/// (`store::s3`), so this bound is only reached under a storm of writers.
+pub const RETRY_DEADLINE: Duration = Duration::from_secs(30);
+/// Ceiling of the backoff after the first, second, ... lost race: each
+/// sleep is uniform in `[0, ceiling]` ("full jitter"), the ceiling
+/// doubling from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]. The first retry comes
+/// at once, while the winner is still answering its batch, which keeps
+/// replicas fair: a loser that slept longer than the winner's next batch
+/// would lose again and again.
 const BACKOFF_MIN: Duration = Duration::from_millis(2);
-const BACKOFF_MAX: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
 /// Longest `reason` recorded for a batched generation, in bytes.
 const MAX_REASON: usize = 2000;
 
@@ -68,6 +77,15 @@ struct Working {
     /// Changed keys per repository.
     repos: BTreeMap<RepositoryName, Delta>,
     documents: BTreeMap<String, Option<Vec<u8>>>,
+}
+
+/// How one commit attempt ended.
+enum Attempt {
+    /// The root was swapped (or nothing changed): each change's answer.
+    Landed(Vec<Result<Commit>>),
+    /// Another process swapped the root first; the attempt's state
+    /// document (generation, digest), if it wrote one.
+    Lost(Option<(u64, Digest)>),
 }
 
 /// What [`StateStore::write`] stored: the new state's digest, the state,
@@ -107,9 +125,12 @@ impl StateStore {
     /// (`changed: false`). Errors from applying an op (e.g. deleting a tag
     /// that does not exist: [`StateError::NotFound`]) fail this change only;
     /// the others in the batch still land. A race lost to another process is
-    /// retried on the new root with jittered backoff for up to 5 minutes
-    /// ([`StateError::Contention`] after that); store failures fail every
-    /// change of the batch.
+    /// retried on the new root with jittered backoff for up to
+    /// [`RETRY_DEADLINE`] (30 s; [`StateError::Contention`] after that);
+    /// store failures (among them a server that refuses a conditional
+    /// write whose condition holds) fail every change of the batch. The
+    /// state document of an attempt that lost is removed by this process;
+    /// its pages, which another writer may have made too, are `gc`'s.
     ///
     /// Inside an HTTP request's [`super::audit::scope`] the scope's actor
     /// (user and client address) is recorded instead of `who`.
@@ -175,7 +196,7 @@ impl StateStore {
         loop {
             attempts += 1;
             match self.try_batch(&batch).await {
-                Ok(Some(results)) => {
+                Ok(Attempt::Landed(results)) => {
                     self.pages.forget_superseded();
                     tracing::debug!(
                         changes = batch.len(),
@@ -189,15 +210,22 @@ impl StateStore {
                     }
                     return;
                 }
-                Ok(None) => {
+                Ok(Attempt::Lost(lost)) => {
+                    if let Some((generation, digest)) = lost {
+                        self.remove_lost(generation, &digest).await;
+                    }
                     if started.elapsed() >= RETRY_DEADLINE {
+                        tracing::warn!(
+                            attempts,
+                            changes = batch.len(),
+                            "state root kept changing; batch gave up"
+                        );
                         for p in batch {
                             let _ = p.reply.send(Err(StateError::Contention(attempts)));
                         }
                         return;
                     }
-                    let jitter = rand::random::<f64>();
-                    tokio::time::sleep(backoff.mul_f64(0.5 + jitter)).await;
+                    tokio::time::sleep(backoff.mul_f64(rand::random::<f64>())).await;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                     tracing::debug!(attempts, "lost root compare-and-swap race; retrying");
                 }
@@ -212,8 +240,9 @@ impl StateStore {
         }
     }
 
-    /// One attempt: `Ok(None)` when another process swapped the root first.
-    async fn try_batch(&self, batch: &[Pending]) -> Result<Option<Vec<Result<Commit>>>> {
+    /// One attempt: [`Attempt::Lost`] when another process swapped the
+    /// root first.
+    async fn try_batch(&self, batch: &[Pending]) -> Result<Attempt> {
         let t0 = Instant::now();
         let snap = self.snapshot_now().await?;
         self.pages.discard();
@@ -260,7 +289,7 @@ impl StateStore {
                     .swap_root(snap.root.as_ref(), &digest.to_string())
                     .await?
                 {
-                    return Ok(None);
+                    return Ok(Attempt::Lost(Some((state.generation, digest))));
                 }
                 self.rewrite_vanished(present).await?;
                 tracing::info!(generation = state.generation, %digest, changes = landed.len(), reason, who, address = state.address.as_deref().unwrap_or("-"), "state root swapped");
@@ -283,7 +312,7 @@ impl StateStore {
                 generation
             }
         };
-        Ok(Some(
+        Ok(Attempt::Landed(
             outcomes
                 .into_iter()
                 .map(|o| {
@@ -413,6 +442,35 @@ impl StateStore {
         match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
             Some(d) => Ok(Some(self.document_blob(d).await?.to_vec())),
             None => Ok(None),
+        }
+    }
+
+    /// After a lost race: removes the state document `digest` (generation
+    /// `generation`) the attempt wrote, when the store's root is another
+    /// document of the same generation. Then it can never be named: a
+    /// swap to it expected the root it was made on, which is gone, and
+    /// roots never repeat (generations grow). When the root moved further
+    /// (or is that very document, written alike by another process) it is
+    /// left to `gc`. Pages and the changes document are left to `gc` too:
+    /// another writer may have made the same ones and named them.
+    /// Best effort: a failure is logged and changes nothing.
+    async fn remove_lost(&self, generation: u64, digest: &Digest) {
+        let snap = match self.snapshot_now().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the root after a lost race");
+                return;
+            }
+        };
+        if snap.generation() != generation || snap.digest.as_ref() == Some(digest) {
+            return;
+        }
+        let key = crate::store::blob_key(digest);
+        match self.store.delete(&key).await {
+            Ok(()) => tracing::debug!(%digest, "removed the state document of a lost race"),
+            Err(e) => {
+                tracing::warn!(%digest, error = %e, "removing the state document of a lost race")
+            }
         }
     }
 

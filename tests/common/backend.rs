@@ -1,6 +1,7 @@
 //! Blobstore backends for integration tests: the filesystem, and real
 //! S3-compatible servers started on loopback (moto's server, data in
-//! memory; s3s-fs, data on disk). A scenario takes a [`Backend`] and runs
+//! memory; s3s-fs, data on disk; Ceph's RADOS Gateway, one cluster per
+//! test process, [`super::ceph`]). A scenario takes a [`Backend`] and runs
 //! the `airlock` binary through it, so one scenario runs on every backend.
 
 use std::net::TcpStream;
@@ -21,24 +22,29 @@ pub enum Kind {
     Moto,
     /// `--store s3://...` on `s3s-fs` (cargo `s3s-fs --features binary`).
     S3sFs,
+    /// `--store s3://...` on Ceph RGW 16.2 (Debian's packages), a bucket
+    /// of its own on the shared test cluster ([`super::ceph`]).
+    Ceph,
 }
 
 impl Kind {
-    /// The kind a test is named after: `fs`, `moto` or `s3s_fs` (the
-    /// names [`on_backends!`](crate::on_backends) generates).
+    /// The kind a test is named after: `fs`, `moto`, `s3s_fs` or `ceph`
+    /// (the names [`on_backends!`](crate::on_backends) generates).
     pub fn named(name: &str) -> Kind {
         match name {
             "fs" => Kind::Fs,
             "moto" => Kind::Moto,
             "s3s_fs" => Kind::S3sFs,
+            "ceph" => Kind::Ceph,
             other => panic!("no backend named {other}"),
         }
     }
 
     /// Whether two racing conditional writes (`If-Match`, `If-None-Match:
-    /// *`) have exactly one winner, as on AWS S3: the filesystem and moto
-    /// served one request at a time, not s3s-fs 0.14.1 (it checks the
-    /// condition and writes without a lock).
+    /// *`) have exactly one winner, as on AWS S3 and Ceph RGW (which
+    /// takes `If-Match` unquoted): the filesystem and moto served one
+    /// request at a time, not s3s-fs 0.14.1 (it checks the condition and
+    /// writes without a lock).
     pub fn serializes_conditional_writes(self) -> bool {
         self != Kind::S3sFs
     }
@@ -64,7 +70,7 @@ pub const AWS_ENV: [(&str, &str); 3] = [
     ("AWS_REGION", "us-east-1"),
 ];
 
-/// The bucket every S3 backend serves.
+/// The bucket moto and s3s-fs serve (Ceph: [`super::ceph::new_bucket`]).
 pub const BUCKET: &str = "airlock-test";
 
 /// A running S3-compatible server, killed on drop.
@@ -73,6 +79,8 @@ pub struct S3Server {
     child: Option<Child>,
     /// `http://127.0.0.1:PORT`.
     pub endpoint: String,
+    /// The bucket of this server's stores.
+    pub bucket: String,
     port: u16,
     /// s3s-fs's root directory (one subdirectory per bucket).
     root: PathBuf,
@@ -94,11 +102,22 @@ impl S3Server {
     /// `dir` (s3s-fs), and creates [`BUCKET`].
     pub fn start(kind: Kind, dir: &Path) -> S3Server {
         let root = dir.join("s3root");
+        if kind == Kind::Ceph {
+            return S3Server {
+                kind,
+                child: None,
+                endpoint: super::ceph::endpoint().to_string(),
+                bucket: super::ceph::new_bucket(),
+                port: 0,
+                root,
+            };
+        }
         std::fs::create_dir_all(root.join(BUCKET)).unwrap();
         let mut server = S3Server {
             kind,
             child: None,
             endpoint: String::new(),
+            bucket: BUCKET.to_string(),
             port: free_port(),
             root,
         };
@@ -137,6 +156,7 @@ impl S3Server {
                 c
             }
             Kind::Fs => panic!("the filesystem backend has no server"),
+            Kind::Ceph => panic!("the shared Ceph cluster is not restarted by a test"),
         };
         let child = cmd
             .stdout(Stdio::null())
@@ -149,6 +169,13 @@ impl S3Server {
             assert!(Instant::now() < deadline, "{:?} did not start", self.kind);
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Settings for the store at `prefix` in this server's bucket.
+    pub fn settings(&self, prefix: &str) -> airlock::store::s3::S3Settings {
+        let mut settings = airlock::store::s3::S3Settings::new(&self.bucket, prefix);
+        settings.endpoint = Some(self.endpoint.clone());
+        settings
     }
 
     /// Kills the server (an outage).
@@ -186,7 +213,7 @@ impl Backend {
             None => vec!["--data".into(), self.data_dir().display().to_string()],
             Some(s) => vec![
                 "--store".into(),
-                format!("s3://{BUCKET}/site"),
+                format!("s3://{}/site", s.bucket),
                 "--s3-endpoint".into(),
                 s.endpoint.clone(),
             ],
@@ -200,8 +227,8 @@ impl Backend {
         match &self.s3 {
             None => format!("path = {:?}", self.data_dir().display().to_string()),
             Some(s) => format!(
-                "url = \"s3://{BUCKET}/site\"\ns3_endpoint = {:?}",
-                s.endpoint
+                "url = \"s3://{}/site\"\ns3_endpoint = {:?}",
+                s.bucket, s.endpoint
             ),
         }
     }
@@ -297,7 +324,7 @@ impl Backend {
     pub fn refresh_bound(&self) -> Duration {
         match self.kind {
             Kind::Fs => Duration::from_millis(500),
-            Kind::Moto | Kind::S3sFs => Duration::from_millis(3000),
+            Kind::Moto | Kind::S3sFs | Kind::Ceph => Duration::from_millis(3000),
         }
     }
 
@@ -329,14 +356,12 @@ impl Backend {
     /// [`Backend::open_store`] as the backend it is (what `gc` takes).
     pub async fn open_opened(&self) -> airlock::store::OpenedStore {
         use airlock::store::OpenedStore;
-        use airlock::store::s3::{S3Settings, S3Store};
+        use airlock::store::s3::S3Store;
         match &self.s3 {
             None => OpenedStore::Fs(airlock::store::fs::FsStore::open(&self.data_dir()).unwrap()),
             Some(server) => {
                 set_aws_env();
-                let mut settings = S3Settings::new(BUCKET, "site");
-                settings.endpoint = Some(server.endpoint.clone());
-                OpenedStore::S3(S3Store::open(&settings).await.unwrap())
+                OpenedStore::S3(S3Store::open(&server.settings("site")).await.unwrap())
             }
         }
     }
@@ -356,7 +381,7 @@ pub fn set_aws_env() {
 }
 
 /// One test per backend for each scenario `fn NAME(Backend)`: a module
-/// `NAME` with a test per listed kind (`fs`, `moto`, `s3s_fs`), e.g.
+/// `NAME` with a test per listed kind (`fs`, `moto`, `s3s_fs`, `ceph`), e.g.
 /// `on_backends!([fs, moto, s3s_fs] pull, push);` runs `pull` and `push`
 /// on all three. With `async` first, the scenarios are `async fn
 /// NAME(Backend)` run on a multi-threaded tokio runtime.

@@ -4,9 +4,11 @@
 
 pub mod backend;
 pub mod ca;
+pub mod ceph;
 pub mod deltas;
 pub mod images;
 pub mod listener;
+pub mod nginx;
 pub mod objects;
 pub mod pkgdb;
 pub mod router;

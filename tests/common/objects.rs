@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use airlock::store::Blobstore;
 use airlock::store::fs::FsStore;
-use airlock::store::s3::{S3Settings, S3Store};
+use airlock::store::s3::S3Store;
 
-use super::backend::{BUCKET, Backend};
+use super::backend::Backend;
 
 /// The store of one backend.
 pub struct Objects {
@@ -41,9 +41,10 @@ impl Objects {
             None => Arc::new(FsStore::open(&b.data_dir()).unwrap()),
             Some(server) => {
                 super::backend::set_aws_env();
-                let mut settings = S3Settings::new(BUCKET, "site");
-                settings.endpoint = Some(server.endpoint.clone());
-                Arc::new(rt.block_on(S3Store::open(&settings)).unwrap())
+                Arc::new(
+                    rt.block_on(S3Store::open(&server.settings("site")))
+                        .unwrap(),
+                )
             }
         };
         Objects { rt, store }

@@ -266,7 +266,7 @@ fn proxy(upstream: String, mode: Mode) -> Proxy {
 
 // What the store holds and serves (the rootfs, the cell's reports, a
 // promotion and a rollback by another process): on every backend.
-on_backends!([fs, moto, s3s_fs] installs_follows_promotions_and_rolls_back);
+on_backends!([fs, moto, s3s_fs, ceph] installs_follows_promotions_and_rolls_back);
 
 /// The rootfs the API assigns once the server has seen another process's
 /// change (within its root refresh: [`Backend::refresh_bound`]).

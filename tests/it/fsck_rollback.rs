@@ -16,11 +16,14 @@ use common::{header, http, synth, test_key};
 on_backends!(
     [fs, moto, s3s_fs]
     corrupt_content_is_never_served_and_a_reimport_repairs_it,
-    fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document,
     rollback_goes_both_ways,
 );
+on_backends!(
+    [fs, moto, s3s_fs, ceph]
+    fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document,
+);
 
-on_backends!([fs, s3s_fs] scrub_quarantines_what_reads_skip,);
+on_backends!([fs, s3s_fs, ceph] scrub_quarantines_what_reads_skip,);
 
 /// The image of a generated layout holding its largest layer: (repository
 /// path `/v2/<name>/<ref>`, manifest digest, layers as (digest, size) smallest first).

@@ -16,8 +16,11 @@ use common::objects::{Objects, blob_key};
 use common::{http, require_tool, synth, test_key};
 
 on_backends!(
-    [fs, moto, s3s_fs]
+    [fs, moto, s3s_fs, ceph]
     gc_during_pushes_and_pulls_keeps_everything_live_and_sweeps_the_rest,
+);
+on_backends!(
+    [fs, moto, s3s_fs]
     gc_puts_back_a_trashed_blob_linked_meanwhile_and_after_a_kill,
 );
 

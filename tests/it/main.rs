@@ -41,6 +41,7 @@ mod registry_source;
 mod rootfs_delta_cell;
 mod rootfs_delta_serve;
 mod s3_backends;
+mod s3_conditional;
 mod sbom_feeds;
 mod sbom_inventory;
 mod sbom_versions;

@@ -21,12 +21,15 @@ use common::objects::{Objects, blob_key};
 use common::{synth, test_key};
 
 on_backends!(
-    [fs, s3s_fs]
+    [fs, s3s_fs, ceph]
     a_damaged_state_document_is_repaired,
+    a_re_import_repairs_a_damaged_repository_page,
+);
+on_backends!(
+    [fs, s3s_fs]
     a_damaged_repository_page_is_repaired,
     a_damaged_stacks_document_is_repaired,
     rollback_works_on_a_damaged_current_generation,
-    a_re_import_repairs_a_damaged_repository_page,
     a_re_import_repairs_a_damaged_state_document,
     a_re_import_rewrites_a_quarantined_manifest,
 );

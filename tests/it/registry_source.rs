@@ -324,8 +324,7 @@ fn docker_registry(dir: &Path) -> (Proc, String) {
 
 /// nginx on TLS (`cert`, `key`) in front of `upstream`, with `v2_rules` in
 /// `location /v2/` (`__ADDR__` there becomes nginx's own address) and
-/// `/token` proxied to `token` when given; one process (`master_process off`).
-/// Returns the process and its `127.0.0.1:PORT`.
+/// `/token` proxied to `token` when given.
 fn nginx(
     dir: &Path,
     upstream: &str,
@@ -333,30 +332,15 @@ fn nginx(
     key: &Path,
     v2_rules: &str,
     token: Option<&str>,
-) -> (Proc, String) {
-    require_tool("nginx", "nginx-light");
-    let port = free_port();
-    let v2_rules = v2_rules.replace("__ADDR__", &format!("127.0.0.1:{port}"));
-    let prefix = dir.join("nginx");
-    std::fs::create_dir_all(prefix.join("tmp")).unwrap();
+) -> (common::nginx::Nginx, String) {
+    let v2_rules = v2_rules.replace("__ADDR__", "127.0.0.1:__PORT__");
     let token_loc = token
         .map(|t| format!("location = /token {{ proxy_pass http://{t}; }}"))
         .unwrap_or_default();
-    let conf = format!(
-        r#"daemon off;
-master_process off;
-pid {p}/nginx.pid;
-error_log {p}/error.log;
-events {{}}
-http {{
-  access_log {p}/access.log;
-  client_body_temp_path {p}/tmp/body;
-  proxy_temp_path {p}/tmp/proxy;
-  fastcgi_temp_path {p}/tmp/fastcgi;
-  uwsgi_temp_path {p}/tmp/uwsgi;
-  scgi_temp_path {p}/tmp/scgi;
-  server {{
-    listen 127.0.0.1:{port} ssl;
+    let n = common::nginx::start(
+        dir,
+        &format!(
+            r#"listen 127.0.0.1:__PORT__ ssl;
     ssl_certificate {cert};
     ssl_certificate_key {key};
     client_max_body_size 0;
@@ -366,32 +350,13 @@ http {{
       proxy_pass http://{upstream};
       proxy_set_header Host $http_host;
       proxy_buffering off;
-    }}
-  }}
-}}
-"#,
-        p = prefix.display(),
-        cert = cert.display(),
-        key = key.display(),
+    }}"#,
+            cert = cert.display(),
+            key = key.display(),
+        ),
     );
-    let conf_path = prefix.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let child = Command::new("nginx")
-        .arg("-p")
-        .arg(&prefix)
-        .arg("-c")
-        .arg(&conf_path)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = Proc(child);
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (p, addr)
+    let addr = n.addr.clone();
+    (n, addr)
 }
 
 fn b64(s: &str) -> String {

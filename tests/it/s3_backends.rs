@@ -17,12 +17,13 @@ use std::process::{Command, Stdio};
 use common::backend::{Backend, Kind, on_backends, settled};
 use common::*;
 
-on_backends!([fs, moto, s3s_fs] import_pull_history, push_and_uploads_across_replicas);
+on_backends!([fs, moto, s3s_fs, ceph] import_pull_history, push_and_uploads_across_replicas);
 
 // Concurrent root swaps through two replicas need conditional writes the
 // server serializes: the filesystem and moto served one request at a time
-// (AWS S3 does too; s3s-fs does not, see `Kind::serializes_conditional_writes`).
-on_backends!([fs, moto] concurrent_pushes_to_one_tag);
+// (AWS S3 and Ceph RGW do too; s3s-fs does not, see
+// `Kind::serializes_conditional_writes`).
+on_backends!([fs, moto, ceph] concurrent_pushes_to_one_tag);
 
 /// `curl -s` against `addr`: (status, headers lower-case, body).
 fn curl(addr: &str, path: &str, args: &[&str]) -> (u16, String, Vec<u8>) {

@@ -25,7 +25,7 @@ on_backends!(
     documents_commit_with_repositories_all_or_nothing,
 );
 // Racing root swaps need conditional writes the server serializes.
-on_backends!(async [fs, moto] concurrent_commits_are_all_kept);
+on_backends!(async [fs, moto, ceph] concurrent_commits_are_all_kept);
 // The store is driven directly; one S3 server is enough (moto adds nothing).
 on_backends!(async [fs, s3s_fs] a_document_collected_before_the_swap_is_written_again);
 

@@ -28,8 +28,10 @@
 //! - `refs/root`: one `GetObject` (value + ETag); the swap is a `PutObject`
 //!   with `If-Match: <ETag>` (`If-None-Match: *` for the first), so two
 //!   replicas never lose each other's commits. [`S3Store::open`] probes
-//!   whether the server honours conditional writes and refuses to run
-//!   otherwise unless the single-writer mode is acknowledged.
+//!   whether, and in which `If-Match` form, the server honours conditional
+//!   writes and refuses to run otherwise unless the single-writer mode is
+//!   acknowledged. A swap refused (412) while the root is unchanged is an
+//!   error at once, never taken for a lost race ([`root`]).
 //!
 //! Files: [`settings`] (how to reach the bucket, the client), [`read`],
 //! [`writer`] (and the sweep of abandoned multipart uploads), [`root`]
@@ -54,7 +56,8 @@ use super::{
 };
 use error::{error, status};
 use read::collect;
-use root::Condition;
+pub use root::EtagForm;
+use root::{Condition, Probe};
 pub use settings::S3Settings;
 
 const ROOT_KEY: &str = "refs/root";
@@ -81,6 +84,8 @@ pub struct S3Store {
     /// The server does not honour conditional writes (accepted by the
     /// single-writer acknowledgement): the root swap compares, then writes.
     unconditional: bool,
+    /// How `If-Match` carries an ETag on this server (the probe's finding).
+    etag_form: root::EtagForm,
     /// Small blobs verified by earlier reads, by full key.
     hot: std::sync::Arc<HotBlobs>,
     /// Large blobs hashed in full and found whole, with their object's
@@ -98,26 +103,44 @@ impl S3Store {
     /// whether the server honours conditional writes (`If-None-Match: *`
     /// and `If-Match` on `PutObject`, on a scratch key under `refs/`).
     ///
+    /// The probe also finds the form of `If-Match` the server takes
+    /// (quoted as RFC 9110 says, or bare as Ceph RGW 16.2 wants; see
+    /// [`root`]) and it is used from then on; which one is logged at INFO.
+    ///
     /// Errors: a one-line cause: the CA file cannot be read, the bucket is
     /// missing or unreachable (after the retries), or conditional writes
-    /// are ignored and `single_writer` is not set.
+    /// do not work in either form (naming what the server answered) and
+    /// `single_writer` is not set.
     pub async fn open(settings: &S3Settings) -> Result<S3Store> {
         let store = S3Store::connect(settings).await?;
         store.check_bucket().await?;
-        let honoured = store.probe_conditional_writes().await?;
-        if !honoured && !settings.single_writer {
-            return Err(StoreError::Io(std::io::Error::other(format!(
-                "the S3 server of {} ignores conditional writes (If-Match / If-None-Match on PUT): two airlock processes writing to it could lose each other's commits; run exactly one writer and say so with --s3-single-writer (store.s3_single_writer = true)",
+        match store.probe_conditional_writes().await? {
+            Probe::Honoured(form) => {
+                // Shown at the default log level, as serve's start-up line.
+                tracing::info!(target: "airlock::startup", store = %settings.url(), if_match = form.name(), "S3 conditional writes honoured");
+                Ok(S3Store {
+                    etag_form: form,
+                    ..store
+                })
+            }
+            Probe::Broken(answer) if settings.single_writer => {
+                tracing::warn!(store = %settings.url(), answer, "S3 conditional writes do not work: single-writer mode");
+                Ok(S3Store {
+                    unconditional: true,
+                    ..store
+                })
+            }
+            Probe::Broken(answer) => Err(StoreError::Io(std::io::Error::other(format!(
+                "the S3 server of {} does not honour conditional writes ({answer}): two airlock processes writing to it could lose each other's commits; run exactly one writer and say so with --s3-single-writer (store.s3_single_writer = true)",
                 settings.url()
-            ))));
+            )))),
         }
-        if !honoured {
-            tracing::warn!(store = %settings.url(), "S3 server ignores conditional writes: single-writer mode");
-        }
-        Ok(S3Store {
-            unconditional: !honoured,
-            ..store
-        })
+    }
+
+    /// How `If-Match` carries an ETag on this server, as the probe of
+    /// [`S3Store::open`] found (quoted per RFC 9110; unquoted on Ceph RGW).
+    pub fn etag_form(&self) -> EtagForm {
+        self.etag_form
     }
 
     fn full(&self, key: &str) -> Result<String> {
@@ -308,13 +331,18 @@ impl Blobstore for S3Store {
             if current.as_ref().map(|r| &r.value) != expected.map(|r| &r.value) {
                 return Ok(false);
             }
-            return Ok(self.put_if(&full, body, None).await?.is_some());
+            return Ok(self.put_if(&full, body, None).await?.is_ok());
         }
         let cond = match expected {
             Some(v) => Condition::Match(&v.version),
             None => Condition::Absent,
         };
-        Ok(self.put_if(&full, body, Some(cond)).await?.is_some())
+        match self.put_if(&full, body, Some(cond)).await? {
+            Ok(_) => Ok(true),
+            // 412 with the root unchanged is a broken server, not a race.
+            Err(412) => self.check_refusal(&full, cond).await.map(|()| false),
+            Err(_) => Ok(false),
+        }
     }
 
     async fn presigned_get(&self, key: &str, expires: Duration) -> Result<Option<String>> {

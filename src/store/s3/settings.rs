@@ -134,6 +134,7 @@ impl S3Store {
             part_size: settings.part_size,
             parallel_parts: settings.parallel_parts.max(1),
             unconditional: false,
+            etag_form: Default::default(),
             hot: Default::default(),
             verified: Default::default(),
         })

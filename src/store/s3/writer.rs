@@ -131,7 +131,7 @@ impl S3Writer {
         let rest = self.buf.split().freeze();
         if self.upload.is_none() {
             let cond = create_new.then_some(super::Condition::Absent);
-            return Ok(self.store.put_if(&self.full, rest, cond).await?.is_some());
+            return Ok(self.store.put_if(&self.full, rest, cond).await?.is_ok());
         }
         if !rest.is_empty() {
             self.send_part(rest).await?;
