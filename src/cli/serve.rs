@@ -60,6 +60,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("opening the blobstore {}", resolved.store.url))?;
     opened.sweep_scratch().await;
+    if let Some(writes) = opened.describe_writes() {
+        tracing::info!(target: STARTUP, store = %resolved.store.url, "{writes}");
+    }
     let state = StateStore::with_cache_bytes(opened.blobstore(), resolved.cache_size)
         .with_root_refresh(resolved.root_refresh);
     let mut tasks = Background {

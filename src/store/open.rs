@@ -109,6 +109,17 @@ impl OpenedStore {
         }
     }
 
+    /// How the store's root swap is conditioned, for `serve`'s start-up
+    /// log: on S3 `If-Match quoted` / `If-Match unquoted` (the probe's
+    /// finding, [`super::s3::EtagForm`]) or `single writer`; `None` on the
+    /// filesystem.
+    pub fn describe_writes(&self) -> Option<String> {
+        match self {
+            OpenedStore::Fs(_) => None,
+            OpenedStore::S3(s) => Some(s.describe_writes()),
+        }
+    }
+
     /// The filesystem store, if it is one.
     pub fn fs(&self) -> Option<&FsStore> {
         match self {

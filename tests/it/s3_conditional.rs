@@ -197,6 +197,11 @@ fn a_root_swap_refused_under_an_unchanged_root_fails_at_once() {
     let o = push(&layout, &addr, "v1");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let before = f.history();
+    let started = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        started.contains("S3 conditional writes: If-Match quoted"),
+        "{started}"
+    );
 
     f.set("garble", true);
     let t = Instant::now();

@@ -116,8 +116,8 @@ impl S3Store {
         store.check_bucket().await?;
         match store.probe_conditional_writes().await? {
             Probe::Honoured(form) => {
-                // Shown at the default log level, as serve's start-up line.
-                tracing::info!(target: "airlock::startup", store = %settings.url(), if_match = form.name(), "S3 conditional writes honoured");
+                // `serve` says it at start (OpenedStore::describe_writes).
+                tracing::debug!(store = %settings.url(), if_match = form.name(), "S3 conditional writes honoured");
                 Ok(S3Store {
                     etag_form: form,
                     ..store
@@ -141,6 +141,16 @@ impl S3Store {
     /// [`S3Store::open`] found (quoted per RFC 9110; unquoted on Ceph RGW).
     pub fn etag_form(&self) -> EtagForm {
         self.etag_form
+    }
+
+    /// `S3 conditional writes: If-Match quoted` (or `unquoted`), or
+    /// `S3 single writer: conditional writes not honoured`.
+    pub fn describe_writes(&self) -> String {
+        if self.unconditional {
+            "S3 single writer: conditional writes not honoured".into()
+        } else {
+            format!("S3 conditional writes: If-Match {}", self.etag_form.name())
+        }
     }
 
     fn full(&self, key: &str) -> Result<String> {
