@@ -48,6 +48,13 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of a periodic job ([`crate::ops::lease`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    /// `scrub` or `gc`.
+    pub job: &'static str,
+}
+
 /// Labels of store errors.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -100,6 +107,9 @@ pub struct Metrics {
     pub scrub_last_finished: Gauge,
     /// `airlock_scrub_corrupt_found_total`: corrupt blobs this process's scrub quarantined.
     pub scrub_corrupt_found: Counter,
+    /// `airlock_lease_held{job}`: 1 while this process holds the job's
+    /// lease (runs it for every replica of the store), else 0.
+    pub lease_held: Family<JobLabels, Gauge>,
     /// `airlock_sendfile_bytes_total`: response body bytes sent with
     /// `sendfile(2)` (zero-copy, plain HTTP/1.1), a part of those counted
     /// in `airlock_http_response_bytes_total`.
@@ -149,11 +159,12 @@ impl Metrics {
             scrub_corrupt: Gauge::default(),
             scrub_last_finished: Gauge::default(),
             scrub_corrupt_found: Counter::default(),
+            lease_held: Family::default(),
             sendfile_bytes: Counter::default(),
             registry: Registry::default(),
         };
         // (name without the `airlock_` prefix, help, metric): the kind is the metric's type.
-        let families: [(&str, &str, Box<dyn Metric>); 17] = [
+        let families: [(&str, &str, Box<dyn Metric>); 18] = [
             (
                 "http_requests",
                 "HTTP requests by route class, method and status",
@@ -233,6 +244,11 @@ impl Metrics {
                 "scrub_corrupt_found",
                 "Corrupt blobs this process's scrub found and quarantined",
                 Box::new(m.scrub_corrupt_found.clone()),
+            ),
+            (
+                "lease_held",
+                "1 while this process holds the job's lease (runs it for every replica of the store)",
+                Box::new(m.lease_held.clone()),
             ),
             (
                 "sendfile_bytes",

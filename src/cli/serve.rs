@@ -65,17 +65,23 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     }
     let state = StateStore::with_cache_bytes(opened.blobstore(), resolved.cache_size)
         .with_root_refresh(resolved.root_refresh);
+    let leases = airlock::ops::lease::Leases::new(state.blobstore().clone(), resolved.lease_ttl);
     let mut tasks = Background {
         opened: opened.clone(),
         state: state.clone(),
+        leases: leases.clone(),
         webhooks: None,
         gc: None,
     };
     tasks.start_webhooks(&resolved.webhooks);
     tasks.start_gc(resolved.gc.clone());
-    let _scrub = resolved
-        .scrub
-        .map(|o| AbortOnDrop(airlock::ops::scrub::spawn(state.blobstore().clone(), o)));
+    let scrub = resolved.scrub.map(|o| {
+        AbortOnDrop(airlock::ops::scrub::spawn(
+            state.blobstore().clone(),
+            o,
+            leases.job("scrub"),
+        ))
+    });
     tracing::info!(target: STARTUP, "{}", startup_line(&resolved));
     let (app, limits, listen, tls) = resolved.into_app(state);
     let mut reloader = config::reload::Reloader::new(args.config.clone(), args.settings, settings);
@@ -114,7 +120,12 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             ),
         }
     });
-    airlock::server::serve(&listen, Arc::new(app), limits, tls, Some(hangup)).await
+    let served = airlock::server::serve(&listen, Arc::new(app), limits, tls, Some(hangup)).await;
+    // Stop the scrub, then hand the periodic jobs to another replica now,
+    // not after the lease's ttl.
+    drop(scrub);
+    leases.release_all().await;
+    served
 }
 
 /// A task stopped when the server stops.
@@ -130,6 +141,7 @@ impl Drop for AbortOnDrop {
 struct Background {
     opened: airlock::store::OpenedStore,
     state: StateStore,
+    leases: airlock::ops::lease::Leases,
     webhooks: Option<tokio::task::JoinHandle<()>>,
     gc: Option<tokio::task::JoinHandle<()>>,
 }
@@ -159,12 +171,18 @@ impl Background {
         if let Some(t) = self.gc.take() {
             t.abort();
         }
+        if gc.is_none() {
+            // Off here: let a replica that collects hold the lease.
+            let leases = self.leases.clone();
+            tokio::spawn(async move { leases.release("gc").await });
+        }
         self.gc = gc.map(|(opts, interval)| {
             airlock::ops::gc::spawn_periodic(
                 self.opened.clone(),
                 self.state.clone(),
                 opts,
                 interval,
+                self.leases.job("gc"),
             )
         });
     }

@@ -56,6 +56,9 @@ pub struct Resolved {
     pub ui: Option<crate::ui::UiConfig>,
     /// The scrub inside the server (`None`: never).
     pub scrub: Option<crate::ops::scrub::ScrubOptions>,
+    /// How long a lease on a periodic job outlives its last renewal
+    /// ([`crate::ops::lease`]).
+    pub lease_ttl: Duration,
 }
 
 /// Which blobstore to open and how ([`StoreSection::target`]).
@@ -317,6 +320,10 @@ impl Settings {
             interval: scrub_interval,
             rate: self.scrub.rate.unwrap_or(20).saturating_mul(1_000_000),
         });
+        let lease_ttl = duration("store.lease_ttl", &self.store.lease_ttl, "30s")?;
+        if lease_ttl < Duration::from_secs(3) {
+            return Err(ConfigError::value("store.lease_ttl", "at least 3s"));
+        }
         let ui = match self.ui.enabled {
             Some(true) => {
                 let sample_interval =
@@ -375,6 +382,7 @@ impl Settings {
             gc,
             ui,
             scrub,
+            lease_ttl,
             cache_size: l
                 .cache_size
                 .map_or(crate::state::DEFAULT_CACHE_BYTES, |s| s.0),

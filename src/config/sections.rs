@@ -137,6 +137,12 @@ pub struct StoreSection {
     /// [default: 0 on the filesystem, 1000 on S3].
     #[arg(long, env = "AIRLOCK_ROOT_REFRESH_MS")]
     pub root_refresh_ms: Option<u64>,
+    /// How long a replica's lease on a periodic job (scrub, gc) outlives its
+    /// last renewal (`30s`; renewed every third of it): after a replica
+    /// dies, another continues the job this long later (at least 3s)
+    /// [default: 30s].
+    #[arg(long, env = "AIRLOCK_LEASE_TTL")]
+    pub lease_ttl: Option<String>,
 }
 
 /// `[gc]`: retention and garbage collection inside the server (`airlock

@@ -567,19 +567,26 @@ async fn failpoint_after_trash() {
     }
 }
 
-/// Runs GC every `interval` inside `serve` (first run after one interval);
-/// failures are logged and retried at the next tick. Every replica of a
-/// bucket may run it: concurrent runs are safe (see the module docs).
+/// Runs GC every `interval` inside `serve` (first run after one interval)
+/// while this process holds the gc's lease (`held`, [`super::lease`]): of
+/// the replicas of a bucket one collects (concurrent runs would be safe,
+/// see the module docs, but do the work twice). Failures are logged and
+/// retried at the next tick.
 pub fn spawn_periodic(
     opened: OpenedStore,
     state: StateStore,
     opts: GcOptions,
     interval: Duration,
+    held: super::lease::Held,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         loop {
             tick.tick().await;
+            if !held.now() {
+                tracing::debug!("periodic gc: another replica holds the lease");
+                continue;
+            }
             match run(&opened, &state, &opts).await {
                 Ok(r) => {
                     tracing::info!(report = %r, "periodic gc");

@@ -12,6 +12,7 @@
 
 pub mod fsck;
 pub mod gc;
+pub mod lease;
 pub mod reports;
 pub mod retention;
 pub mod rollback;

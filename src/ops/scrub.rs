@@ -15,7 +15,9 @@
 //! keeps its progress in the store (`reports/scrub.json`: started, cursor,
 //! counts, corrupt digests), written every [`SAVE_EVERY`] blobs, so a
 //! restarted server (or another replica) resumes where it stopped; a pass
-//! starts `interval` after the last one started ([`due_in`]).
+//! starts `interval` after the last one started ([`due_in`]). Of the
+//! replicas on one store only the holder of the scrub's lease scrubs
+//! ([`super::lease`]).
 //! `airlock scrub` runs one pass from the command line.
 
 use std::sync::Arc;
@@ -228,28 +230,42 @@ fn parse_time(t: &str) -> Option<time::OffsetDateTime> {
     time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
 }
 
-/// The server's scrub: a pass whenever one is due, forever (logged at
-/// info when a pass ends, at warn when one fails; a failed pass resumes
-/// after a minute).
-pub fn spawn(store: Arc<dyn Blobstore>, opts: ScrubOptions) -> tokio::task::JoinHandle<()> {
+/// The server's scrub: a pass whenever one is due, forever, while this
+/// process holds the scrub's lease (`held`, [`super::lease`]): of the
+/// replicas on one store one scrubs, and when it stops (or dies) the next
+/// holder continues the pass from its saved cursor. Logged at info when a
+/// pass ends, at warn when one fails (it resumes after a minute).
+pub fn spawn(
+    store: Arc<dyn Blobstore>,
+    opts: ScrubOptions,
+    mut held: super::lease::Held,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
+            held.wait().await;
             let last = load(&*store).await;
             if let Some(p) = &last {
                 publish(p);
             }
-            tokio::time::sleep(due_in(last.as_ref(), opts.interval)).await;
-            match pass(&store, &opts).await {
-                Ok(p) => tracing::info!(
-                    blobs = p.blobs,
-                    bytes = p.bytes,
-                    corrupt = p.corrupt.len(),
-                    "scrub pass finished"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "scrub pass stopped; resuming in a minute");
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                }
+            let run = async {
+                tokio::time::sleep(due_in(last.as_ref(), opts.interval)).await;
+                pass(&store, &opts).await
+            };
+            let mut lost = held.clone();
+            tokio::select! {
+                r = run => match r {
+                    Ok(p) => tracing::info!(
+                        blobs = p.blobs,
+                        bytes = p.bytes,
+                        corrupt = p.corrupt.len(),
+                        "scrub pass finished"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "scrub pass stopped; resuming in a minute");
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
+                },
+                () = lost.lost() => tracing::info!("scrub: lease lost; the next holder continues from the saved cursor"),
             }
         }
     })
@@ -388,6 +404,53 @@ mod tests {
         assert_eq!(p.started, stopped.started, "the same pass, resumed");
         assert_eq!(p.blobs, 3, "one more blob: the one after the cursor");
         assert_eq!(p.cursor.as_deref(), Some(keys[2].as_str()));
+    }
+
+    /// Two replicas' scrubs on one store: the lease holder scrubs; when it
+    /// dies mid-pass, the other takes the lease after its ttl and finishes
+    /// the same pass from the saved cursor.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_holders_pass_is_finished_by_the_next_holder() {
+        use crate::ops::lease::Leases;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Blobstore> = Arc::new(FsStore::open(dir.path()).unwrap());
+        for i in 0..200u32 {
+            let bytes: Vec<u8> = (0..4096u32).map(|n| (n ^ i) as u8).collect();
+            store::put_bytes(&*store, &bytes).await.unwrap();
+        }
+        let opts = ScrubOptions {
+            interval: Duration::from_millis(100),
+            rate: 200_000,
+        };
+        let ttl = Duration::from_millis(600);
+        let a_leases = Leases::new(store.clone(), ttl);
+        let a = spawn(store.clone(), opts, a_leases.job("scrub"));
+        // a holds the lease and is past its first save.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let saved = loop {
+            if let Some(p) = load(&*store).await.filter(|p| p.blobs >= SAVE_EVERY) {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "no progress saved");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let b_leases = Leases::new(store.clone(), ttl);
+        let b = spawn(store.clone(), opts, b_leases.job("scrub"));
+        // a dies: its tasks stop without a release.
+        a.abort();
+        drop(a_leases);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let done = loop {
+            if let Some(p) = load(&*store).await.filter(|p| p.finished.is_some()) {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "the pass was not finished");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        b.abort();
+        assert_eq!(done.started, saved.started, "the same pass, continued");
+        assert_eq!(done.blobs, 200, "every blob counted once");
+        assert!(done.corrupt.is_empty());
     }
 
     #[test]

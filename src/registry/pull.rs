@@ -16,16 +16,76 @@ use super::range::RangeOutcome;
 use super::responses::{BlobResponse, ManifestResponse, RangeNotSatisfiable, etag};
 use crate::digest::Digest;
 use crate::names::{Reference, RepositoryName};
-use crate::state::{Repository, StateStore};
+use crate::state::{Repository, Snapshot, StateStore};
 use crate::store::{self, StoreError, blob_key};
 
 /// The repository `name` in the current snapshot; 404 `NAME_UNKNOWN` if absent.
 pub async fn repository(state: &StateStore, name: &RepositoryName) -> Result<Repository> {
-    let snap = state.snapshot().await?;
+    repository_in(state, &*state.snapshot().await?, name).await
+}
+
+async fn repository_in(
+    state: &StateStore,
+    snap: &Snapshot,
+    name: &RepositoryName,
+) -> Result<Repository> {
     state
-        .repository(&snap, name)
+        .repository(snap, name)
         .await?
         .ok_or_else(|| RegistryError::new(ErrorCode::NameUnknown, json!({ "name": name })))
+}
+
+/// The manifest `reference` names in `name` in `snap`: its digest and record.
+async fn find_manifest(
+    state: &StateStore,
+    snap: &Snapshot,
+    name: &RepositoryName,
+    reference: &Reference,
+) -> Result<(Digest, crate::state::ManifestInfo)> {
+    let repo = repository_in(state, snap, name).await?;
+    let unknown = || {
+        RegistryError::new(
+            ErrorCode::ManifestUnknown,
+            json!({ "name": name, "reference": reference.to_string() }),
+        )
+    };
+    let digest = match reference {
+        Reference::Tag(t) => repo.tag(t).await?.ok_or_else(unknown)?,
+        Reference::Digest(d) => d.clone(),
+    };
+    let info = repo.manifest(&digest).await?.ok_or_else(unknown)?;
+    Ok((digest, info))
+}
+
+/// The repository `name` in `snap` and the size recorded when `digest`
+/// was linked there (as a blob, or a manifest): what is sent as its
+/// length, whatever the store says of the object.
+async fn recorded_size(
+    state: &StateStore,
+    snap: &Snapshot,
+    name: &RepositoryName,
+    digest: &Digest,
+) -> Result<(Option<Repository>, Option<u64>)> {
+    let repo = state.repository(snap, name).await?;
+    let recorded = match &repo {
+        Some(r) => match r.blob(digest).await? {
+            Some(size) => Some(size),
+            None => r.manifest(digest).await?.map(|m| m.size),
+        },
+        None => None,
+    };
+    Ok((repo, recorded))
+}
+
+/// Whether `e` is a 404 that a newer root might answer.
+fn is_unknown(e: &RegistryError) -> bool {
+    matches!(
+        e,
+        RegistryError::Api {
+            code: ErrorCode::NameUnknown | ErrorCode::ManifestUnknown | ErrorCode::BlobUnknown,
+            ..
+        }
+    )
 }
 
 /// GET/HEAD `/v2/<name>/manifests/<reference>` (end-3).
@@ -46,18 +106,28 @@ pub async fn manifest(
     reference: &Reference,
     head: bool,
 ) -> Result<ManifestResponse> {
-    let repo = repository(state, name).await?;
+    let arrived = std::time::Instant::now();
+    let found = find_manifest(state, &*state.snapshot().await?, name, reference).await;
+    let (digest, info) = match found {
+        // A tag or digest another replica made or served since this one
+        // read the root: a miss is checked against the current root.
+        Err(e) if is_unknown(&e) => {
+            find_manifest(
+                state,
+                &*state.snapshot_since(arrived).await?,
+                name,
+                reference,
+            )
+            .await?
+        }
+        other => other?,
+    };
     let unknown = || {
         RegistryError::new(
             ErrorCode::ManifestUnknown,
             json!({ "name": name, "reference": reference.to_string() }),
         )
     };
-    let digest = match reference {
-        Reference::Tag(t) => repo.tag(t).await?.ok_or_else(unknown)?,
-        Reference::Digest(d) => d.clone(),
-    };
-    let info = repo.manifest(&digest).await?.ok_or_else(unknown)?;
     let media_type = HeaderValue::from_str(&info.media_type).map_err(|_| {
         RegistryError::Internal(format!(
             "stored media type of {digest} is not a header value"
@@ -171,17 +241,15 @@ pub async fn blob(
 ) -> Result<Response> {
     let unknown = || RegistryError::new(ErrorCode::BlobUnknown, json!({ "digest": digest }));
     let store = state.blobstore();
+    let arrived = std::time::Instant::now();
     let snap = state.snapshot().await?;
-    let repo = state.repository(&snap, name).await?;
-    // The size recorded when the blob (or manifest) was linked: what is
-    // sent as its length, whatever the store says of the object.
-    let recorded = match &repo {
-        Some(r) => match r.blob(digest).await? {
-            Some(size) => Some(size),
-            None => r.manifest(digest).await?.map(|m| m.size),
-        },
-        None => None,
-    };
+    let (mut repo, mut recorded) = recorded_size(state, &snap, name, digest).await?;
+    if recorded.is_none() && links::get(&**store, name, digest).await.is_none() {
+        // A blob of a generation another replica served since this one
+        // read the root.
+        (repo, recorded) =
+            recorded_size(state, &*state.snapshot_since(arrived).await?, name, digest).await?;
+    }
     let in_tree = recorded.is_some();
     if !in_tree && links::get(&**store, name, digest).await.is_none() {
         let known = repo.is_some() || links::any(&**store, name).await?;

@@ -65,6 +65,8 @@ struct Pending {
 pub(super) struct Queue {
     pending: Mutex<Vec<Pending>>,
     lock: Arc<tokio::sync::Mutex<()>>,
+    /// The other writers of the store, as this one sees them.
+    turns: super::turns::Turns,
 }
 
 /// Changes applied on top of a snapshot, not yet written: per repository
@@ -191,12 +193,21 @@ impl StateStore {
             .map(|p| started.duration_since(p.queued).as_micros())
             .max()
             .unwrap_or(0);
+        // Another writer's turn first, when one waits for it.
+        let waited = self.queue.turns.take_turns(&*self.store).await;
+        if waited >= super::turns::POLL {
+            tracing::debug!(
+                waited_us = waited.as_micros(),
+                "another writer's turn first"
+            );
+        }
         let mut backoff = BACKOFF_MIN;
         let mut attempts = 0;
         loop {
             attempts += 1;
             match self.try_batch(&batch).await {
                 Ok(Attempt::Landed(results)) => {
+                    self.queue.turns.landed(&*self.store).await;
                     self.pages.forget_superseded();
                     tracing::debug!(
                         changes = batch.len(),
@@ -211,6 +222,7 @@ impl StateStore {
                     return;
                 }
                 Ok(Attempt::Lost(lost)) => {
+                    self.queue.turns.lost(&*self.store).await;
                     if let Some((generation, digest)) = lost {
                         self.remove_lost(generation, &digest).await;
                     }

@@ -32,6 +32,7 @@ mod reach;
 pub mod recover;
 mod repo;
 mod root;
+mod turns;
 pub mod walk;
 
 use std::sync::{Arc, Mutex};
@@ -291,6 +292,34 @@ impl StateStore {
         {
             return Ok(snap);
         }
+        self.snapshot_or_last_good().await
+    }
+
+    /// A snapshot whose root was read from the store at or after `since`
+    /// (a request's arrival), for a read that names what the held snapshot
+    /// lacks: a digest another replica just handed out (a cell's rootfs
+    /// URL, a manifest or blob of the generation it served) is then found
+    /// at once, not up to `root_refresh_ms` later. Concurrent callers share
+    /// one read of the root. With a refresh interval of 0 (the filesystem
+    /// default) every snapshot is current already: the same as
+    /// [`StateStore::snapshot`].
+    ///
+    /// Errors: as [`StateStore::snapshot`].
+    pub async fn snapshot_since(&self, since: std::time::Instant) -> Result<Arc<Snapshot>> {
+        if self.roots.refresh().is_zero() {
+            return self.snapshot().await;
+        }
+        if let Some(snap) = self.roots.read_since(since) {
+            return Ok(snap);
+        }
+        let _one = self.roots.revalidating().await;
+        if let Some(snap) = self.roots.read_since(since) {
+            return Ok(snap);
+        }
+        self.snapshot_or_last_good().await
+    }
+
+    async fn snapshot_or_last_good(&self) -> Result<Arc<Snapshot>> {
         match self.snapshot_now().await {
             // A damaged current generation: readers keep the last good
             // one, and `/readyz` says so ([`StateStore::damage`]).
@@ -314,12 +343,13 @@ impl StateStore {
     /// The snapshot `refs/root` names now (always one read of the root:
     /// for a commit, whose compare-and-swap needs the store's current version).
     async fn snapshot_now(&self) -> Result<Arc<Snapshot>> {
+        let started = std::time::Instant::now();
         let root = self.store.read_root().await?;
-        if let Some(snap) = self.roots.confirm(&root) {
+        if let Some(snap) = self.roots.confirm(&root, started) {
             return Ok(snap);
         }
         let snap = Arc::new(self.load_snapshot(root).await?);
-        self.roots.loaded(snap.clone());
+        self.roots.loaded(snap.clone(), started);
         Ok(snap)
     }
 

@@ -37,6 +37,8 @@ struct Held {
     /// e.g. just installed by a commit: the backend's version token of a
     /// new root is known only once read).
     seen: Option<RootVersion>,
+    /// When the read of the root that confirmed it started (or the
+    /// commit that installed it ended).
     checked: Option<Instant>,
 }
 
@@ -111,6 +113,12 @@ impl RootCache {
         (store.root_unchanged(&seen) == Some(true)).then_some(snap)
     }
 
+    /// The held snapshot when its root was read at or after `since`.
+    pub(super) fn read_since(&self, since: Instant) -> Option<Arc<Snapshot>> {
+        let held = self.held.lock().ok()?;
+        (held.checked? >= since).then(|| held.snap.clone())
+    }
+
     /// The single-flight lock of revalidation (interval above 0 only).
     pub(super) async fn revalidating(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
         if self.refresh.is_zero() {
@@ -121,8 +129,13 @@ impl RootCache {
     }
 
     /// The held snapshot when it is the one `root` names (same state
-    /// document): recorded as confirmed now, with `root` as its version.
-    pub(super) fn confirm(&self, root: &Option<RootVersion>) -> Option<Arc<Snapshot>> {
+    /// document): recorded as confirmed by the read that `started` then,
+    /// with `root` as its version.
+    pub(super) fn confirm(
+        &self,
+        root: &Option<RootVersion>,
+        started: Instant,
+    ) -> Option<Arc<Snapshot>> {
         let mut held = self.held.lock().ok()?;
         let same = match (root, &held.snap.root) {
             (None, None) => true,
@@ -142,13 +155,13 @@ impl RootCache {
             });
         }
         held.seen = root.clone();
-        held.checked = Some(Instant::now());
+        held.checked = Some(started);
         Some(held.snap.clone())
     }
 
-    /// Holds `snap`, read from the store just now (unless a concurrent
-    /// reader holds a newer generation already).
-    pub(super) fn loaded(&self, snap: Arc<Snapshot>) {
+    /// Holds `snap`, read from the store by a read that `started` then
+    /// (unless a concurrent reader holds a newer generation already).
+    pub(super) fn loaded(&self, snap: Arc<Snapshot>, started: Instant) {
         if let Ok(mut d) = self.damage.lock() {
             *d = None;
         }
@@ -157,7 +170,7 @@ impl RootCache {
                 return;
             }
             held.seen = snap.root.clone();
-            held.checked = Some(Instant::now());
+            held.checked = Some(started);
             held.snap = snap;
         }
     }

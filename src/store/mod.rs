@@ -213,6 +213,27 @@ pub trait Blobstore: Send + Sync + 'static {
     /// Makes every committed object durable first, as [`Blobstore::sync`]
     /// does (the filesystem overlaps that with writing the new root).
     async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool>;
+    /// The small object at `key` (a lease, [`crate::ops::lease`]) with
+    /// its compare-and-swap version, `None` when absent: what
+    /// [`Blobstore::read_root`] is for `refs/root`. The default refuses: a
+    /// backend without compare-and-swap cannot share periodic work.
+    /// Errors: `InvalidKey`, or the read failed.
+    async fn read_versioned(&self, key: &str) -> Result<Option<RootVersion>> {
+        let _ = key;
+        Err(no_swap())
+    }
+    /// Sets the small object at `key` to `value` if it is still at
+    /// `expected` (`None`: must not exist yet), atomically (filesystem: an
+    /// exclusive `flock` on `<key>.lock`, write, fsync, rename; S3: the
+    /// conditional `PutObject` of the root swap): `false`, changing
+    /// nothing, when another writer got there first. Of two writers racing
+    /// from one version exactly one gets `true`. The default refuses.
+    /// Errors: `InvalidKey`, the write failed, or (S3) the server refused
+    /// a write whose condition held.
+    async fn swap(&self, key: &str, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
+        let _ = (key, expected, value);
+        Err(no_swap())
+    }
     /// Stores small content-addressed blobs, each `(digest, bytes)` with the
     /// digest computed by the caller from those bytes, at their
     /// [`blob_key`]s, skipping those already present: what [`put_bytes`]
@@ -265,6 +286,13 @@ pub trait Blobstore: Send + Sync + 'static {
         let _ = (key, expires);
         Ok(None)
     }
+}
+
+fn no_swap() -> StoreError {
+    StoreError::Io(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "this blobstore cannot compare and swap objects",
+    ))
 }
 
 /// Copies the object at `from` to `to` through [`Blobstore::read`] and

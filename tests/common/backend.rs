@@ -316,7 +316,6 @@ impl Backend {
             .unwrap_or_default()
     }
 
-    /// `airlock serve` on this store (plus `extra`) on a free port.
     /// How long after another process's commit (a CLI command, the other
     /// replica) this backend's servers may still answer from the root they
     /// had: `root_refresh_ms`'s default (0 on the filesystem, 1 s on S3)
@@ -328,8 +327,15 @@ impl Backend {
         }
     }
 
+    /// `airlock serve` on this store (plus `extra`) on a free port.
     pub fn serve(&self, extra: &[&str]) -> Server {
-        let addr = format!("127.0.0.1:{}", free_port());
+        self.serve_on(&format!("127.0.0.1:{}", free_port()), extra)
+    }
+
+    /// [`Backend::serve`] on `addr` (a replica started again where a
+    /// balancer expects it).
+    pub fn serve_on(&self, addr: &str, extra: &[&str]) -> Server {
+        let addr = addr.to_string();
         let child = self
             .command(&["serve"], &["--listen", &addr])
             .args(extra)

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod ca;
 pub mod ceph;
 pub mod deltas;
+pub mod haproxy;
 pub mod images;
 pub mod listener;
 pub mod nginx;
@@ -271,6 +272,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM (a graceful stop), then the exit status (within 20 s).
     pub fn terminate(mut self) -> std::process::ExitStatus {
         terminate(&mut self.child, Duration::from_secs(20))
@@ -377,13 +383,28 @@ pub fn http(
     path: &str,
     headers: &[(&str, &str)],
 ) -> std::io::Result<Reply> {
+    http_body(addr, method, path, headers, &[])
+}
+
+/// [`http`] with `body` (sent with its `Content-Length` when not empty).
+pub fn http_body(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Reply> {
     let mut s = TcpStream::connect(addr)?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
+    if !body.is_empty() {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     req.push_str("\r\n");
     s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let split = raw
@@ -547,6 +568,20 @@ macro_rules! forwarding_store {
                 value: &str,
             ) -> airlock::store::Result<bool> {
                 self.inner.swap_root(expected, value).await
+            }
+            async fn read_versioned(
+                &self,
+                key: &str,
+            ) -> airlock::store::Result<Option<airlock::store::RootVersion>> {
+                self.inner.read_versioned(key).await
+            }
+            async fn swap(
+                &self,
+                key: &str,
+                expected: Option<&airlock::store::RootVersion>,
+                value: &str,
+            ) -> airlock::store::Result<bool> {
+                self.inner.swap(key, expected, value).await
             }
             $($own)*
         }

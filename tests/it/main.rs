@@ -38,6 +38,7 @@ mod recovery;
 mod registry_pull;
 mod registry_push;
 mod registry_source;
+mod replicas_balancer;
 mod rootfs_delta_cell;
 mod rootfs_delta_serve;
 mod s3_backends;

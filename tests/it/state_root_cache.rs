@@ -15,6 +15,7 @@ use common::backend::{Backend, on_backends};
 
 on_backends!(async [fs, moto, s3s_fs] own_commits_at_once_others_within_the_interval);
 on_backends!([fs, moto, s3s_fs] server_sees_a_cli_rollback_within_the_interval);
+on_backends!([fs, moto, s3s_fs] a_miss_reads_the_root_again);
 
 fn link(i: u64) -> [Op; 1] {
     let repo: RepositoryName = "team/app".parse().unwrap();
@@ -166,4 +167,73 @@ fn server_sees_a_cli_rollback_within_the_interval(b: Backend) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(curl(&[&format!("{base}/manifests/v1")]).0, 200);
+}
+
+/// Two replicas with a refresh interval of a minute: what one pushed is
+/// found on the other at once when the other would answer 404 (a new tag,
+/// the manifest by digest, its config blob): a miss reads the root again
+/// ([`StateStore::snapshot_since`]). A hit is served from the held root
+/// until the interval passes: a tag moved on one replica keeps its old
+/// digest on the other, as documented (docs/scaling-out.md).
+fn a_miss_reads_the_root_again(b: Backend) {
+    common::require_tool("curl", "curl");
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--allow-push", "--root-refresh-ms", "60000"];
+    let (one, two) = (b.serve(&args), b.serve(&args));
+    let base = |s: &common::Server| format!("http://{}/v2/demo/app", s.addr);
+    let push = |n: u32, tag: &str| -> String {
+        let config = format!(r#"{{"n":{n}}}"#);
+        let config_digest = Digest::sha256_of(config.as_bytes()).to_string();
+        let file = dir.path().join("config.json");
+        std::fs::write(&file, &config).unwrap();
+        let url = format!("{}/blobs/uploads/?digest={config_digest}", base(&one));
+        assert_eq!(
+            upload("POST", "application/octet-stream", &file, &url).0,
+            201
+        );
+        let manifest = format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{config_digest}","size":{}}},"layers":[]}}"#,
+            config.len()
+        );
+        let file = dir.path().join("manifest.json");
+        std::fs::write(&file, &manifest).unwrap();
+        let url = format!("{}/manifests/{tag}", base(&one));
+        let ct = "application/vnd.oci.image.manifest.v1+json";
+        assert_eq!(upload("PUT", ct, &file, &url).0, 201);
+        Digest::sha256_of(manifest.as_bytes()).to_string()
+    };
+    // The second replica reads the (empty) root first and holds it.
+    assert_eq!(curl(&[&format!("{}/tags/list", base(&two))]).0, 404);
+    let first = push(1, "v1");
+    let config = Digest::sha256_of(br#"{"n":1}"#).to_string();
+    for path in [
+        "manifests/v1".to_string(),
+        format!("manifests/{first}"),
+        format!("blobs/{config}"),
+    ] {
+        let url = format!("{}/{path}", base(&two));
+        let accept = "Accept: application/vnd.oci.image.manifest.v1+json";
+        assert_eq!(
+            curl(&["-H", accept, &url]).0,
+            200,
+            "{path} on the other replica at once"
+        );
+    }
+    // A moved tag is a hit: the held root answers until the interval passes.
+    let second = push(2, "v1");
+    assert_ne!(first, second);
+    let head = Command::new("curl")
+        .args([
+            "-sI",
+            "-H",
+            "Accept: application/vnd.oci.image.manifest.v1+json",
+        ])
+        .arg(format!("{}/manifests/v1", base(&two)))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).to_ascii_lowercase();
+    assert!(
+        head.contains(&format!("docker-content-digest: {first}")),
+        "{head}"
+    );
 }

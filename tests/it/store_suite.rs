@@ -2,6 +2,7 @@
 //! driver suite): each backend only supplies a constructor.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use airlock::digest::Digest;
 use airlock::store::{self, Blobstore, StoreError, blob_key, fs::FsStore};
@@ -116,24 +117,76 @@ async fn suite(store: Arc<dyn Blobstore>) {
         "stale version must lose"
     );
     assert_eq!(s.read_root().await.unwrap().unwrap().value, "two");
+    // The same compare-and-swap on any small object (a lease).
+    let key = "leases/suite";
+    assert_eq!(s.read_versioned(key).await.unwrap(), None);
+    assert!(s.swap(key, None, r#"{"holder":"a"}"#).await.unwrap());
+    assert!(!s.swap(key, None, r#"{"holder":"b"}"#).await.unwrap());
+    let l1 = s.read_versioned(key).await.unwrap().unwrap();
+    assert_eq!(l1.value, r#"{"holder":"a"}"#);
+    assert!(s.swap(key, Some(&l1), r#"{"holder":"b"}"#).await.unwrap());
+    assert!(
+        !s.swap(key, Some(&l1), r#"{"holder":"c"}"#).await.unwrap(),
+        "stale version must lose"
+    );
+    assert_eq!(
+        s.read_versioned(key).await.unwrap().unwrap().value,
+        r#"{"holder":"b"}"#
+    );
+    assert_eq!(
+        s.read_root().await.unwrap().unwrap().value,
+        "two",
+        "the root is apart"
+    );
+    assert!(matches!(
+        s.swap("leases/../x", None, "x").await,
+        Err(StoreError::InvalidKey(_))
+    ));
 }
 
-/// Many concurrent swaps from the same version: exactly one wins.
+/// Many concurrent swaps from the same version, of the root and of a
+/// lease: exactly one wins each; then 8 replicas' leases racing for an
+/// absent lease: one holds it.
 async fn cas_race(store: Arc<dyn Blobstore>) {
     assert!(store.swap_root(None, "base").await.unwrap());
-    let base = store.read_root().await.unwrap().unwrap();
+    assert!(store.swap("leases/race", None, "base").await.unwrap());
+    for key in [None, Some("leases/race")] {
+        let base = match key {
+            None => store.read_root().await,
+            Some(k) => store.read_versioned(k).await,
+        };
+        let base = base.unwrap().unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let (s, b) = (store.clone(), base.clone());
+            tasks.push(tokio::spawn(async move {
+                let value = format!("v{i}");
+                match key {
+                    None => s.swap_root(Some(&b), &value).await,
+                    Some(k) => s.swap(k, Some(&b), &value).await,
+                }
+                .unwrap()
+            }));
+        }
+        let mut wins = 0;
+        for t in tasks {
+            wins += usize::from(t.await.unwrap());
+        }
+        assert_eq!(wins, 1, "{key:?}");
+    }
     let mut tasks = Vec::new();
-    for i in 0..16 {
-        let (s, b) = (store.clone(), base.clone());
+    for _ in 0..8 {
+        let s = store.clone();
         tasks.push(tokio::spawn(async move {
-            s.swap_root(Some(&b), &format!("v{i}")).await.unwrap()
+            let mut lease = airlock::ops::lease::Lease::new(s, "gc", Duration::from_secs(30));
+            lease.step().await.unwrap()
         }));
     }
-    let mut wins = 0;
+    let mut holders = 0;
     for t in tasks {
-        wins += usize::from(t.await.unwrap());
+        holders += usize::from(t.await.unwrap());
     }
-    assert_eq!(wins, 1);
+    assert_eq!(holders, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -139,7 +139,28 @@ impl StacksServer {
         &self,
         state: &StateStore,
     ) -> std::result::Result<Arc<StackTable>, StackError> {
-        let snap = state.snapshot().await?;
+        self.table_in(state, state.snapshot().await?).await
+    }
+
+    /// The stack table of a root read at or after `since`
+    /// ([`StateStore::snapshot_since`]): for a URL naming a rootfs digest
+    /// the held table lacks, which another replica may have just handed out.
+    ///
+    /// Errors: the state or the document cannot be read.
+    pub async fn table_since(
+        &self,
+        state: &StateStore,
+        since: std::time::Instant,
+    ) -> std::result::Result<Arc<StackTable>, StackError> {
+        self.table_in(state, state.snapshot_since(since).await?)
+            .await
+    }
+
+    async fn table_in(
+        &self,
+        state: &StateStore,
+        snap: Arc<crate::state::Snapshot>,
+    ) -> std::result::Result<Arc<StackTable>, StackError> {
         let Some(digest) = snap
             .state
             .as_ref()

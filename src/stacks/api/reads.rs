@@ -179,7 +179,16 @@ pub(super) async fn rootfs(
     headers: &HeaderMap,
     head: bool,
 ) -> Result<Response> {
-    let table = ctx.stacks().table(ctx.state()).await?;
+    let arrived = std::time::Instant::now();
+    let mut table = ctx.stacks().table(ctx.state()).await?;
+    if query.get("digest").is_some()
+        && table
+            .get(name)
+            .map_or(true, |s| find_rootfs(name, s, query).is_err())
+    {
+        // A digest another replica handed out since this one read the root.
+        table = ctx.stacks().table_since(ctx.state(), arrived).await?;
+    }
     let stack = table.get(name)?;
     let r = find_rootfs(name, stack, query)?;
     let digest = match artifact {

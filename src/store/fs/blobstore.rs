@@ -194,4 +194,12 @@ impl crate::store::Blobstore for FsStore {
     async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
         self.swap_root_now(expected, value).await
     }
+
+    async fn read_versioned(&self, key: &str) -> Result<Option<RootVersion>> {
+        self.read_versioned_now(key).await
+    }
+
+    async fn swap(&self, key: &str, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
+        self.swap_now(key, expected, value).await
+    }
 }

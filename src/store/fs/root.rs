@@ -1,6 +1,7 @@
 //! `refs/root`: reading it (one `stat(2)` while unchanged) and the
 //! compare-and-swap (an exclusive `flock` on `refs/root.lock`, write,
-//! fsync with the directories waiting for sync, rename).
+//! fsync with the directories waiting for sync, rename); the same
+//! compare-and-swap for any small object (a lease), without the cache.
 
 use super::*;
 
@@ -142,5 +143,62 @@ impl FsStore {
             Ok(true)
         })
         .await
+    }
+
+    pub(super) async fn read_versioned_now(&self, key: &str) -> Result<Option<RootVersion>> {
+        let path = self.path(key)?;
+        blocking(move || {
+            Ok(read_trimmed(&path)?.map(|value| RootVersion {
+                version: value.clone(),
+                value,
+            }))
+        })
+        .await
+    }
+
+    pub(super) async fn swap_now(
+        &self,
+        key: &str,
+        expected: Option<&RootVersion>,
+        value: &str,
+    ) -> Result<bool> {
+        let path = self.path(key)?;
+        let expected = expected.map(|v| v.version.clone());
+        let value = value.to_string();
+        blocking(move || {
+            let dir = path.parent().expect("a key has a parent").to_path_buf();
+            std::fs::create_dir_all(&dir)?;
+            let mut lock_name = path.file_name().expect("a key names a file").to_owned();
+            lock_name.push(".lock");
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(lock_name))?;
+            lock.lock()?;
+            if read_trimmed(&path)? != expected {
+                return Ok(false);
+            }
+            let mut tmp_name = path.file_name().expect("a key names a file").to_owned();
+            tmp_name.push(".tmp");
+            let tmp = dir.join(tmp_name);
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(value.as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            sync::dir(&dir)?;
+            Ok(true)
+        })
+        .await
+    }
+}
+
+/// The trimmed text of the file at `path`, `None` when absent.
+fn read_trimmed(path: &Path) -> std::io::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s.trim().to_string())),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }

@@ -60,8 +60,12 @@ where
         SdkError::ConstructionFailure(_) => "request not built",
         _ => "failed",
     };
-    let mut out = what.to_string();
-    let mut cur = std::error::Error::source(e);
+    with_sources(what.to_string(), std::error::Error::source(e))
+}
+
+/// `out` followed by each of the causes from `cur` down that it does not
+/// say already, newlines flattened.
+fn with_sources(mut out: String, mut cur: Option<&(dyn std::error::Error + 'static)>) -> String {
     while let Some(c) = cur {
         let text = c.to_string().replace('\n', " ");
         if !text.is_empty() && !out.contains(&text) {
@@ -73,7 +77,9 @@ where
     out
 }
 
-/// An error reading the body of `GetObject` of `key`.
-pub(super) fn body_error(key: &str, e: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(format!("S3 GetObject {key}: reading the body: {e}"))
+/// An error reading the body of `GetObject` of `key`, with its causes
+/// (the SDK's own text is only "streaming error").
+pub(super) fn body_error(key: &str, e: impl std::error::Error) -> std::io::Error {
+    let text = with_sources(e.to_string(), e.source());
+    std::io::Error::other(format!("S3 GetObject {key}: reading the body: {text}"))
 }

@@ -321,23 +321,31 @@ impl Blobstore for S3Store {
     }
 
     async fn read_root(&self) -> Result<Option<RootVersion>> {
-        let (body, _, etag) = match self.get(ROOT_KEY, None).await {
+        self.read_versioned(ROOT_KEY).await
+    }
+
+    async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
+        self.swap(ROOT_KEY, expected, value).await
+    }
+
+    async fn read_versioned(&self, key: &str) -> Result<Option<RootVersion>> {
+        let (body, _, etag) = match self.get(key, None).await {
             Ok(got) => got,
             Err(StoreError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let bytes = collect(body, ROOT_KEY).await?;
+        let bytes = collect(body, key).await?;
         let value = String::from_utf8_lossy(&bytes).trim().to_string();
         let version = if etag.is_empty() { value.clone() } else { etag };
         Ok(Some(RootVersion { value, version }))
     }
 
-    async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
-        let full = self.full(ROOT_KEY)?;
+    async fn swap(&self, key: &str, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
+        let full = self.full(key)?;
         let body = Bytes::from(format!("{value}\n"));
         if self.unconditional {
             // Single-writer mode: compare, then write (acknowledged at start).
-            let current = self.read_root().await?;
+            let current = self.read_versioned(key).await?;
             if current.as_ref().map(|r| &r.value) != expected.map(|r| &r.value) {
                 return Ok(false);
             }
@@ -349,7 +357,7 @@ impl Blobstore for S3Store {
         };
         match self.put_if(&full, body, Some(cond)).await? {
             Ok(_) => Ok(true),
-            // 412 with the root unchanged is a broken server, not a race.
+            // 412 with the object unchanged is a broken server, not a race.
             Err(412) => self.check_refusal(&full, cond).await.map(|()| false),
             Err(_) => Ok(false),
         }
