@@ -116,13 +116,18 @@ pub(super) async fn run(
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let mut done = Vec::new();
+    // Every worker keeps its runtime until all have drained: a client
+    // shared by all (the S3 store's connection pool) runs each connection
+    // on the runtime that opened it, so a runtime dropped early would fail
+    // another worker's request still in flight ("dispatch task is gone").
+    let drained = Arc::new(tokio::sync::Barrier::new(sockets.len()));
     for (i, sockets) in sockets.into_iter().enumerate() {
         let (tx, rx) = oneshot::channel();
-        let (shared, stop) = (shared.clone(), stop.clone());
+        let (shared, stop, drained) = (shared.clone(), stop.clone(), drained.clone());
         std::thread::Builder::new()
             .name(format!("airlock-http-{i}"))
             .spawn(move || {
-                let _ = tx.send(worker(sockets, shared, stop));
+                let _ = tx.send(worker(sockets, shared, stop, drained));
             })
             .context("cannot start an HTTP worker thread")?;
         done.push(rx);
@@ -139,28 +144,39 @@ pub(super) async fn run(
 }
 
 /// One worker thread's life: a current-thread runtime running one accept
-/// loop per socket.
+/// loop per socket; once drained, it waits (at most
+/// [`DRAIN_TOGETHER_MAX`]) at `drained` for the other workers before its
+/// runtime is dropped.
 fn worker(
     sockets: Vec<std::net::TcpListener>,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
+    drained: Arc<tokio::sync::Barrier>,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start an HTTP worker runtime")?;
     runtime.block_on(async move {
-        let mut loops = tokio::task::JoinSet::new();
-        for socket in sockets {
-            let listener = TcpListener::from_std(socket)
-                .context("cannot register a listening socket with the runtime")?;
-            let mut stop = stop.clone();
-            let shutdown = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            loops.spawn(conn::run(listener, shared.clone(), shutdown));
+        let served = async {
+            let mut loops = tokio::task::JoinSet::new();
+            for socket in sockets {
+                let listener = TcpListener::from_std(socket)
+                    .context("cannot register a listening socket with the runtime")?;
+                let mut stop = stop.clone();
+                let shutdown = async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                };
+                loops.spawn(conn::run(listener, shared.clone(), shutdown));
+            }
+            while loops.join_next().await.is_some() {}
+            anyhow::Ok(())
         }
-        while loops.join_next().await.is_some() {}
-        Ok(())
+        .await;
+        let _ = tokio::time::timeout(DRAIN_TOGETHER_MAX, drained.wait()).await;
+        served
     })
 }
+
+/// How long a drained worker keeps its runtime for the others at most.
+const DRAIN_TOGETHER_MAX: std::time::Duration = std::time::Duration::from_secs(60);
