@@ -12,9 +12,13 @@
 #       incompressible blobs) into a fresh prefix vs `s3cmd put` of the
 #       same bundle file; RUNS each, median seconds. Target: >= 0.8x.
 #   (c) tag push latency: 8 writers, PUSHES manifest PUTs each to new tags
-#       (scripts/bench/tag-push-latency.py), through one replica, then
-#       spread over two replicas on the same bucket (their root swaps race).
-#       Target: p99 with two replicas <= 2x p99 with one.
+#       (scripts/bench/tag-push-latency.py; 2 warm-up pushes per writer
+#       first), through one replica, then spread over two replicas on the
+#       same bucket (their root swaps race); RUNS rounds, median p99.
+#       Target: p99 with two replicas <= 2x p99 with one. Run twice: on
+#       RGW's default beast frontend and on a second gateway of the same
+#       cluster with tcp_nodelay=1 (the default answers every small GET
+#       ~40 ms late: Nagle's algorithm against the client's delayed ACK).
 # Prints each figure and ratio, then PASS/FAIL per target.
 #
 # Needs: ceph-mon ceph-mgr ceph-osd radosgw s3cmd curl python3 python3-boto3
@@ -39,7 +43,8 @@ airlock_binary
 # removed) by lib.sh's cleanup through `pids`.
 rgw_port=$(free_port)
 note "starting Ceph RGW on 127.0.0.1:$rgw_port (about 30 s)"
-CEPH_RGW_CLEANUP=1 "$repo/scripts/ceph-rgw.sh" "$work/ceph" "$rgw_port" bench >"$work/ceph.out" 2>&1 &
+nodelay_port=$(free_port)
+CEPH_RGW_CLEANUP=1 CEPH_RGW_NODELAY_PORT=$nodelay_port "$repo/scripts/ceph-rgw.sh" "$work/ceph" "$rgw_port" bench >"$work/ceph.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 180); do
     grep -q '^ready ' "$work/ceph.out" && break
@@ -116,19 +121,40 @@ b_airlock=$(median <"$work/b-airlock")
 b_s3cmd=$(median <"$work/b-s3cmd")
 fi
 
-# (c) tag push p99, one replica, then two.
+# (c) tag push p99, one replica, then two; RUNS rounds alternating, on the
+# default gateway and on the tcp_nodelay one.
+# push_rounds LABEL ENDPOINT: sets LABEL_{one,two}_{p99,p50,n,err} (medians
+# of p99 and p50 over RUNS rounds; ok pushes and errors summed).
+push_rounds() {
+    local label=$1 ep=$2 r1 r2 p q
+    r1=$(free_port)
+    "$airlock" serve --store "s3://bench/tags-$label" --s3-endpoint "$ep" --listen "127.0.0.1:$r1" --allow-push >"$work/serve-$label-1.log" 2>&1 &
+    pids+=($!)
+    wait_up "airlock serve" "${pids[-1]}" "http://127.0.0.1:$r1/v2/" "$work/serve-$label-1.log"
+    r2=$(free_port)
+    "$airlock" serve --store "s3://bench/tags-$label" --s3-endpoint "$ep" --listen "127.0.0.1:$r2" --allow-push >"$work/serve-$label-2.log" 2>&1 &
+    pids+=($!)
+    wait_up "airlock serve" "${pids[-1]}" "http://127.0.0.1:$r2/v2/" "$work/serve-$label-2.log"
+    : >"$work/c-$label-one"
+    : >"$work/c-$label-two"
+    for i in $(seq "$RUNS"); do
+        python3 "$repo/scripts/bench/tag-push-latency.py" "one$i" 8 "$PUSHES" "127.0.0.1:$r1" >>"$work/c-$label-one"
+        python3 "$repo/scripts/bench/tag-push-latency.py" "two$i" 8 "$PUSHES" "127.0.0.1:$r1" "127.0.0.1:$r2" >>"$work/c-$label-two"
+    done
+    kill "${pids[-1]}" "${pids[-2]}" 2>/dev/null || true
+    for q in one two; do
+        p=$work/c-$label-$q
+        printf -v "${label}_${q}_p99" %s "$(awk '{print $4}' "$p" | median)"
+        printf -v "${label}_${q}_p50" %s "$(awk '{print $3}' "$p" | median)"
+        printf -v "${label}_${q}_n" %s "$(awk '{s += $1} END {print s}' "$p")"
+        printf -v "${label}_${q}_err" %s "$(awk '{s += $2} END {print s}' "$p")"
+    done
+}
 if [[ $PARTS == *c* ]]; then
-port2=$(free_port)
-"$airlock" serve --store s3://bench/site "${s3[@]}" --listen "127.0.0.1:$port2" --allow-push >"$work/serve2.log" 2>&1 &
-pids+=($!)
-wait_up "airlock serve" "${pids[-1]}" "http://127.0.0.1:$port2/v2/" "$work/serve2.log"
-port3=$(free_port)
-"$airlock" serve --store s3://bench/site "${s3[@]}" --listen "127.0.0.1:$port3" --allow-push >"$work/serve3.log" 2>&1 &
-pids+=($!)
-wait_up "airlock serve" "${pids[-1]}" "http://127.0.0.1:$port3/v2/" "$work/serve3.log"
-note "(c) tag pushes: 8 writers x $PUSHES, one replica then two"
-read -r c1_n c1_err c1_p50 c1_p99 c1_max < <(python3 "$repo/scripts/bench/tag-push-latency.py" one 8 "$PUSHES" "127.0.0.1:$port2")
-read -r c2_n c2_err c2_p50 c2_p99 c2_max < <(python3 "$repo/scripts/bench/tag-push-latency.py" two 8 "$PUSHES" "127.0.0.1:$port2" "127.0.0.1:$port3")
+    note "(c) tag pushes: 8 writers x $PUSHES, one replica then two, $RUNS rounds; default gateway"
+    push_rounds dflt "$endpoint"
+    note "(c) the same on the tcp_nodelay=1 gateway"
+    push_rounds nodelay "http://127.0.0.1:$nodelay_port"
 fi
 
 echo
@@ -136,4 +162,11 @@ echo "| figure | airlock | reference | ratio | target |"
 echo "| --- | --- | --- | --- | --- |"
 [[ $PARTS != *a* ]] || echo "| 64 MiB blob GET (median of $RUNS) | $(mibs "$a_airlock") MiB/s | s3cmd get: $(mibs "$a_s3cmd") MiB/s | $(ratio "$a_s3cmd" "$a_airlock")x | >= 0.9x: $(pass "$a_s3cmd/$a_airlock >= 0.9") |"
 [[ $PARTS != *b* ]] || echo "| import of $SIZE_MIB MiB (median of $RUNS) | ${b_airlock} s | s3cmd put: ${b_s3cmd} s | $(ratio "$b_s3cmd" "$b_airlock")x | >= 0.8x: $(pass "$b_s3cmd/$b_airlock >= 0.8") |"
-[[ $PARTS != *c* ]] || echo "| tag push p99, 8 writers | two replicas: ${c2_p99} ms (p50 ${c2_p50}, max ${c2_max}; $c2_n ok, $c2_err errors) | one replica: ${c1_p99} ms (p50 ${c1_p50}, max ${c1_max}; $c1_n ok, $c1_err errors) | $(ratio "$c2_p99" "$c1_p99")x | <= 2x: $(pass "$c2_p99/$c1_p99 <= 2 and $c1_err + $c2_err == 0") |"
+if [[ $PARTS == *c* ]]; then
+    for label in nodelay dflt; do
+        name=$([ $label = dflt ] && echo "default beast" || echo "beast tcp_nodelay=1")
+        o99=${label}_one_p99 o50=${label}_one_p50 on=${label}_one_n oe=${label}_one_err
+        t99=${label}_two_p99 t50=${label}_two_p50 tn=${label}_two_n te=${label}_two_err
+        echo "| tag push p99, 8 writers, RGW $name (median of $RUNS) | two replicas: ${!t99} ms (p50 ${!t50}; ${!tn} ok, ${!te} errors) | one replica: ${!o99} ms (p50 ${!o50}; ${!on} ok, ${!oe} errors) | $(ratio "${!t99}" "${!o99}")x | <= 2x: $(pass "${!t99}/${!o99} <= 2 and ${!oe} + ${!te} == 0") |"
+    done
+fi

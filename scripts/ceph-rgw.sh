@@ -13,6 +13,13 @@
 # with CEPH_RGW_CLEANUP=1, removes DIR). Daemon logs: DIR/log/. Takes
 # about 30 s to start and about 500 MB of memory; the OSD's 6 GiB file
 # is sparse.
+#
+# RGW's beast frontend runs with its defaults, as a site installs it:
+# without `tcp_nodelay`, so each response of 8 KiB or less reaches the
+# client ~40 ms late (Nagle's algorithm meets the client's delayed ACK).
+# With CEPH_RGW_NODELAY_PORT set, a second gateway on that port serves the
+# same cluster with `tcp_nodelay=1` (Ceph's documented latency option), to
+# compare the two.
 set -euo pipefail
 
 prog=ceph-rgw.sh
@@ -122,6 +129,17 @@ for _ in $(seq 240); do
     sleep 0.5
 done
 curl -s -o /dev/null "http://127.0.0.1:$rgw_port/" || die "radosgw did not answer on $rgw_port (log: $dir/log/client.rgw.a.log)"
+if [ -n "${CEPH_RGW_NODELAY_PORT:-}" ]; then
+    radosgw -c "$conf" -n client.rgw.a -f --admin-socket "$dir/run/rgw-nodelay.asok" \
+        --rgw_frontends "beast endpoint=127.0.0.1:$CEPH_RGW_NODELAY_PORT tcp_nodelay=1" 2>>"$dir/log/stderr" &
+    pids+=($!)
+    for _ in $(seq 240); do
+        curl -s -o /dev/null "http://127.0.0.1:$CEPH_RGW_NODELAY_PORT/" && break
+        sleep 0.5
+    done
+    curl -s -o /dev/null "http://127.0.0.1:$CEPH_RGW_NODELAY_PORT/" ||
+        die "the tcp_nodelay radosgw did not answer on $CEPH_RGW_NODELAY_PORT (log: $dir/log/stderr)"
+fi
 radosgw-admin -c "$conf" user create --uid airlock --display-name airlock \
     --access-key airlocktest --secret-key airlocktestsecret >/dev/null
 if [ -n "$bucket" ]; then

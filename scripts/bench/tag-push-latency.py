@@ -7,11 +7,15 @@ WRITERS threads each PUT the same small OCI manifest to PUSHES new tags
 of repository bench/tags-RUN, one after the other; writer i sends every
 request to replica i mod (number of replicas), so with two replicas half
 the writers commit through each (their root swaps race on one store).
-Setup (not timed): the config blob is pushed once through every replica.
-Prints one line: "pushes errors p50_ms p99_ms max_ms" over every PUT.
+Setup (not timed): the config blob is pushed once through every replica,
+then each writer pushes WARMUP tags (environment, default 2: the replicas
+load the state and meet each other's roots); then all writers start the
+timed pushes together.
+Prints one line: "pushes errors p50_ms p99_ms max_ms" over every timed PUT.
 """
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -42,10 +46,16 @@ def main():
     digest = "sha256:" + hashlib.sha256(CONFIG).hexdigest()
     for h in hosts:
         request("POST", f"http://{h}/v2/{repo}/blobs/uploads/?digest={digest}", CONFIG)
+    warmup = int(os.environ.get("WARMUP", "2"))
     times, errors, lock = [], [0], threading.Lock()
+    start = threading.Barrier(writers)
 
     def writer(i):
         host = hosts[i % len(hosts)]
+        for n in range(warmup):
+            request("PUT", f"http://{host}/v2/{repo}/manifests/warm-w{i}-{n}", MANIFEST,
+                    {"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+        start.wait()
         for n in range(pushes):
             url = f"http://{host}/v2/{repo}/manifests/w{i}-{n}"
             t0 = time.monotonic()

@@ -28,7 +28,7 @@ use super::{
 };
 use crate::digest::Digest;
 use crate::names::RepositoryName;
-use crate::store::{RootVersion, StoreError};
+use crate::store::StoreError;
 
 /// Most changes applied in one root swap.
 const MAX_BATCH: usize = 512;
@@ -162,6 +162,15 @@ impl StateStore {
             if let Ok(r) = answer.try_recv() {
                 return r;
             }
+            // Another writer's turn first, when one is active; what is
+            // queued meanwhile joins this batch.
+            let (waited, fresh) = self.take_turns().await;
+            if waited >= super::turns::POLL {
+                tracing::debug!(
+                    waited_us = waited.as_micros(),
+                    "another writer's turn first"
+                );
+            }
             let batch: Vec<Pending> = match self.queue.pending.lock() {
                 Ok(mut q) => {
                     let n = q.len().min(MAX_BATCH);
@@ -176,7 +185,7 @@ impl StateStore {
             }
             let this = self.clone();
             let task = tokio::spawn(async move {
-                this.commit_batch(batch).await;
+                this.commit_batch(batch, fresh).await;
                 drop(guard);
             });
             if task.await.is_err() {
@@ -185,29 +194,21 @@ impl StateStore {
         }
     }
 
-    /// Commits `batch` with one root swap and answers each change.
-    async fn commit_batch(&self, batch: Vec<Pending>) {
+    /// Commits `batch` with one root swap and answers each change; the
+    /// first attempt starts from `fresh` when given (just read).
+    async fn commit_batch(&self, batch: Vec<Pending>, mut fresh: Option<Arc<Snapshot>>) {
         let started = Instant::now();
         let queued_us = batch
             .iter()
             .map(|p| started.duration_since(p.queued).as_micros())
             .max()
             .unwrap_or(0);
-        // Another writer's turn first, when one waits for it.
-        let waited = self.queue.turns.take_turns(&*self.store).await;
-        if waited >= super::turns::POLL {
-            tracing::debug!(
-                waited_us = waited.as_micros(),
-                "another writer's turn first"
-            );
-        }
         let mut backoff = BACKOFF_MIN;
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match self.try_batch(&batch).await {
+            match self.try_batch(&batch, fresh.take()).await {
                 Ok(Attempt::Landed(results)) => {
-                    self.queue.turns.landed(&*self.store).await;
                     self.pages.forget_superseded();
                     tracing::debug!(
                         changes = batch.len(),
@@ -219,12 +220,15 @@ impl StateStore {
                     for (p, r) in batch.into_iter().zip(results) {
                         let _ = p.reply.send(r);
                     }
+                    // Answered first; before the next batch looks for markers.
+                    self.queue.turns.withdraw(&*self.store).await;
                     return;
                 }
                 Ok(Attempt::Lost(lost)) => {
-                    self.queue.turns.lost(&*self.store).await;
                     if let Some((generation, digest)) = lost {
-                        self.remove_lost(generation, &digest).await;
+                        // Beside the retry: it need not wait for this.
+                        let this = self.clone();
+                        tokio::spawn(async move { this.remove_lost(generation, &digest).await });
                     }
                     if started.elapsed() >= RETRY_DEADLINE {
                         tracing::warn!(
@@ -237,7 +241,11 @@ impl StateStore {
                         }
                         return;
                     }
-                    tokio::time::sleep(backoff.mul_f64(rand::random::<f64>())).await;
+                    // The marker is out before the retry (it may land at once).
+                    tokio::join!(
+                        self.queue.turns.lost(&*self.store),
+                        tokio::time::sleep(backoff.mul_f64(rand::random::<f64>()))
+                    );
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                     tracing::debug!(attempts, "lost root compare-and-swap race; retrying");
                 }
@@ -252,11 +260,55 @@ impl StateStore {
         }
     }
 
+    /// Before a new batch: reads the root and, beside it, whether another
+    /// writer waits for its turn ([`super::turns`]); while one waits or
+    /// was active and the root is still the one this writer set last,
+    /// reads the root again every [`super::turns::POLL`] (a conditional
+    /// read) until it changes, for at most the limit
+    /// [`super::turns::Turns::yield_on`] gives. Returns how long it waited
+    /// and the root as last read (the next attempt's; `None` when it could
+    /// not be read: the attempt reads it and says why).
+    async fn take_turns(&self) -> (Duration, Option<Arc<Snapshot>>) {
+        let started = Instant::now();
+        let mut polled = false;
+        loop {
+            let (snap, marker) = tokio::join!(
+                self.snapshot_now(),
+                self.store.version(super::turns::WAITING_KEY)
+            );
+            let Ok(snap) = snap else {
+                return (started.elapsed(), None);
+            };
+            let root = snap.root.as_ref().map(|r| r.value.as_str());
+            self.queue.turns.read(root, marker.ok().flatten());
+            let waited = started.elapsed();
+            match self.queue.turns.yield_on() {
+                Some((mine, _)) if root != Some(mine.as_str()) => {
+                    if polled {
+                        self.queue.turns.took(waited);
+                    }
+                    return (waited, Some(snap));
+                }
+                Some((_, limit)) if waited < limit => {}
+                Some(_) => {
+                    self.queue.turns.idle();
+                    return (waited, Some(snap));
+                }
+                None => return (waited, Some(snap)),
+            }
+            tokio::time::sleep(super::turns::POLL).await;
+            polled = true;
+        }
+    }
+
     /// One attempt: [`Attempt::Lost`] when another process swapped the
     /// root first.
-    async fn try_batch(&self, batch: &[Pending]) -> Result<Attempt> {
+    async fn try_batch(&self, batch: &[Pending], fresh: Option<Arc<Snapshot>>) -> Result<Attempt> {
         let t0 = Instant::now();
-        let snap = self.snapshot_now().await?;
+        let snap = match fresh {
+            Some(snap) => snap,
+            None => self.snapshot_now().await?,
+        };
         self.pages.discard();
         let table = match snap.table()? {
             Table::Empty => self.pages.empty().await?,
@@ -296,13 +348,14 @@ impl StateStore {
             Some((digest, state, present)) => {
                 // `swap_root` makes what was written durable before the new
                 // root is (filesystem: the directories waiting for sync).
-                if !self
+                let Some(root) = self
                     .store
-                    .swap_root(snap.root.as_ref(), &digest.to_string())
+                    .swap_root_versioned(snap.root.as_ref(), &digest.to_string())
                     .await?
-                {
+                else {
                     return Ok(Attempt::Lost(Some((state.generation, digest))));
-                }
+                };
+                self.queue.turns.landed(&root.value);
                 self.rewrite_vanished(present).await?;
                 tracing::info!(generation = state.generation, %digest, changes = landed.len(), reason, who, address = state.address.as_deref().unwrap_or("-"), "state root swapped");
                 tracing::debug!(
@@ -314,10 +367,7 @@ impl StateStore {
                 let generation = state.generation;
                 // Read-your-writes: the new root is this process's view at once.
                 self.roots.install(Snapshot {
-                    root: Some(RootVersion {
-                        value: digest.to_string(),
-                        version: String::new(),
-                    }),
+                    root: Some(root),
                     digest: Some(digest),
                     state: Some(state),
                 });

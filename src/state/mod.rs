@@ -51,7 +51,7 @@ pub use walk::{Reached, WalkProblem};
 
 use crate::digest::Digest;
 use crate::names::RepositoryName;
-use crate::store::{self, Blobstore, RootVersion, StoreError};
+use crate::store::{self, Blobstore, RootRead, RootVersion, StoreError};
 
 /// Errors from reading or changing state.
 #[derive(Debug, thiserror::Error)]
@@ -344,7 +344,13 @@ impl StateStore {
     /// for a commit, whose compare-and-swap needs the store's current version).
     async fn snapshot_now(&self) -> Result<Arc<Snapshot>> {
         let started = std::time::Instant::now();
-        let root = self.store.read_root().await?;
+        let root = match self.roots.seen() {
+            Some(seen) => match self.store.read_root_if_changed(&seen).await? {
+                RootRead::Unchanged => Some(seen),
+                RootRead::Changed(root) => root,
+            },
+            None => self.store.read_root().await?,
+        };
         if let Some(snap) = self.roots.confirm(&root, started) {
             return Ok(snap);
         }

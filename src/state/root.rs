@@ -175,6 +175,13 @@ impl RootCache {
         }
     }
 
+    /// The root as the store last answered it (or a swap of this process
+    /// set it), with its version token: what a conditional read of the
+    /// root compares with.
+    pub(super) fn seen(&self) -> Option<RootVersion> {
+        self.held.lock().ok()?.seen.clone()
+    }
+
     /// Makes the next read check the root, whatever the interval.
     pub(super) fn forget(&self) {
         if let Ok(mut held) = self.held.lock() {
@@ -192,7 +199,9 @@ impl RootCache {
             if held.snap.generation() > snap.generation() {
                 return;
             }
-            held.seen = None;
+            // A swap that answered the new root's version token: the next
+            // read can be a conditional one.
+            held.seen = snap.root.clone().filter(|r| !r.version.is_empty());
             held.checked = Some(Instant::now());
             held.snap = Arc::new(snap);
         }

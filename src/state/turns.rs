@@ -3,23 +3,34 @@
 //! Commits from several processes (S3 replicas, a CLI import beside the
 //! server) race on `refs/root`: each attempt reads the root, writes its
 //! pages and swaps. A writer that just won starts its next batch at once,
-//! while the loser learns of its loss only when its own swap is answered,
-//! some time later; with both queues full the winner finishes first again
-//! and again, and never sees the loser, which commits nothing (measured on
-//! Ceph RGW, 8 writers over two replicas: one batch lost 20 races in a row,
-//! 6.6 s; p99 of a tag push 6.7 s against 0.23 s on one replica).
+//! on a root it knows (its pages cached), while the loser has to read the
+//! winner's new pages first; with both queues full the winner finishes
+//! first again and again (measured on Ceph RGW, 8 writers over two
+//! replicas: one batch lost 20 races in a row, 6.6 s; p99 of a tag push
+//! 6.7 s against 0.23 s on one replica).
 //!
-//! So the loser says it waits: after each lost swap it writes
-//! [`WAITING_KEY`] (`{"writer":ID,"losses":N}`, N counting its losses, so
-//! the object changes with each). Before each new batch a writer reads it;
-//! while it names another writer and changed within [`STALE`] (by the
-//! reader's own clock: no clocks are compared), the reader waits for that
-//! writer to land (which removes its marker), reading the marker every
-//! [`POLL`], for at most [`MAX_YIELD`]. A loser's retries never wait. The
-//! marker of a writer that died goes stale [`STALE`] after its last loss.
-//! A writer alone on its store pays one read of an absent object per
-//! batch. Failures to read or write the marker are ignored: fairness is
-//! best effort, never a reason to fail a commit.
+//! So writers take turns:
+//! - a writer that lost a swap says so: it writes [`WAITING_KEY`] (its id
+//!   and a loss count, so the object changes with each loss) before it
+//!   retries, and removes it when it lands;
+//! - each attempt looks at that object's version (S3: `HeadObject`, no
+//!   body) beside its read of the root, in parallel: no added wait;
+//! - before its next batch, a writer that saw another's marker there
+//!   (changed within [`STALE`] by its own clock: no clocks are compared;
+//!   a dead writer's marker goes stale), or that saw another writer's
+//!   root within [`ACTIVE`], and whose root is still the current one,
+//!   waits until the root changes (the other landed), reading it every
+//!   [`POLL`] (a conditional read: `304` while unchanged), for at most
+//!   [`MAX_YIELD`]. A wait that ends unchanged means the others are idle:
+//!   no wait on their account until one is seen again.
+//!
+//! A loser's retries never wait. A writer alone on its store never waits;
+//! it pays one `HeadObject` of an absent object per attempt, beside the
+//! root's read. Failures to read or write the marker are ignored:
+//! fairness is best effort, never a reason to fail a commit.
+//!
+//! Owns the policy (whether to wait, and for which root) and the marker;
+//! [`super::StateStore`] reads the root.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -28,30 +39,38 @@ use bytes::Bytes;
 
 use crate::store::Blobstore;
 
-/// The object a writer that lost a race writes.
+/// The object a writer that lost a swap writes.
 pub const WAITING_KEY: &str = "refs/waiting";
-/// The longest wait before a batch.
-pub const MAX_YIELD: Duration = Duration::from_secs(1);
-/// How often a writer whose turn it is not reads the marker again.
-pub const POLL: Duration = Duration::from_millis(20);
+/// The longest wait before a batch: for a writer whose marker says it
+/// waits; a wait on another's root alone lasts 3 times the last turn
+/// another writer took (the longest recent, decaying), or [`FIRST_YIELD`]
+/// when none was seen.
+pub const MAX_YIELD: Duration = Duration::from_millis(1000);
+/// The wait on another writer's root before any of its turns was timed.
+pub const FIRST_YIELD: Duration = Duration::from_millis(100);
+/// How often a waiting writer reads the root again.
+pub const POLL: Duration = Duration::from_millis(5);
+/// How long another writer counts as active after its root was last seen.
+pub const ACTIVE: Duration = Duration::from_secs(1);
 /// A marker unchanged this long is a dead writer's.
 pub const STALE: Duration = Duration::from_secs(2);
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Waiting {
-    writer: String,
-    losses: u64,
-}
-
 #[derive(Default)]
 struct Seen {
+    /// The root (state digest) this writer's last landed swap set.
+    landed: Option<String>,
+    /// When (our clock) another writer's root was last seen.
+    other: Option<Instant>,
     /// This writer's lost swaps.
     losses: u64,
     /// Whether this writer's marker may be in the store.
     marked: bool,
-    /// Another writer's marker as last read, and since when (our clock) it
-    /// reads so.
-    other: Option<(Vec<u8>, Instant)>,
+    /// Another writer's marker: its version as last read, and since when
+    /// (our clock) it reads so.
+    marker: Option<(String, Instant)>,
+    /// How long another writer's turn took, as this writer waited for it
+    /// (the longest recent one, decaying by a quarter per turn).
+    turn: Option<Duration>,
 }
 
 /// One process's turns on its store.
@@ -70,43 +89,56 @@ impl Default for Turns {
 }
 
 impl Turns {
-    /// Before a new batch: while another writer waits for its turn (its
-    /// marker names a loss to this writer's last generation, or the one
-    /// before), waits for it to land (its marker removed or replaced),
-    /// reading the marker every [`POLL`], for at most [`MAX_YIELD`].
-    /// Returns how long it waited (zero when no one waits).
-    pub(super) async fn take_turns(&self, store: &dyn Blobstore) -> Duration {
-        let started = std::time::Instant::now();
-        while self.other_waits(store).await && started.elapsed() < MAX_YIELD {
-            tokio::time::sleep(POLL).await;
+    /// Before a new batch: the root to wait to see replaced (this writer's
+    /// last) and for how long at most, when another writer waits for its
+    /// turn ([`MAX_YIELD`]) or was active within [`ACTIVE`] (3 times its
+    /// last turn); `None`: go.
+    pub(super) fn yield_on(&self) -> Option<(String, Duration)> {
+        let s = self.seen.lock().ok()?;
+        let landed = s.landed.clone()?;
+        if s.marker
+            .as_ref()
+            .is_some_and(|(_, since)| since.elapsed() < STALE)
+        {
+            return Some((landed, MAX_YIELD));
         }
-        started.elapsed()
+        let active = s.other.is_some_and(|t| t.elapsed() < ACTIVE);
+        let limit = s
+            .turn
+            .map_or(FIRST_YIELD, |t| (t * 3).clamp(FIRST_YIELD, MAX_YIELD));
+        active.then_some((landed, limit))
     }
 
-    async fn other_waits(&self, store: &dyn Blobstore) -> bool {
-        let Ok(bytes) = crate::store::read_all(store, WAITING_KEY).await else {
-            return false;
-        };
-        let Ok(w) = serde_json::from_slice::<Waiting>(&bytes) else {
-            return false;
-        };
-        if w.writer == self.me {
-            return false;
+    /// A wait ended when another writer landed, after `waited`.
+    pub(super) fn took(&self, waited: Duration) {
+        if let Ok(mut s) = self.seen.lock() {
+            s.turn = Some(s.turn.map_or(waited, |t| waited.max(t * 3 / 4)));
         }
+    }
+
+    /// An attempt read the root `value` and the marker's version
+    /// `marker` (`None`: absent or unreadable). The root is another
+    /// writer's when it is not the one this writer landed last (and this
+    /// writer landed one); the marker is another's unless this writer has
+    /// one out.
+    pub(super) fn read(&self, value: Option<&str>, marker: Option<String>) {
         let Ok(mut s) = self.seen.lock() else {
-            return false;
+            return;
         };
-        let since = match &s.other {
-            Some((seen, since)) if *seen == bytes => *since,
-            _ => {
-                s.other = Some((bytes, Instant::now()));
-                Instant::now()
-            }
+        if s.landed.is_some() && s.landed.as_deref() != value {
+            s.other = Some(Instant::now());
+        }
+        s.marker = match marker {
+            Some(_) if s.marked => None,
+            Some(v) => match s.marker.take() {
+                Some((seen, since)) if seen == v => Some((seen, since)),
+                _ => Some((v, Instant::now())),
+            },
+            None => None,
         };
-        since.elapsed() < STALE
     }
 
-    /// An attempt lost the swap to another writer.
+    /// An attempt lost its swap to another writer: writes the marker.
     pub(super) async fn lost(&self, store: &dyn Blobstore) {
         let losses = match self.seen.lock() {
             Ok(mut s) => {
@@ -116,29 +148,37 @@ impl Turns {
             }
             Err(_) => return,
         };
-        let w = Waiting {
-            writer: self.me.clone(),
-            losses,
-        };
-        let Ok(bytes) = serde_json::to_vec(&w) else {
-            return;
-        };
-        if let Err(e) = put(store, Bytes::from(bytes)).await {
+        let body = format!("{{\"writer\":\"{}\",\"losses\":{losses}}}\n", self.me);
+        if let Err(e) = put(store, Bytes::from(body)).await {
             tracing::debug!(error = %e, "turns: cannot write {WAITING_KEY}");
         }
     }
 
-    /// An attempt landed: this writer's marker, if any, is removed.
-    pub(super) async fn landed(&self, store: &dyn Blobstore) {
+    /// An attempt landed, setting the root to `value`.
+    pub(super) fn landed(&self, value: &str) {
+        if let Ok(mut s) = self.seen.lock() {
+            s.landed = Some(value.to_string());
+        }
+    }
+
+    /// After a batch landed: removes this writer's marker, if it has one out.
+    pub(super) async fn withdraw(&self, store: &dyn Blobstore) {
         let marked = match self.seen.lock() {
             Ok(mut s) => std::mem::take(&mut s.marked),
             Err(_) => false,
         };
-        if marked
-            && let Ok(bytes) = crate::store::read_all(store, WAITING_KEY).await
-            && serde_json::from_slice::<Waiting>(&bytes).is_ok_and(|w| w.writer == self.me)
-        {
-            let _ = store.delete(WAITING_KEY).await;
+        if marked && let Err(e) = store.delete(WAITING_KEY).await {
+            tracing::debug!(error = %e, "turns: cannot remove {WAITING_KEY}");
+        }
+    }
+
+    /// A wait ended at its limit with the root unchanged: the other
+    /// writers are idle.
+    pub(super) fn idle(&self) {
+        if let Ok(mut s) = self.seen.lock() {
+            s.other = None;
+            s.marker = None;
+            s.turn = None;
         }
     }
 }
@@ -153,36 +193,68 @@ async fn put(store: &dyn Blobstore, bytes: Bytes) -> crate::store::Result<()> {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_winner_waits_while_a_loser_waits_and_alone_never() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: std::sync::Arc<dyn Blobstore> =
-            std::sync::Arc::new(crate::store::fs::FsStore::open(dir.path()).unwrap());
-        let (winner, loser) = (Turns::default(), std::sync::Arc::new(Turns::default()));
-        assert!(winner.take_turns(&*store).await < POLL, "alone");
-        loser.lost(&*store).await;
-        assert!(loser.take_turns(&*store).await < POLL, "its own marker");
-        // The winner waits until the loser lands (here after 200 ms).
-        let (s, l) = (store.clone(), loser.clone());
-        let lands = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            l.landed(&*s).await;
-        });
-        let w = winner.take_turns(&*store).await;
-        lands.await.unwrap();
-        assert!(w >= Duration::from_millis(200) && w < MAX_YIELD, "{w:?}");
+    #[test]
+    fn waits_only_after_seeing_another_writer_and_only_on_its_own_root() {
+        let t = Turns::default();
+        assert_eq!(t.yield_on(), None, "alone: never");
+        t.landed("a1");
+        t.read(Some("a1"), None);
+        assert_eq!(t.yield_on(), None, "its own root: alone still");
+        t.read(Some("b1"), None);
+        t.landed("a2");
         assert_eq!(
-            store.stat(WAITING_KEY).await.unwrap(),
-            None,
-            "removed on landing"
+            t.yield_on(),
+            Some(("a2".into(), FIRST_YIELD)),
+            "another's root seen"
         );
-        assert!(winner.take_turns(&*store).await < POLL);
-        // The marker of a writer that died: waits of MAX_YIELD until it is
-        // STALE, then none.
-        loser.lost(&*store).await;
-        assert!(winner.take_turns(&*store).await >= MAX_YIELD);
-        // STALE (2 s) after it was first read: the second wait ends then.
-        assert!(winner.take_turns(&*store).await >= MAX_YIELD / 2);
-        assert!(winner.take_turns(&*store).await < POLL, "stale");
+        t.took(Duration::from_millis(60));
+        assert_eq!(
+            t.yield_on(),
+            Some(("a2".into(), Duration::from_millis(180))),
+            "3 turns"
+        );
+        t.idle();
+        assert_eq!(t.yield_on(), None, "idle after a wait that saw no change");
+        t.read(Some("a2"), Some("etag1".into()));
+        assert_eq!(
+            t.yield_on(),
+            Some(("a2".into(), MAX_YIELD)),
+            "another's marker"
+        );
+        t.idle();
+        t.read(Some("a2"), None);
+        assert_eq!(t.yield_on(), None, "marker gone");
+    }
+
+    #[tokio::test]
+    async fn a_losers_marker_is_its_own_until_withdrawn() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::fs::FsStore::open(dir.path()).unwrap();
+        let (winner, loser) = (Turns::default(), Turns::default());
+        winner.landed("w1");
+        loser.lost(&store).await;
+        let v = store.version(WAITING_KEY).await.unwrap();
+        assert!(v.is_some(), "written");
+        loser.read(Some("w1"), v.clone());
+        assert_eq!(
+            loser.yield_on(),
+            None,
+            "its own marker, and it landed nothing"
+        );
+        winner.read(Some("w1"), v);
+        assert_eq!(
+            winner.yield_on(),
+            Some(("w1".into(), MAX_YIELD)),
+            "the winner yields"
+        );
+        loser.landed("l1");
+        loser.withdraw(&store).await;
+        assert_eq!(store.version(WAITING_KEY).await.unwrap(), None, "removed");
+        winner.read(Some("l1"), None);
+        assert_eq!(
+            winner.yield_on(),
+            Some(("w1".into(), FIRST_YIELD)),
+            "still active"
+        );
     }
 }

@@ -102,6 +102,16 @@ pub struct RootVersion {
     pub version: String,
 }
 
+/// What [`Blobstore::read_root_if_changed`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootRead {
+    /// `refs/root` is still at the version the caller holds.
+    Unchanged,
+    /// `refs/root` as it is now (`None`: absent). It may name the very
+    /// value the caller holds (a server that ignores the condition).
+    Changed(Option<RootVersion>),
+}
+
 /// One object of a listing with metadata ([`Blobstore::list_meta`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
@@ -213,6 +223,36 @@ pub trait Blobstore: Send + Sync + 'static {
     /// Makes every committed object durable first, as [`Blobstore::sync`]
     /// does (the filesystem overlaps that with writing the new root).
     async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool>;
+    /// [`Blobstore::swap_root`], answering the new root with its version
+    /// token when the swap landed (`None` when another writer got there
+    /// first), so the writer's next [`Blobstore::read_root_if_changed`]
+    /// can be answered "unchanged" without the root's bytes. The default
+    /// gives an empty (unknown) version: the next read is a whole one.
+    async fn swap_root_versioned(
+        &self,
+        expected: Option<&RootVersion>,
+        value: &str,
+    ) -> Result<Option<RootVersion>> {
+        Ok(self.swap_root(expected, value).await?.then(|| RootVersion {
+            value: value.to_string(),
+            version: String::new(),
+        }))
+    }
+    /// `refs/root` unless it is still at `seen` (same version token):
+    /// [`RootRead::Unchanged`] then. S3 asks with a conditional `GetObject`
+    /// (`If-None-Match: <ETag>`, RFC 9110 §13.1.2), answered `304` with no
+    /// body when unchanged: a round trip without the small-body stall some
+    /// servers add (Ceph RGW's beast without `tcp_nodelay`: ~40 ms). The
+    /// default reads the root and compares. An empty `seen.version` (not
+    /// known) always reads. Errors: as [`Blobstore::read_root`].
+    async fn read_root_if_changed(&self, seen: &RootVersion) -> Result<RootRead> {
+        let now = self.read_root().await?;
+        Ok(if !seen.version.is_empty() && now.as_ref() == Some(seen) {
+            RootRead::Unchanged
+        } else {
+            RootRead::Changed(now)
+        })
+    }
     /// The small object at `key` (a lease, [`crate::ops::lease`]) with
     /// its compare-and-swap version, `None` when absent: what
     /// [`Blobstore::read_root`] is for `refs/root`. The default refuses: a
@@ -233,6 +273,14 @@ pub trait Blobstore: Send + Sync + 'static {
     async fn swap(&self, key: &str, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
         let _ = (key, expected, value);
         Err(no_swap())
+    }
+    /// The version token of the small object `key` without reading its
+    /// bytes (S3: `HeadObject`'s ETag), `None` when absent: whether it
+    /// changed since a caller last looked. The default reads it
+    /// ([`Blobstore::read_versioned`]; the filesystem's token is the
+    /// content). Errors: `InvalidKey`, or the read failed.
+    async fn version(&self, key: &str) -> Result<Option<String>> {
+        Ok(self.read_versioned(key).await?.map(|r| r.version))
     }
     /// Stores small content-addressed blobs, each `(digest, bytes)` with the
     /// digest computed by the caller from those bytes, at their

@@ -372,3 +372,71 @@ async fn a_document_collected_before_the_swap_is_written_again(b: Backend) {
         Some(serde_json::to_vec("first").unwrap().len() as u64)
     );
 }
+
+/// Two writers on one store (two replicas) take turns (issue 37 §2,
+/// `state::turns`): a writer that saw the other's root waits, before its
+/// next batch, until the other lands, so the other's change lands first
+/// although it was made later; once the other is idle, one wait runs out
+/// and the next batch goes at once. A writer alone never waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_take_turns_and_one_alone_never_waits() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let open = || -> Arc<dyn Blobstore> { Arc::new(FsStore::open(dir.path()).unwrap()) };
+    let (a, b) = (StateStore::new(open()), StateStore::new(open()));
+    async fn link(state: &StateStore, who: &str, n: usize) -> (u64, Duration) {
+        let t = Instant::now();
+        let blob = Digest::sha256_of(format!("{who} {n}").as_bytes());
+        let c = state
+            .commit(
+                &format!("{who} {n}"),
+                "test",
+                &[Op::LinkBlobs {
+                    repo: repo(0),
+                    blobs: vec![(blob, 1)],
+                }],
+            )
+            .await
+            .unwrap();
+        (c.generation, t.elapsed())
+    }
+    // Alone: never waits for anyone (the first turn limit is 100 ms).
+    for n in 0..4 {
+        let (_, took) = link(&a, "a", n).await;
+        assert!(
+            took < Duration::from_millis(90),
+            "alone, commit {n}: {took:?}"
+        );
+    }
+    // b writes: a sees b's root on its next batch (not its own: no wait).
+    link(&b, "b", 0).await;
+    link(&a, "a", 4).await;
+    // a's root is current and b was active: a's next batch waits for b,
+    // which starts 30 ms later and so lands first.
+    let b2 = tokio::spawn({
+        let b = b.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            link(&b, "b", 1).await
+        }
+    });
+    let (a_gen, a_took) = link(&a, "a", 5).await;
+    let (b_gen, _) = b2.await.unwrap();
+    assert!(
+        b_gen < a_gen,
+        "b (started 30 ms later) landed first: b {b_gen}, a {a_gen} after {a_took:?}"
+    );
+    assert!(a_took >= Duration::from_millis(25), "a waited: {a_took:?}");
+    // b is idle now: a's next batch waits for it once (the root is a's,
+    // b was active), until the wait runs out (3 times b's last turn, at
+    // least 100 ms); the batches after it go at once.
+    let (_, waited) = link(&a, "a", 6).await;
+    assert!(waited >= Duration::from_millis(90), "one wait: {waited:?}");
+    for n in 7..11 {
+        let (_, took) = link(&a, "a", n).await;
+        assert!(
+            took < Duration::from_millis(90),
+            "idle other, commit {n}: {took:?}"
+        );
+    }
+}

@@ -142,6 +142,64 @@ async fn suite(store: Arc<dyn Blobstore>) {
         s.swap("leases/../x", None, "x").await,
         Err(StoreError::InvalidKey(_))
     ));
+    // A swap that answers the new root's version, and the conditional
+    // read from it: unchanged until another writer swaps.
+    let v2 = s.read_root().await.unwrap().unwrap();
+    let v3 = s
+        .swap_root_versioned(Some(&v2), "three")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v3.value, "three");
+    assert_eq!(
+        s.swap_root_versioned(Some(&v2), "four").await.unwrap(),
+        None,
+        "stale version must lose"
+    );
+    let reread = s.read_root().await.unwrap().unwrap();
+    if !v3.version.is_empty() {
+        assert_eq!(reread, v3, "the version answered is the one read");
+    }
+    // Unchanged; a server that ignores `If-None-Match` on GET (moto,
+    // s3s-fs) answers the same root again.
+    match s.read_root_if_changed(&reread).await.unwrap() {
+        store::RootRead::Unchanged => {}
+        store::RootRead::Changed(Some(same)) => assert_eq!(same.value, "three"),
+        other => panic!("unchanged root read as {other:?}"),
+    }
+    assert!(s.swap_root(Some(&reread), "five").await.unwrap());
+    match s.read_root_if_changed(&reread).await.unwrap() {
+        store::RootRead::Changed(Some(now)) => assert_eq!(now.value, "five"),
+        other => panic!("changed root read as {other:?}"),
+    }
+    // Versions without the bytes: absent, then changing with the content.
+    assert_eq!(s.version("refs/suite-marker").await.unwrap(), None);
+    let mut w = s.writer("refs/suite-marker").await.unwrap();
+    w.write(Bytes::from_static(b"one")).await.unwrap();
+    w.commit().await.unwrap();
+    let m1 = s.version("refs/suite-marker").await.unwrap().unwrap();
+    let mut w = s.writer("refs/suite-marker").await.unwrap();
+    w.write(Bytes::from_static(b"two")).await.unwrap();
+    w.commit().await.unwrap();
+    assert_ne!(s.version("refs/suite-marker").await.unwrap().unwrap(), m1);
+    s.delete("refs/suite-marker").await.unwrap();
+    assert_eq!(s.version("refs/suite-marker").await.unwrap(), None);
+    // Small blobs in one batch: those present are named, not rewritten.
+    let small: Vec<(Digest, Bytes)> = (0..5)
+        .map(|i| {
+            let b = Bytes::from(format!("page {i}"));
+            (Digest::sha256_of(&b), b)
+        })
+        .collect();
+    assert_eq!(s.put_blobs(small[..2].to_vec()).await.unwrap(), vec![]);
+    let mut present = s.put_blobs(small.clone()).await.unwrap();
+    present.sort();
+    let mut want = vec![small[0].0.clone(), small[1].0.clone()];
+    want.sort();
+    assert_eq!(present, want);
+    for (d, b) in &small {
+        assert_eq!(read(s, &blob_key(d), None).await, b.to_vec());
+    }
 }
 
 /// Many concurrent swaps from the same version, of the root and of a

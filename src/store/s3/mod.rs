@@ -47,7 +47,6 @@ mod writer;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use bytes::Bytes;
 
 use super::hot::HotBlobs;
 use super::verify;
@@ -57,7 +56,7 @@ use super::{
 use error::{error, status};
 use read::collect;
 pub use root::EtagForm;
-use root::{Condition, Probe};
+use root::{Condition, Probe, versioned};
 pub use settings::S3Settings;
 
 const ROOT_KEY: &str = "refs/root";
@@ -98,6 +97,27 @@ pub struct S3Store {
 const NO_FILE: super::hot::FileId = (0, 0, 0, 0);
 
 impl S3Store {
+    /// `HeadObject` of `key`: its size (bytes) and ETag, `None` when absent.
+    /// Errors: the request failed otherwise than by a 404.
+    pub(super) async fn head(&self, key: &str) -> Result<Option<(u64, String)>> {
+        let full = self.full(key)?;
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(&full)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some((
+                out.content_length().unwrap_or(0).max(0) as u64,
+                out.e_tag().unwrap_or_default().to_string(),
+            ))),
+            Err(e) if status(&e) == Some(404) => Ok(None),
+            Err(e) => Err(error("HeadObject", key, e)),
+        }
+    }
+
     /// Connects to the bucket: builds the client from `settings` and the
     /// standard AWS chain, checks that the bucket answers, and probes
     /// whether the server honours conditional writes (`If-None-Match: *`
@@ -195,19 +215,11 @@ fn copy_source(bucket: &str, full: &str) -> String {
 #[async_trait::async_trait]
 impl Blobstore for S3Store {
     async fn stat(&self, key: &str) -> Result<Option<u64>> {
-        let full = self.full(key)?;
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(&full)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(Some(out.content_length().unwrap_or(0).max(0) as u64)),
-            Err(e) if status(&e) == Some(404) => Ok(None),
-            Err(e) => Err(error("HeadObject", key, e)),
-        }
+        Ok(self.head(key).await?.map(|(size, _)| size))
+    }
+
+    async fn version(&self, key: &str) -> Result<Option<String>> {
+        Ok(self.head(key).await?.map(|(_, etag)| etag))
     }
 
     async fn read(&self, key: &str, range: Option<(u64, u64)>) -> Result<BoxRead> {
@@ -232,6 +244,31 @@ impl Blobstore for S3Store {
             )));
         }
         super::stat_then_stream(self, key).await
+    }
+
+    async fn put_blobs(
+        &self,
+        blobs: Vec<(crate::digest::Digest, bytes::Bytes)>,
+    ) -> Result<Vec<crate::digest::Digest>> {
+        // One conditional `PutObject` each (`If-None-Match: *`: 412 when
+        // present), up to 16 at once: no `HeadObject` round before. In
+        // single-writer mode (a server without conditional writes) a
+        // `HeadObject`, then the write.
+        use futures_util::StreamExt;
+        let mut puts = futures_util::stream::iter(blobs.into_iter().map(|(d, b)| async move {
+            if self.unconditional {
+                return Ok((!super::put_digested(self, &d, b).await?).then_some(d));
+            }
+            let full = self.full(&super::blob_key(&d))?;
+            let put = self.put_if(&full, b, Some(Condition::Absent)).await?;
+            Ok::<_, StoreError>(put.is_err().then_some(d))
+        }))
+        .buffer_unordered(16);
+        let mut present = Vec::new();
+        while let Some(r) = puts.next().await {
+            present.extend(r?);
+        }
+        Ok(present)
     }
 
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>> {
@@ -328,39 +365,38 @@ impl Blobstore for S3Store {
         self.swap(ROOT_KEY, expected, value).await
     }
 
+    async fn swap_root_versioned(
+        &self,
+        expected: Option<&RootVersion>,
+        value: &str,
+    ) -> Result<Option<RootVersion>> {
+        Ok(self
+            .swap_to(ROOT_KEY, expected, value)
+            .await?
+            .map(|version| RootVersion {
+                value: value.to_string(),
+                version,
+            }))
+    }
+
+    async fn read_root_if_changed(&self, seen: &RootVersion) -> Result<super::RootRead> {
+        if seen.version.is_empty() {
+            return Ok(super::RootRead::Changed(self.read_root().await?));
+        }
+        self.read_versioned_unless(ROOT_KEY, &seen.version).await
+    }
+
     async fn read_versioned(&self, key: &str) -> Result<Option<RootVersion>> {
         let (body, _, etag) = match self.get(key, None).await {
             Ok(got) => got,
             Err(StoreError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let bytes = collect(body, key).await?;
-        let value = String::from_utf8_lossy(&bytes).trim().to_string();
-        let version = if etag.is_empty() { value.clone() } else { etag };
-        Ok(Some(RootVersion { value, version }))
+        Ok(Some(versioned(collect(body, key).await?, etag)))
     }
 
     async fn swap(&self, key: &str, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
-        let full = self.full(key)?;
-        let body = Bytes::from(format!("{value}\n"));
-        if self.unconditional {
-            // Single-writer mode: compare, then write (acknowledged at start).
-            let current = self.read_versioned(key).await?;
-            if current.as_ref().map(|r| &r.value) != expected.map(|r| &r.value) {
-                return Ok(false);
-            }
-            return Ok(self.put_if(&full, body, None).await?.is_ok());
-        }
-        let cond = match expected {
-            Some(v) => Condition::Match(&v.version),
-            None => Condition::Absent,
-        };
-        match self.put_if(&full, body, Some(cond)).await? {
-            Ok(_) => Ok(true),
-            // 412 with the object unchanged is a broken server, not a race.
-            Err(412) => self.check_refusal(&full, cond).await.map(|()| false),
-            Err(_) => Ok(false),
-        }
+        Ok(self.swap_to(key, expected, value).await?.is_some())
     }
 
     async fn presigned_get(&self, key: &str, expires: Duration) -> Result<Option<String>> {

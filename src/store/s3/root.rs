@@ -12,8 +12,8 @@
 use aws_sdk_s3::primitives::ByteStream as S3Body;
 use bytes::Bytes;
 
-use super::{S3Store, error, status};
-use crate::store::{Result, StoreError};
+use super::{S3Store, error, read::collect, status};
+use crate::store::{Result, RootRead, RootVersion, StoreError};
 
 /// A write precondition.
 #[derive(Debug, Clone, Copy)]
@@ -198,24 +198,77 @@ impl S3Store {
         }
     }
 
-    /// After a conditional write of `full` under `cond` failed: `Ok(())`
+    /// Sets the small object `key` to `value` if it is still at `expected`
+    /// (`None`: absent): its new ETag when written, `None` when another
+    /// writer got there first (the compare-and-swap of
+    /// [`crate::store::Blobstore::swap`]). In single-writer mode
+    /// (`--s3-single-writer`) compares, then writes unconditionally.
+    /// Errors: the write failed, or the server refused a write whose
+    /// condition held ([`S3Store::check_refusal`]).
+    pub(super) async fn swap_to(
+        &self,
+        key: &str,
+        expected: Option<&RootVersion>,
+        value: &str,
+    ) -> Result<Option<String>> {
+        let full = self.full(key)?;
+        let body = Bytes::from(format!("{value}\n"));
+        if self.unconditional {
+            // Single-writer mode: compare, then write (acknowledged at start).
+            let current = crate::store::Blobstore::read_versioned(self, key).await?;
+            if current.as_ref().map(|r| &r.value) != expected.map(|r| &r.value) {
+                return Ok(None);
+            }
+            return Ok(self.put_if(&full, body, None).await?.ok());
+        }
+        let cond = match expected {
+            Some(v) => Condition::Match(&v.version),
+            None => Condition::Absent,
+        };
+        match self.put_if(&full, body, Some(cond)).await? {
+            Ok(etag) => Ok(Some(etag)),
+            // 412 with the object unchanged is a broken server, not a race.
+            Err(412) => self.check_refusal(key, cond).await.map(|()| None),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The small object `key` unless its ETag is still `etag`: a
+    /// `GetObject` under `If-None-Match: <etag>` (in the probed form),
+    /// which the server answers `304` without a body when unchanged. A
+    /// server that ignores the condition answers the object: returned as
+    /// [`RootRead::Changed`] with the same value.
+    /// Errors: the read failed.
+    pub(super) async fn read_versioned_unless(&self, key: &str, etag: &str) -> Result<RootRead> {
+        let full = self.full(key)?;
+        let sent = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&full)
+            .if_none_match(self.etag_form.write(etag))
+            .send()
+            .await;
+        match sent {
+            Ok(out) => {
+                let etag = out.e_tag().unwrap_or_default().to_string();
+                let bytes = collect(out.body, key).await?;
+                Ok(RootRead::Changed(Some(versioned(bytes, etag))))
+            }
+            Err(e) if status(&e) == Some(304) => Ok(RootRead::Unchanged),
+            Err(e) if status(&e) == Some(404) => Ok(RootRead::Changed(None)),
+            Err(e) => Err(error("GetObject", key, e)),
+        }
+    }
+
+    /// After a conditional write of `key` under `cond` failed: `Ok(())`
     /// when the object changed meanwhile (a race lost to another writer),
     /// else an error: the server refused a write whose condition held
     /// (same ETag on a fresh `HeadObject`, or still absent), which no retry
     /// can win. Logged at ERROR with the cause.
-    pub(super) async fn check_refusal(&self, full: &str, cond: Condition<'_>) -> Result<()> {
-        let now = match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(full)
-            .send()
-            .await
-        {
-            Ok(out) => Some(out.e_tag().unwrap_or_default().to_string()),
-            Err(e) if status(&e) == Some(404) => None,
-            Err(e) => return Err(error("HeadObject", full, e)),
-        };
+    pub(super) async fn check_refusal(&self, key: &str, cond: Condition<'_>) -> Result<()> {
+        let full = self.full(key)?;
+        let now = self.head(key).await?.map(|(_, etag)| etag);
         let (held, sent) = match (cond, &now) {
             (Condition::Absent, None) => (true, "If-None-Match: *".to_string()),
             (Condition::Match(etag), Some(now)) if bare(now) == bare(etag) => {
@@ -232,4 +285,12 @@ impl S3Store {
         tracing::error!(key = full, condition = %sent, "S3 conditional write refused although its condition holds");
         Err(StoreError::Io(std::io::Error::other(cause)))
     }
+}
+
+/// A small versioned object's value (its trimmed text) and version (the
+/// ETag; the value itself when the server gave none).
+pub(super) fn versioned(bytes: Bytes, etag: String) -> RootVersion {
+    let value = String::from_utf8_lossy(&bytes).trim().to_string();
+    let version = if etag.is_empty() { value.clone() } else { etag };
+    RootVersion { value, version }
 }
