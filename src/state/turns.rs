@@ -176,8 +176,9 @@ impl Turns {
     /// writers are idle.
     pub(super) fn idle(&self) {
         if let Ok(mut s) = self.seen.lock() {
+            // The marker's first sighting is kept: a dead writer's marker
+            // goes stale STALE after it, however many waits ran out.
             s.other = None;
-            s.marker = None;
             s.turn = None;
         }
     }
@@ -224,6 +225,21 @@ mod tests {
         t.idle();
         t.read(Some("a2"), None);
         assert_eq!(t.yield_on(), None, "marker gone");
+    }
+
+    #[test]
+    fn a_dead_writers_marker_goes_stale_though_waits_run_out() {
+        let t = Turns::default();
+        t.landed("a1");
+        t.read(Some("a1"), Some("dead".into()));
+        assert_eq!(t.yield_on(), Some(("a1".into(), MAX_YIELD)));
+        t.idle();
+        t.read(Some("a1"), Some("dead".into()));
+        assert_eq!(t.yield_on(), Some(("a1".into(), MAX_YIELD)), "fresh still");
+        std::thread::sleep(STALE);
+        t.idle();
+        t.read(Some("a1"), Some("dead".into()));
+        assert_eq!(t.yield_on(), None, "stale: STALE after its first sighting");
     }
 
     #[tokio::test]
