@@ -195,21 +195,6 @@ impl crate::store::Blobstore for FsStore {
         self.swap_root_now(expected, value).await
     }
 
-    async fn swap_root_versioned(
-        &self,
-        expected: Option<&RootVersion>,
-        value: &str,
-    ) -> Result<Option<RootVersion>> {
-        // The version of a root file is its content.
-        Ok(self
-            .swap_root_now(expected, value)
-            .await?
-            .then(|| RootVersion {
-                value: value.to_string(),
-                version: value.to_string(),
-            }))
-    }
-
     async fn read_versioned(&self, key: &str) -> Result<Option<RootVersion>> {
         self.read_versioned_now(key).await
     }
