@@ -17,8 +17,9 @@
 #       same bucket (their root swaps race); RUNS rounds, median p99.
 #       Target: p99 with two replicas <= 2x p99 with one. Run twice: on
 #       RGW's default beast frontend and on a second gateway of the same
-#       cluster with tcp_nodelay=1 (the default answers every small GET
-#       ~40 ms late: Nagle's algorithm against the client's delayed ACK).
+#       cluster with tcp_nodelay=1 (the default holds every small response
+#       until the client acknowledges its head: ~40 ms for a client that
+#       delays its ACKs; airlock's S3 client acknowledges at once).
 # Prints each figure and ratio, then PASS/FAIL per target.
 #
 # Needs: ceph-mon ceph-mgr ceph-osd radosgw s3cmd curl python3 python3-boto3

@@ -15,8 +15,9 @@
 # is sparse.
 #
 # RGW's beast frontend runs with its defaults, as a site installs it:
-# without `tcp_nodelay`, so each response of 8 KiB or less reaches the
-# client ~40 ms late (Nagle's algorithm meets the client's delayed ACK).
+# without `tcp_nodelay`, so each response of 8 KiB or less reaches a
+# client that delays its ACKs ~40 ms late (Nagle's algorithm meets the
+# delayed ACK; airlock's S3 client acknowledges at once, TCP_QUICKACK).
 # With CEPH_RGW_NODELAY_PORT set, a second gateway on that port serves the
 # same cluster with `tcp_nodelay=1` (Ceph's documented latency option), to
 # compare the two.

@@ -33,12 +33,15 @@
 //!   acknowledged. A swap refused (412) while the root is unchanged is an
 //!   error at once, never taken for a lost race ([`root`]).
 //!
-//! Files: [`settings`] (how to reach the bucket, the client), [`read`],
+//! Files: [`settings`] (how to reach the bucket, the client), [`http`]
+//! (the client's connections: acknowledged at once, so a gateway's small
+//! responses are not held ~40 ms by Nagle's algorithm), [`read`],
 //! [`writer`] (and the sweep of abandoned multipart uploads), [`root`]
 //! (conditional writes), [`error`] (one-line causes); here the store and
 //! its [`Blobstore`] implementation.
 
 mod error;
+mod http;
 mod read;
 mod root;
 mod settings;

@@ -79,26 +79,12 @@ impl S3Store {
                 settings.part_size
             ))));
         }
-        let mut trust = aws_smithy_http_client::tls::TrustStore::default();
-        if let Some(path) = &settings.ca_file {
-            let pem = std::fs::read(path).map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("reading the S3 CA bundle {}: {e}", path.display()),
-                )
-            })?;
-            trust = trust.with_pem_certificate(pem);
-        }
-        let tls = aws_smithy_http_client::tls::TlsContext::builder()
-            .with_trust_store(trust)
-            .build()
-            .map_err(|e| std::io::Error::other(format!("S3 TLS settings: {e}")))?;
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .tls_context(tls)
-            .build_https();
+        let tls = crate::http_client::tls_config(&crate::http_client::TlsOptions {
+            ca_file: settings.ca_file.clone(),
+            ..Default::default()
+        })
+        .map_err(|e| std::io::Error::other(format!("S3 TLS settings: {e:#}")))?;
+        let http = super::http::S3Http::new(tls);
         let region = aws_config::meta::region::RegionProviderChain::first_try(
             settings.region.clone().map(Region::new),
         )
