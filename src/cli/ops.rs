@@ -146,12 +146,16 @@ pub async fn scrub(args: ScrubArgs) -> Result<()> {
         for d in &p.corrupt {
             println!("corrupt, quarantined: {d}");
         }
+        for d in &p.repaired {
+            println!("repaired from its other copy: {d}");
+        }
         println!(
-            "scrubbed {} blobs ({}) since {}; {} corrupt",
+            "scrubbed {} blobs ({}) since {}; {} corrupt, {} repaired from their other copies",
             p.blobs,
             airlock::config::format_size(p.bytes),
             p.started,
-            p.corrupt.len()
+            p.corrupt.len(),
+            p.repaired.len()
         );
     }
     if p.corrupt.is_empty() {
@@ -310,13 +314,17 @@ fn print_report(report: &fsck::FsckReport) {
     for p in &report.warnings {
         println!("warning: older generation: {p}");
     }
+    for p in &report.repaired {
+        println!("{p}");
+    }
     println!(
-        "generation {}: {} generations, {} objects checked, {} blobs re-hashed, {} quarantined, {} problems",
+        "generation {}: {} generations, {} objects checked, {} blobs re-hashed, {} quarantined, {} repaired from their second copies, {} problems",
         report.generation,
         report.generations_checked,
         report.objects_checked,
         report.blobs_rehashed,
         report.quarantined.len(),
+        report.repaired.len(),
         report.problems.len()
     );
 }

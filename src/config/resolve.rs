@@ -70,13 +70,22 @@ pub struct StoreTarget {
     pub s3: S3Settings,
     /// The free-space floor of the filesystem store.
     pub min_free_space: FreeSpaceFloor,
+    /// `store.metadata_copies` (1 or 2); `None`: the backend's default.
+    pub metadata_copies: Option<u8>,
 }
 
 impl StoreTarget {
     /// Opens the store (see [`crate::store::open`]); a filesystem
     /// directory is created when `create`, else it must exist.
     pub async fn open(&self, create: bool) -> crate::store::Result<OpenedStore> {
-        crate::store::open(&self.url, &self.s3, self.min_free_space, create).await
+        crate::store::open(
+            &self.url,
+            &self.s3,
+            self.min_free_space,
+            self.metadata_copies,
+            create,
+        )
+        .await
     }
 }
 
@@ -129,10 +138,21 @@ impl StoreSection {
         let min_free_space =
             FreeSpaceFloor::parse(self.min_free_space.as_deref().unwrap_or("default"))
                 .map_err(|e| ConfigError::value("store.min_free_space", e))?;
+        let metadata_copies = match self.metadata_copies {
+            None => None,
+            Some(n @ (1 | 2)) => Some(n),
+            Some(n) => {
+                return Err(ConfigError::value(
+                    "store.metadata_copies",
+                    format!("{n}: must be 1 or 2"),
+                ));
+            }
+        };
         Ok(StoreTarget {
             url,
             s3,
             min_free_space,
+            metadata_copies,
         })
     }
 }

@@ -130,6 +130,13 @@ pub struct StoreSection {
     /// 1 %) or `0` (off) [default: default].
     #[arg(long, env = "AIRLOCK_MIN_FREE_SPACE")]
     pub min_free_space: Option<String>,
+    /// Copies of each metadata object (state document, repository pages,
+    /// stacks, torcx and changes documents) a commit writes: 1, or 2 so
+    /// that one damaged object loses nothing (read from its other copy and
+    /// written back; on the filesystem it costs tag PUT latency, see
+    /// docs/benchmarks.md) [default: 1].
+    #[arg(long, env = "AIRLOCK_METADATA_COPIES")]
+    pub metadata_copies: Option<u8>,
     /// Notice a state root changed by another process (a CLI import while
     /// the server runs, another replica) within this many milliseconds; 0
     /// checks the root on every request (on the filesystem one stat(2)).

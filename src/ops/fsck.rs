@@ -18,7 +18,7 @@ use anyhow::Result;
 use super::rooms;
 use crate::digest::{Digest, Hasher};
 use crate::state::{Reached, StateError, StateStore};
-use crate::store::{self, Blobstore, StoreError, blob_key, verify};
+use crate::store::{self, Blobstore, StoreError, blob_key, copies, verify};
 
 /// One problem found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -53,6 +53,10 @@ pub struct FsckReport {
     pub blobs_rehashed: u64,
     /// Blobs moved to quarantine by this run.
     pub quarantined: Vec<Digest>,
+    /// Metadata objects of which one copy was damaged or missing and was
+    /// written again from the other ([`crate::store::copies`]): nothing is
+    /// lost, so these are not problems.
+    pub repaired: Vec<Problem>,
     /// Every problem found in the current generation, or with stored blobs.
     pub problems: Vec<Problem>,
     /// Problems of older generations only (they matter only to a rollback
@@ -65,6 +69,15 @@ impl FsckReport {
         self.problems.push(Problem {
             kind,
             object: object.to_string(),
+            detail: detail.to_string(),
+            derived: false,
+        });
+    }
+
+    fn repaired(&mut self, digest: &Digest, detail: impl ToString) {
+        self.repaired.push(Problem {
+            kind: "repaired",
+            object: digest.to_string(),
             detail: detail.to_string(),
             derived: false,
         });
@@ -106,6 +119,7 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
     report.generation = history.first().map_or(0, |(_, d)| d.generation);
     let mut reached: HashSet<Digest> = HashSet::new();
     let mut blobs: Vec<Digest> = Vec::new();
+    let mut documents: Vec<Digest> = Vec::new();
     let mut rooms_seen: HashSet<Digest> = HashSet::new();
     let mut chunk_maps: HashSet<Digest> = HashSet::new();
     let mut derived: HashSet<Digest> = HashSet::new();
@@ -116,8 +130,10 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
         let problems = state
             .walk(digest, &mut |r: Reached| {
                 let fresh = reached.insert(r.digest().clone());
-                if fresh && let Reached::Blob(d) = &r {
-                    blobs.push(d.clone());
+                match &r {
+                    Reached::Blob(d) if fresh => blobs.push(d.clone()),
+                    Reached::Document(d) if fresh => documents.push(d.clone()),
+                    _ => {}
                 }
                 fresh
             })
@@ -171,6 +187,8 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
             report.warnings.extend(old);
         }
     }
+    documents.extend(rooms_seen.iter().cloned());
+    check_copies(&**state.blobstore(), &documents, &mut report).await?;
     report.objects_checked = reached.len();
     let store = state.blobstore();
     for b in &blobs {
@@ -203,6 +221,45 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
         rehash_all(&**state.blobstore(), &mut report).await?;
     }
     Ok(report)
+}
+
+/// On a store that keeps metadata copies, makes sure every metadata
+/// object in `documents` has a good second copy (writing it from the
+/// verified object when missing or damaged); then reports, as repaired,
+/// those and every object this process's reads restored from its copy.
+/// Errors: the store failed.
+async fn check_copies(
+    store: &dyn Blobstore,
+    documents: &[Digest],
+    report: &mut FsckReport,
+) -> Result<()> {
+    if store.metadata_copies() >= 2 {
+        for d in documents {
+            // A document that cannot be read is already a problem.
+            let Ok(bytes) = store::get_verified(store, d).await else {
+                continue;
+            };
+            match copies::check_copy(store, d, &bytes).await? {
+                copies::CopyState::Good => {}
+                copies::CopyState::Written => {
+                    report.repaired(d, "its second copy was missing; written again")
+                }
+                copies::CopyState::Rewritten => {
+                    report.repaired(d, "its second copy was damaged; written again")
+                }
+            }
+        }
+    }
+    for r in store.repairs().map(|r| r.take()).unwrap_or_default() {
+        report.repaired(
+            &r.digest,
+            format!(
+                "metadata object was damaged ({}); restored from its second copy",
+                r.cause
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// Re-hashes every object under `blobs/`, one fan-out listing at a time;

@@ -137,6 +137,9 @@ pub struct GcReport {
     pub links_removed: u64,
     /// Journals of finished imports removed.
     pub journals_removed: u64,
+    /// Second copies of metadata blobs removed with their blobs
+    /// ([`crate::store::copies`]).
+    pub copies_removed: u64,
     /// Stale `tmp/` and stacks scratch files removed.
     pub tmp_files_removed: u64,
     /// Bytes freed by those.
@@ -427,6 +430,7 @@ async fn run_inner(opened: &OpenedStore, state: &StateStore, opts: &GcOptions) -
             report.links_removed += 1;
         }
     }
+    report.copies_removed = sweep_copies(store, &marks, cutoff, opts.dry_run).await?;
     for key in &marks.dead_journals {
         if remove(store, key, opts.dry_run).await?.is_some() {
             report.journals_removed += 1;
@@ -541,6 +545,36 @@ async fn sweep_blobs(
         }
     }
     Ok(failed_young)
+}
+
+/// Removes the second copies ([`crate::store::copies`]) of blobs that are
+/// gone from `blobs/` and not reached (after the third look), last
+/// written before `cutoff`. A copy whose blob a commit wrote again
+/// meanwhile stays. Returns how many were (dry run: would be) removed.
+async fn sweep_copies(
+    store: &dyn Blobstore,
+    marks: &Marks,
+    cutoff: SystemTime,
+    dry_run: bool,
+) -> Result<u64> {
+    let mut removed = 0;
+    for m in store
+        .list_meta(store::copies::COPIES_PREFIX)
+        .await
+        .context("listing copies/")?
+    {
+        let Some(digest) = store::copies::copy_digest(&m.key) else {
+            continue;
+        };
+        if marks.reached.contains(&digest) || m.modified >= cutoff {
+            continue;
+        }
+        let gone = store.stat(&store::blob_key(&digest)).await?.is_none();
+        if gone && remove(store, &m.key, dry_run).await?.is_some() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// `AIRLOCK_FAILPOINT=gc:after_trash=kill` (the process kills itself,

@@ -95,7 +95,7 @@ pub async fn rollback(state: &StateStore, to: u64, reason: &str, who: &str) -> R
             changes: None,
         };
         let bytes = serde_json::to_vec(&doc).context("serializing the state document")?;
-        let digest = store::put_bytes(&**store, &bytes).await?;
+        let digest = store::put_metadata(&**store, &bytes).await?;
         store.sync().await?;
         if store.swap_root(Some(&root), &digest.to_string()).await? {
             state.forget_root();

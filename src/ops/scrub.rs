@@ -66,8 +66,13 @@ pub struct ScrubProgress {
     pub blobs: u64,
     /// Bytes rehashed in this pass.
     pub bytes: u64,
-    /// Blobs found corrupt (and quarantined) in this pass.
+    /// Blobs found corrupt (and quarantined) in this pass, with no good
+    /// second copy.
     pub corrupt: Vec<Digest>,
+    /// Metadata blobs of which one copy was damaged or missing and was
+    /// written again from the other ([`crate::store::copies`]).
+    #[serde(default)]
+    pub repaired: Vec<Digest>,
 }
 
 /// Reads the saved progress (`None`: no pass ever ran, or it is unreadable).
@@ -139,6 +144,36 @@ pub async fn scrub_blob(
     Ok(Verdict::Whole(n))
 }
 
+/// Checks the second copy at `key` of the metadata blob `digest`: when it
+/// does not match the digest, writes it again from the blob (read and
+/// verified, itself restored from nothing else). `true` when it was
+/// rewritten; `false` when whole, or gone, or when the blob is bad too
+/// (then logged: both copies are damaged).
+///
+/// Errors: the store failed.
+async fn scrub_copy(store: &dyn Blobstore, key: &str, digest: &Digest) -> store::Result<bool> {
+    let bytes = match store::read_all(store, key).await {
+        Ok(b) => b,
+        Err(StoreError::NotFound(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if store::matches(digest, &bytes).is_ok() {
+        return Ok(false);
+    }
+    store.forget_verified(&store::blob_key(digest));
+    let good = match store::read_all(store, &store::blob_key(digest)).await {
+        Ok(b) if store::matches(digest, &b).is_ok() => b,
+        Ok(_) | Err(StoreError::NotFound(_) | StoreError::Corrupt(_)) => {
+            tracing::error!(%digest, "scrub: both copies of a metadata blob are damaged");
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    store::copies::overwrite(store, key, &good).await?;
+    tracing::warn!(%digest, "scrub: damaged second copy of a metadata blob written again");
+    Ok(true)
+}
+
 /// Runs (or resumes) one pass over every blob, saving progress as it goes;
 /// returns the finished pass. A pass whose `finished` is set is not
 /// resumed: a new one starts.
@@ -153,7 +188,9 @@ pub async fn pass(store: &Arc<dyn Blobstore>, opts: &ScrubOptions) -> store::Res
             ..ScrubProgress::default()
         },
     };
+    // `blobs/` then `copies/` (key order): a pass covers both.
     let mut blobs = store.list_meta("blobs/").await?;
+    blobs.extend(store.list_meta(store::copies::COPIES_PREFIX).await?);
     blobs.sort_by(|a, b| a.key.cmp(&b.key));
     let mut budget = (Instant::now(), 0u64);
     let mut since_save = 0u64;
@@ -162,6 +199,13 @@ pub async fn pass(store: &Arc<dyn Blobstore>, opts: &ScrubOptions) -> store::Res
             .as_ref()
             .is_some_and(|c| b.key.as_str() <= c.as_str())
         {
+            continue;
+        }
+        if let Some(digest) = store::copies::copy_digest(&b.key) {
+            if scrub_copy(&**store, &b.key, &digest).await? {
+                p.repaired.push(digest);
+            }
+            p.cursor = Some(b.key);
             continue;
         }
         let Some(digest) = verify::blob_digest(&b.key) else {
@@ -176,6 +220,16 @@ pub async fn pass(store: &Arc<dyn Blobstore>, opts: &ScrubOptions) -> store::Res
                 // Reported once it is moved (an S3 store moves it in the
                 // background; a CLI scrub would exit before that).
                 verify::settle_quarantine(&**store, &digest).await?;
+                let failure = StoreError::Corrupt(digest.to_string());
+                if store::copies::recover(&**store, &digest, &failure)
+                    .await?
+                    .is_some()
+                {
+                    tracing::warn!(%digest, "scrub: damaged metadata blob restored from its second copy");
+                    p.repaired.push(digest);
+                    p.cursor = Some(b.key);
+                    continue;
+                }
                 tracing::error!(%digest, "scrub: corrupt blob quarantined");
                 crate::metrics::global().store_error("corrupt");
                 crate::metrics::global().scrub_corrupt_found.inc();

@@ -40,8 +40,14 @@ pub struct Recovery {
     /// The newest generation whose whole tree verifies.
     pub restored: Found,
     /// Newer generations that cannot be restored (damaged, or built on a
-    /// damaged one): lost by the recovery.
+    /// damaged one), found in the store: lost by the recovery.
     pub lost: Vec<Found>,
+    /// Every generation lost: `lost`, and the current one when its state
+    /// document cannot be read (so it is not among `lost`).
+    pub lost_count: u64,
+    /// The tags the lost generations created, moved or removed
+    /// (`repository:tag`), from their changes documents where readable.
+    pub lost_tags: Vec<String>,
     /// The generation the recovery committed (`None`: a dry run).
     pub generation: Option<u64>,
 }
@@ -63,20 +69,19 @@ impl std::fmt::Display for Recovery {
                 l.generation, l.time, l.digest, l.reason
             )?;
         }
+        if !self.lost_tags.is_empty() {
+            writeln!(f, "lost tag changes: {}", self.lost_tags.join(", "))?;
+        }
         match self.generation {
             Some(g) => write!(
                 f,
                 "restored generation {} ({}) as generation {g}; {} newer generations lost",
-                self.restored.generation,
-                self.restored.time,
-                self.lost.len()
+                self.restored.generation, self.restored.time, self.lost_count
             ),
             None => write!(
                 f,
                 "would restore generation {} ({}); {} newer generations would be lost",
-                self.restored.generation,
-                self.restored.time,
-                self.lost.len()
+                self.restored.generation, self.restored.time, self.lost_count
             ),
         }
     }
@@ -149,6 +154,31 @@ async fn verifies(state: &StateStore, digest: &Digest) -> Result<bool> {
     Ok(true)
 }
 
+/// The tags the generation `digest` changed (`repository:tag`), from its
+/// changes document; none when it has none or it cannot be read.
+async fn changed_tags(state: &StateStore, digest: &Digest) -> Vec<String> {
+    let Ok(doc) = state.state_doc(digest).await else {
+        return Vec::new();
+    };
+    let Some(changes) = &doc.changes else {
+        return Vec::new();
+    };
+    let Ok(bytes) = crate::store::get_verified(&**state.blobstore(), changes).await else {
+        return vec![format!(
+            "(generation {}: its changes document cannot be read)",
+            doc.generation
+        )];
+    };
+    match serde_json::from_slice::<super::Changes>(&bytes) {
+        Ok(c) => c
+            .tags
+            .iter()
+            .map(|t| format!("{}:{}", t.repository, t.tag))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// Finds the newest generation whose whole tree verifies and (unless
 /// `dry_run`) makes it current as a new generation, whatever `refs/root`
 /// names; `who` is recorded. Without damage, nothing to do: `Ok(None)`.
@@ -180,11 +210,22 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
             all.len()
         );
     };
-    let newest = all.first().map_or(doc.generation, |(_, d)| d.generation);
+    // The current generation, when its state document cannot be read, is
+    // not among those scanned: it is lost too, and numbered after them.
+    let unread = root
+        .as_ref()
+        .is_some_and(|r| !all.iter().any(|(d, _)| d.to_string() == r.value));
+    let newest = all.first().map_or(doc.generation, |(_, d)| d.generation) + u64::from(unread);
+    let mut lost_tags = Vec::new();
+    for l in &lost {
+        lost_tags.extend(changed_tags(state, &l.digest).await);
+    }
     let mut recovery = Recovery {
         damaged_root: root.as_ref().map(|r| r.value.clone()),
         restored: found(&digest, &doc),
+        lost_count: lost.len() as u64 + u64::from(unread),
         lost,
+        lost_tags,
         generation: None,
     };
     if dry_run {
@@ -197,8 +238,7 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
         time: now_rfc3339(),
         reason: format!(
             "recovered: restored generation {} ({} newer generations lost: damaged)",
-            doc.generation,
-            recovery.lost.len()
+            doc.generation, recovery.lost_count
         ),
         who: who.to_string(),
         address: None,
@@ -207,7 +247,7 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
         changes: None,
     };
     let bytes = serde_json::to_vec(&next)?;
-    let new_digest = crate::store::put_bytes(&**store, &bytes).await?;
+    let new_digest = crate::store::put_metadata(&**store, &bytes).await?;
     store.sync().await?;
     if !store
         .swap_root(root.as_ref(), &new_digest.to_string())
@@ -218,7 +258,7 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
     tracing::warn!(
         restored = doc.generation,
         generation = next.generation,
-        lost = recovery.lost.len(),
+        lost = recovery.lost_count,
         "state recovered from a damaged generation"
     );
     recovery.generation = Some(next.generation);

@@ -17,6 +17,7 @@
 //! - `gc-trash/<alg>-<hex>.<run>`: blobs a garbage collection run moved
 //!   aside before its last look ([`GC_TRASH_PREFIX`], `ops::gc`).
 
+pub mod copies;
 pub mod fs;
 pub mod hot;
 mod open;
@@ -312,6 +313,41 @@ pub trait Blobstore: Send + Sync + 'static {
         }
         Ok(present)
     }
+    /// How many copies of each metadata blob a state commit writes: 1, or
+    /// 2 with a second copy at [`copies::copy_key`] (`[store]
+    /// metadata_copies`; default 1).
+    fn metadata_copies(&self) -> u8 {
+        1
+    }
+    /// Stores the second copies of metadata blobs, each `(digest, bytes)`,
+    /// at their [`copies::copy_key`]s, skipping those already present. The
+    /// default writes up to 16 at once through [`Blobstore::writer`]
+    /// (durable when each write commits); the filesystem writes one batch
+    /// whose writeback it starts but does not wait for (see
+    /// [`copies`]). Errors: the first failure.
+    async fn put_copies(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
+        use futures_util::StreamExt;
+        let mut puts = futures_util::stream::iter(blobs.into_iter().map(|(d, b)| async move {
+            let key = copies::copy_key(&d);
+            if self.stat(&key).await?.is_none() {
+                let mut w = self.writer(&key).await?;
+                w.write(b).await?;
+                w.commit().await?;
+            }
+            Ok::<_, StoreError>(())
+        }))
+        .buffer_unordered(16);
+        while let Some(r) = puts.next().await {
+            r?;
+        }
+        Ok(())
+    }
+    /// The record of blobs that reads restored from their copies
+    /// ([`copies::Repairs`]), for `fsck` and `scrub`; `None` for a backend
+    /// that keeps none (a test wrapper).
+    fn repairs(&self) -> Option<&copies::Repairs> {
+        None
+    }
     /// Whether `refs/root` still holds `seen.value`, when the backend can
     /// tell from local metadata alone, without a round trip and without
     /// allocating (filesystem: one `stat(2)` of the root file); `None` when
@@ -449,6 +485,19 @@ pub async fn put_bytes(store: &dyn Blobstore, bytes: &[u8]) -> Result<Digest> {
     Ok(digest)
 }
 
+/// [`put_bytes`] for a metadata document (a state document written
+/// outside a commit: rollback, recovery), with its second copy when the
+/// store keeps copies ([`Blobstore::metadata_copies`]). Errors: the store failed.
+pub async fn put_metadata(store: &dyn Blobstore, bytes: &[u8]) -> Result<Digest> {
+    let digest = put_bytes(store, bytes).await?;
+    if store.metadata_copies() >= 2 {
+        store
+            .put_copies(vec![(digest.clone(), Bytes::copy_from_slice(bytes))])
+            .await?;
+    }
+    Ok(digest)
+}
+
 /// Stores `bytes` at [`blob_key`]`(digest)` (`digest` computed by the
 /// caller from them) through a committed writer, unless already present;
 /// `false` when present. Errors: the store failed.
@@ -552,13 +601,32 @@ pub fn journal_key(id: &str) -> String {
 }
 
 /// Reads a blob and verifies it against `digest` (any size). For small blobs
-/// such as manifests and metadata documents.
+/// such as manifests and metadata documents. A blob that is missing or
+/// fails its digest is read from its second copy when one is stored
+/// ([`copies::recover`]: a metadata blob on a store with
+/// `metadata_copies = 2`), and written back. Errors: `NotFound`, `Corrupt`
+/// or `Mismatch` when neither the blob nor a copy is good; the store failed.
 pub async fn get_verified(store: &dyn Blobstore, digest: &Digest) -> Result<Vec<u8>> {
-    let bytes = read_all(store, &blob_key(digest)).await?;
-    let mut h = HashingReader::new(&bytes[..], digest.algorithm());
+    let failure = match read_all(store, &blob_key(digest)).await {
+        Ok(bytes) => match matches(digest, &bytes) {
+            Ok(()) => return Ok(bytes),
+            Err(e) => e,
+        },
+        Err(e @ (StoreError::NotFound(_) | StoreError::Corrupt(_))) => e,
+        Err(e) => return Err(e),
+    };
+    match copies::recover(store, digest, &failure).await? {
+        Some(bytes) => Ok(bytes),
+        None => Err(failure),
+    }
+}
+
+/// Whether `bytes` are the content `digest` names. Errors: `Mismatch`.
+pub fn matches(digest: &Digest, bytes: &[u8]) -> Result<()> {
+    let mut h = HashingReader::new(bytes, digest.algorithm());
     std::io::copy(&mut h, &mut std::io::sink())?;
     h.verify(digest, bytes.len() as u64)?;
-    Ok(bytes)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -154,12 +154,15 @@ impl OpenedStore {
 /// else it must exist; writes keep `min_free` free) or an S3 bucket
 /// (`s3` gives the endpoint, region and the rest; the bucket and prefix
 /// come from the URL), checked and probed by [`S3Store::open`].
+/// `metadata_copies` (1 or 2, [`super::copies`]) overrides the backend's
+/// default (1 on the filesystem, `s3.metadata_copies` on S3).
 ///
 /// Errors: a one-line cause naming the directory or bucket.
 pub async fn open(
     url: &StoreUrl,
     s3: &S3Settings,
     min_free: FreeSpaceFloor,
+    metadata_copies: Option<u8>,
     create: bool,
 ) -> Result<OpenedStore> {
     match url {
@@ -176,12 +179,16 @@ pub async fn open(
                     dir.display()
                 )))
             })?;
-            Ok(OpenedStore::Fs(fs.with_min_free_space(min_free)))
+            Ok(OpenedStore::Fs(
+                fs.with_min_free_space(min_free)
+                    .with_metadata_copies(metadata_copies.unwrap_or(1)),
+            ))
         }
         StoreUrl::S3 { bucket, prefix } => {
             let settings = S3Settings {
                 bucket: bucket.clone(),
                 prefix: prefix.clone(),
+                metadata_copies: metadata_copies.unwrap_or(s3.metadata_copies),
                 ..s3.clone()
             };
             Ok(OpenedStore::S3(S3Store::open(&settings).await?))

@@ -548,6 +548,18 @@ macro_rules! forwarding_store {
             fn forget_verified(&self, key: &str) {
                 self.inner.forget_verified(key)
             }
+            fn metadata_copies(&self) -> u8 {
+                self.inner.metadata_copies()
+            }
+            async fn put_copies(
+                &self,
+                blobs: Vec<(airlock::digest::Digest, bytes::Bytes)>,
+            ) -> airlock::store::Result<()> {
+                self.inner.put_copies(blobs).await
+            }
+            fn repairs(&self) -> Option<&airlock::store::copies::Repairs> {
+                self.inner.repairs()
+            }
             async fn rename(&self, from: &str, to: &str) -> airlock::store::Result<()> {
                 self.inner.rename(from, to).await
             }

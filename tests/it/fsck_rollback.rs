@@ -206,6 +206,12 @@ fn fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document(store: Back
         serde_json::from_slice(&objects.get(&blob_key(root.trim())).unwrap()).unwrap();
     let table = state["repositories"].as_str().unwrap().to_string();
     objects.delete(&blob_key(&table));
+    // And its second copy, where the store keeps one (metadata_copies =
+    // 2): damage no copy repairs.
+    let copy = blob_key(&table).replacen("blobs/", "copies/", 1);
+    if objects.exists(&copy) {
+        objects.delete(&copy);
+    }
     let o = store.airlock(&["fsck"], &[]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains(&table));

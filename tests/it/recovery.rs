@@ -103,14 +103,22 @@ fn commit_stacks_document(b: &Backend, reason: &str, doc: &[u8]) {
     });
 }
 
-/// Flips one byte of the blob `digest` in place (its key unchanged).
+/// Flips one byte of the blob `digest` in place (its key unchanged), and
+/// of its second copy when the store keeps one (`metadata_copies = 2`):
+/// damage no copy can repair, which these
+/// scenarios are about (one damaged copy: `metadata_copies.rs`).
 fn flip(b: &Backend, digest: &str) {
     let objects = Objects::of(b);
-    let key = blob_key(digest);
-    let mut bytes = objects.get(&key).expect("the blob to damage");
-    let at = bytes.len() / 2;
-    bytes[at] ^= 0x20;
-    objects.put(&key, &bytes);
+    let copy = blob_key(digest).replacen("blobs/", "copies/", 1);
+    for key in [blob_key(digest), copy] {
+        let Some(mut bytes) = objects.get(&key) else {
+            assert!(key.starts_with("copies/"), "no blob {key} to damage");
+            continue;
+        };
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x20;
+        objects.put(&key, &bytes);
+    }
 }
 
 /// The state document of the current generation, parsed.
@@ -159,12 +167,13 @@ fn a_damaged_state_document_is_repaired(b: Backend) {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(text.contains("fsck"), "{text}");
-    // Generation 3's document is unreadable: the new generation is 3 again
-    // (numbers go on from the newest readable one).
-    repair_restores(&b, 2, &[], 3);
+    // Generation 3's document is unreadable: it is lost (counted, though
+    // not listed by number), and the new generation is 4, so history's
+    // numbers say what is gone.
+    repair_restores(&b, 2, &[], 4);
     let listing = b.airlock_ok(&["history"], &["--json"]);
     assert!(
-        listing.contains("recovered: restored generation 2"),
+        listing.contains("recovered: restored generation 2 (1 newer generations lost: damaged)"),
         "{listing}"
     );
 }
@@ -275,7 +284,7 @@ fn a_re_import_repairs_a_damaged_repository_page(b: Backend) {
 }
 
 /// The current state document is damaged: the import restores generation
-/// 2 (as generation 3); bundle `two` is already in it, so the import itself
+/// 2 (as generation 4: 3 is lost); bundle `two` is already in it, so the import itself
 /// changes nothing more.
 fn a_re_import_repairs_a_damaged_state_document(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
@@ -287,12 +296,13 @@ fn a_re_import_repairs_a_damaged_state_document(b: Backend) {
     let report: serde_json::Value =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(report["repaired"]["restored"]["generation"], 2, "{out}");
-    assert_eq!(report["repaired"]["generation"], 3, "{out}");
+    assert_eq!(report["repaired"]["generation"], 4, "{out}");
+    assert_eq!(report["repaired"]["lost_count"], 1, "{out}");
     assert_eq!(report["changed"], false, "{out}");
-    assert_eq!(report["generation"], 3, "{out}");
+    assert_eq!(report["generation"], 4, "{out}");
     b.airlock_ok(&["fsck"], &[]);
     let gens: Vec<u64> = b.history().iter().map(|(g, _)| *g).collect();
-    assert_eq!(gens, [3, 2, 1]);
+    assert_eq!(gens, [4, 2, 1]);
 }
 
 /// A manifest blob damaged on disk is quarantined by `fsck`; re-importing

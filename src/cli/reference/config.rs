@@ -212,7 +212,7 @@ impl Types {
         match name.as_str() {
             "String" => "string",
             "bool" => "boolean",
-            "u64" | "usize" => "integer",
+            "u64" | "usize" | "u8" => "integer",
             "NonZeroU64" => "integer ≥ 1",
             "PathBuf" => "path",
             "SocketAddr" => "address (`IP:PORT`)",

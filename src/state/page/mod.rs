@@ -254,8 +254,17 @@ impl Pages {
         );
         let t = std::time::Instant::now();
         let all = blobs.clone();
-        let present: std::collections::HashSet<Digest> =
-            self.store.put_blobs(blobs).await?.into_iter().collect();
+        // With metadata copies (`store::copies`), the second copies are
+        // written beside the blobs; both are durable before the root swap.
+        let copies = async {
+            if self.store.metadata_copies() >= 2 {
+                self.store.put_copies(all.clone()).await
+            } else {
+                Ok(())
+            }
+        };
+        let (present, ()) = tokio::try_join!(self.store.put_blobs(blobs), copies)?;
+        let present: std::collections::HashSet<Digest> = present.into_iter().collect();
         tracing::debug!(
             blobs = n,
             bytes,

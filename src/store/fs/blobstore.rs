@@ -183,6 +183,27 @@ impl crate::store::Blobstore for FsStore {
         Ok(batch.present)
     }
 
+    fn metadata_copies(&self) -> u8 {
+        self.copies
+    }
+
+    /// One batch of writes and renames, as [`Blobstore::put_blobs`], with
+    /// writeback started at once but not waited for: the copies are not in
+    /// the commit's fsync round (which they would double), so a power cut
+    /// right after a commit can lose a copy, never its object; `fsck` and
+    /// `scrub` write a missing or torn copy again ([`crate::store::copies`]).
+    async fn put_copies(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
+        let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
+        self.check_space(total)?;
+        let root = self.root.clone();
+        blocking(move || batch::put_blobs(&root, crate::store::copies::copy_key, blobs)).await?;
+        Ok(())
+    }
+
+    fn repairs(&self) -> Option<&crate::store::copies::Repairs> {
+        Some(&self.repairs)
+    }
+
     fn root_unchanged(&self, seen: &RootVersion) -> Option<bool> {
         self.root_unchanged_now(seen)
     }

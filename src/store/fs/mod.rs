@@ -82,6 +82,10 @@ pub struct FsStore {
     /// small blob in [`HotBlobs`] whose path was checked in the current
     /// epoch is served without another `stat(2)` (see [`super::hot`]).
     epoch: Arc<AtomicU64>,
+    /// Copies of each metadata blob a commit writes ([`super::copies`]).
+    copies: u8,
+    /// What reads restored from copies ([`super::copies::Repairs`]).
+    repairs: Arc<super::copies::Repairs>,
 }
 
 impl FsStore {
@@ -100,7 +104,16 @@ impl FsStore {
             hot: Arc::default(),
             verified: Arc::default(),
             epoch: Arc::default(),
+            copies: 1,
+            repairs: Arc::default(),
         })
+    }
+
+    /// The same store writing `copies` (1 or 2) of each metadata blob
+    /// ([`super::copies`]; the default is 1).
+    pub fn with_metadata_copies(mut self, copies: u8) -> FsStore {
+        self.copies = copies.clamp(1, 2);
+        self
     }
 
     /// The same store refusing writes that would leave less free space than

@@ -93,6 +93,10 @@ pub struct S3Store {
     /// Large blobs hashed in full and found whole, with their object's
     /// ETag and size ([`super::verified`]).
     verified: std::sync::Arc<super::verified::VerifiedBlobs>,
+    /// Copies of each metadata blob a commit writes ([`super::copies`]).
+    copies: u8,
+    /// What reads restored from copies ([`super::copies::Repairs`]).
+    repairs: std::sync::Arc<super::copies::Repairs>,
 }
 
 /// The file identity [`HotBlobs`] keeps: none on S3 (blob keys are
@@ -247,6 +251,14 @@ impl Blobstore for S3Store {
             )));
         }
         super::stat_then_stream(self, key).await
+    }
+
+    fn metadata_copies(&self) -> u8 {
+        self.copies
+    }
+
+    fn repairs(&self) -> Option<&super::copies::Repairs> {
+        Some(&self.repairs)
     }
 
     async fn put_blobs(

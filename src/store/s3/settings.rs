@@ -40,6 +40,10 @@ pub struct S3Settings {
     pub single_writer: bool,
     /// Retries of a failed request (5xx, throttling, connection errors) [default: 4].
     pub max_retries: u32,
+    /// Copies of each metadata blob a commit writes, 1 or 2
+    /// ([`crate::store::copies`]) [default: 1: the object store keeps its
+    /// own redundancy].
+    pub metadata_copies: u8,
 }
 
 impl S3Settings {
@@ -61,6 +65,7 @@ impl S3Settings {
             parallel_parts: DEFAULT_PARALLEL_PARTS,
             single_writer: false,
             max_retries: 4,
+            metadata_copies: 1,
         }
     }
 
@@ -123,6 +128,8 @@ impl S3Store {
             etag_form: Default::default(),
             hot: Default::default(),
             verified: Default::default(),
+            copies: settings.metadata_copies.clamp(1, 2),
+            repairs: Default::default(),
         })
     }
 }
