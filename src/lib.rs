@@ -31,6 +31,7 @@ pub mod chunks;
 pub mod config;
 pub mod digest;
 pub mod events;
+pub mod failpoint;
 pub mod files;
 pub mod http_client;
 pub mod metrics;

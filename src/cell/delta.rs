@@ -210,7 +210,7 @@ pub async fn try_delta(
         progress.inc(1);
         let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         if kill_after.is_some_and(|k| n >= k) {
-            kill_self();
+            crate::failpoint::crash_here();
         }
     };
     let started = Instant::now();
@@ -293,17 +293,5 @@ fn drop_cache(cache: Arc<ChunkCache>) {
 /// `AIRLOCK_FAILPOINT=cell:after_chunks=N`: the process kills itself (as
 /// `kill -9` would) once N chunks are cached; for crash tests only.
 fn failpoint_after_chunks() -> Option<usize> {
-    std::env::var("AIRLOCK_FAILPOINT")
-        .ok()?
-        .strip_prefix("cell:after_chunks=")?
-        .parse()
-        .ok()
-}
-
-fn kill_self() {
-    tracing::warn!("AIRLOCK_FAILPOINT reached: killing this process");
-    // SAFETY: sending a signal to our own process has no memory-safety preconditions.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    crate::failpoint::number("cell:after_chunks").and_then(|n| usize::try_from(n).ok())
 }

@@ -149,6 +149,9 @@ pub async fn scrub(args: ScrubArgs) -> Result<()> {
         for d in &p.repaired {
             println!("repaired from its other copy: {d}");
         }
+        for d in &p.damaged {
+            println!("damaged, no good copy: {d}");
+        }
         println!(
             "scrubbed {} blobs ({}) since {}; {} corrupt, {} repaired from their other copies",
             p.blobs,

@@ -131,10 +131,10 @@ pub struct StoreSection {
     #[arg(long, env = "AIRLOCK_MIN_FREE_SPACE")]
     pub min_free_space: Option<String>,
     /// Copies of each metadata object (state document, repository pages,
-    /// stacks, torcx and changes documents) a commit writes: 1, or 2 so
-    /// that one damaged object loses nothing (read from its other copy and
-    /// written back; on the filesystem it costs tag PUT latency, see
-    /// docs/benchmarks.md) [default: 1].
+    /// stacks, torcx and changes documents, pull record) a commit writes:
+    /// 1, or 2 so that one damaged object loses nothing (read from its
+    /// other copy and written back; the copies of a commit are one pack,
+    /// see docs/operations.md) [default: 2 on the filesystem, 1 on S3].
     #[arg(long, env = "AIRLOCK_METADATA_COPIES")]
     pub metadata_copies: Option<u8>,
     /// Notice a state root changed by another process (a CLI import while

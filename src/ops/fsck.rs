@@ -74,10 +74,14 @@ impl FsckReport {
         });
     }
 
-    fn repaired(&mut self, digest: &Digest, detail: impl ToString) {
+    fn repaired(&mut self, object: impl ToString, detail: impl ToString) {
+        let object = object.to_string();
+        if self.repaired.iter().any(|r| r.object == object) {
+            return; // restored by a read, and then found so again
+        }
         self.repaired.push(Problem {
             kind: "repaired",
-            object: digest.to_string(),
+            object,
             detail: detail.to_string(),
             derived: false,
         });
@@ -234,12 +238,17 @@ async fn check_copies(
     report: &mut FsckReport,
 ) -> Result<()> {
     if store.metadata_copies() >= 2 {
-        for d in documents {
+        let mut blobs = Vec::with_capacity(documents.len());
+        let mut seen = std::collections::HashSet::new();
+        for d in documents.iter().filter(|d| seen.insert(*d)) {
             // A document that cannot be read is already a problem.
-            let Ok(bytes) = store::get_verified(store, d).await else {
-                continue;
-            };
-            match copies::check_copy(store, d, &bytes).await? {
+            if let Ok(bytes) = store::get_verified(store, d).await {
+                blobs.push((d.clone(), bytes::Bytes::from(bytes)));
+            }
+        }
+        let states = copies::ensure(store, &blobs).await?;
+        for ((d, _), state) in blobs.iter().zip(states) {
+            match state {
                 copies::CopyState::Good => {}
                 copies::CopyState::Written => {
                     report.repaired(d, "its second copy was missing; written again")
@@ -250,9 +259,20 @@ async fn check_copies(
             }
         }
     }
+    let pulls = crate::state::pulls::check_objects(store).await?;
+    for (key, what) in pulls.repaired {
+        report.repaired(key, what);
+    }
+    for (key, cause) in pulls.damaged {
+        report.problem(
+            "damaged",
+            key,
+            format!("{cause}; remove it to let gc go on without these pulls"),
+        );
+    }
     for r in store.repairs().map(|r| r.take()).unwrap_or_default() {
         report.repaired(
-            &r.digest,
+            r.object,
             format!(
                 "metadata object was damaged ({}); restored from its second copy",
                 r.cause

@@ -137,9 +137,15 @@ pub struct GcReport {
     pub links_removed: u64,
     /// Journals of finished imports removed.
     pub journals_removed: u64,
-    /// Second copies of metadata blobs removed with their blobs
-    /// ([`crate::store::copies`]).
+    /// Unpacked second copies of an earlier release removed with their
+    /// blobs ([`crate::store::copies::copy_key`]).
     pub copies_removed: u64,
+    /// Copy packs removed: none of their blobs is reached, or their
+    /// reached blobs were carried into a new pack
+    /// ([`crate::store::copies::pack::sweep`]).
+    pub copy_packs_removed: u64,
+    /// Copies carried from sparse packs into a new one.
+    pub copies_carried: u64,
     /// Stale `tmp/` and stacks scratch files removed.
     pub tmp_files_removed: u64,
     /// Bytes freed by those.
@@ -170,7 +176,7 @@ impl std::fmt::Display for GcReport {
         }
         write!(
             f,
-            "{}{} blobs removed ({} from failed imports), {} links, {} journals, {} temporary files; {} freed; {} kept in grace, {} put back; {} reachable in {} generations (mark {} ms, sweep {} ms)",
+            "{}{} blobs removed ({} from failed imports), {} links, {} journals, {} temporary files, {} copy packs ({} copies carried); {} freed; {} kept in grace, {} put back; {} reachable in {} generations (mark {} ms, sweep {} ms)",
             if self.dry_run {
                 "dry run: would remove: "
             } else {
@@ -181,6 +187,8 @@ impl std::fmt::Display for GcReport {
             self.links_removed,
             self.journals_removed,
             self.tmp_files_removed,
+            self.copy_packs_removed + self.copies_removed,
+            self.copies_carried,
             crate::config::format_size(self.bytes_freed),
             self.blobs_in_grace,
             self.blobs_put_back,
@@ -431,6 +439,13 @@ async fn run_inner(opened: &OpenedStore, state: &StateStore, opts: &GcOptions) -
         }
     }
     report.copies_removed = sweep_copies(store, &marks, cutoff, opts.dry_run).await?;
+    let live = |d: &Digest| marks.reached.contains(d);
+    let packs = store::copies::pack::sweep(store, &live, cutoff, opts.dry_run)
+        .await
+        .context("sweeping copies/packs/")?;
+    report.copy_packs_removed = packs.packs;
+    report.copies_carried = packs.carried;
+    report.tmp_bytes_freed += packs.bytes;
     for key in &marks.dead_journals {
         if remove(store, key, opts.dry_run).await?.is_some() {
             report.journals_removed += 1;
@@ -581,17 +596,8 @@ async fn sweep_copies(
 /// as `kill -9` would) or `gc:after_trash=sleep:SECS` (it waits), once the
 /// candidates are in `gc-trash/` and before the third look; for tests only.
 async fn failpoint_after_trash() {
-    let Ok(fp) = std::env::var("AIRLOCK_FAILPOINT") else {
-        return;
-    };
-    match fp.strip_prefix("gc:after_trash=") {
-        Some("kill") => {
-            tracing::warn!("AIRLOCK_FAILPOINT reached: killing this process");
-            // SAFETY: sending a signal to our own process has no memory-safety preconditions.
-            unsafe {
-                libc::kill(libc::getpid(), libc::SIGKILL);
-            }
-        }
+    match crate::failpoint::value("gc:after_trash").as_deref() {
+        Some("kill") => crate::failpoint::crash_here(),
         Some(v) => {
             if let Some(secs) = v.strip_prefix("sleep:").and_then(|n| n.parse().ok()) {
                 tokio::time::sleep(Duration::from_secs(secs)).await;

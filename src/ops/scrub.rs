@@ -69,10 +69,15 @@ pub struct ScrubProgress {
     /// Blobs found corrupt (and quarantined) in this pass, with no good
     /// second copy.
     pub corrupt: Vec<Digest>,
-    /// Metadata blobs of which one copy was damaged or missing and was
-    /// written again from the other ([`crate::store::copies`]).
+    /// Metadata objects (a blob's digest, or a pull record's key) of which
+    /// one copy was damaged or missing and was written again from the
+    /// other ([`crate::store::copies`]).
     #[serde(default)]
-    pub repaired: Vec<Digest>,
+    pub repaired: Vec<String>,
+    /// Pull record objects (`pulls/`) with no good copy left: key and
+    /// cause, one line.
+    #[serde(default)]
+    pub damaged: Vec<String>,
 }
 
 /// Reads the saved progress (`None`: no pass ever ran, or it is unreadable).
@@ -174,6 +179,52 @@ async fn scrub_copy(store: &dyn Blobstore, key: &str, digest: &Digest) -> store:
     Ok(true)
 }
 
+/// Checks every copy in the pack `key`; the blobs of damaged ones that no
+/// other pack holds a good copy of are read (verified) and written into a
+/// new pack, and noted in `p.repaired`. A
+/// pack whose header is damaged is noted in `p.damaged` (its blobs are
+/// unknown: `fsck` writes the current generation's missing copies again).
+///
+/// Errors: the store failed.
+async fn scrub_pack(store: &dyn Blobstore, key: &str, p: &mut ScrubProgress) -> store::Result<()> {
+    let damaged = match store::copies::pack::damaged_entries(store, key).await {
+        Ok(Some(d)) => d,
+        Ok(None) => return Ok(()),
+        Err(StoreError::Corrupt(cause)) => {
+            tracing::error!(
+                cause,
+                "scrub: copy pack header damaged; run airlock fsck to write the copies again"
+            );
+            p.damaged.push(format!(
+                "{cause} (run airlock fsck to write the lost copies again)"
+            ));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let mut again = Vec::new();
+    for digest in damaged {
+        if store::copies::pack::find(store, &digest).await?.is_some() {
+            continue; // another pack holds a good copy (fsck wrote one)
+        }
+        match store::get_verified(store, &digest).await {
+            Ok(bytes) => {
+                tracing::warn!(%digest, "scrub: damaged copy of a metadata blob written again");
+                again.push((digest, Bytes::from(bytes)));
+            }
+            Err(StoreError::NotFound(_) | StoreError::Corrupt(_) | StoreError::Mismatch(_)) => {
+                // Its blob is gone (gc) or damaged too: nothing to copy.
+                tracing::error!(%digest, "scrub: a copy is damaged and its blob cannot be read");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    store::copies::pack::write(store, &again).await?;
+    p.repaired
+        .extend(again.into_iter().map(|(d, _)| d.to_string()));
+    Ok(())
+}
+
 /// Runs (or resumes) one pass over every blob, saving progress as it goes;
 /// returns the finished pass. A pass whose `finished` is set is not
 /// resumed: a new one starts.
@@ -201,9 +252,14 @@ pub async fn pass(store: &Arc<dyn Blobstore>, opts: &ScrubOptions) -> store::Res
         {
             continue;
         }
+        if b.key.starts_with(store::copies::pack::PACKS_PREFIX) {
+            scrub_pack(&**store, &b.key, &mut p).await?;
+            p.cursor = Some(b.key);
+            continue;
+        }
         if let Some(digest) = store::copies::copy_digest(&b.key) {
             if scrub_copy(&**store, &b.key, &digest).await? {
-                p.repaired.push(digest);
+                p.repaired.push(digest.to_string());
             }
             p.cursor = Some(b.key);
             continue;
@@ -226,7 +282,7 @@ pub async fn pass(store: &Arc<dyn Blobstore>, opts: &ScrubOptions) -> store::Res
                     .is_some()
                 {
                     tracing::warn!(%digest, "scrub: damaged metadata blob restored from its second copy");
-                    p.repaired.push(digest);
+                    p.repaired.push(digest.to_string());
                     p.cursor = Some(b.key);
                     continue;
                 }
@@ -244,6 +300,22 @@ pub async fn pass(store: &Arc<dyn Blobstore>, opts: &ScrubOptions) -> store::Res
             save(&**store, &p).await?;
             publish(&p);
         }
+    }
+    // The pull record's objects, which are keyed, not content-addressed.
+    let pulls = crate::state::pulls::check_objects(&**store)
+        .await
+        .map_err(|e| StoreError::Io(std::io::Error::other(format!("checking pulls/: {e}"))))?;
+    for (key, what) in pulls.repaired {
+        tracing::warn!(key, what, "scrub: pull record object repaired");
+        p.repaired.push(key);
+    }
+    for (key, cause) in pulls.damaged {
+        tracing::error!(
+            key,
+            cause,
+            "scrub: both copies of a pull record object are damaged"
+        );
+        p.damaged.push(format!("{key}: {cause}"));
     }
     p.finished = Some(crate::state::now_rfc3339());
     save(&**store, &p).await?;

@@ -314,33 +314,20 @@ pub trait Blobstore: Send + Sync + 'static {
         Ok(present)
     }
     /// How many copies of each metadata blob a state commit writes: 1, or
-    /// 2 with a second copy at [`copies::copy_key`] (`[store]
-    /// metadata_copies`; default 1).
+    /// 2 with a second copy in the commit's pack ([`copies::pack`];
+    /// `[store] metadata_copies`; default 1, the filesystem's 2).
     fn metadata_copies(&self) -> u8 {
         1
     }
-    /// Stores the second copies of metadata blobs, each `(digest, bytes)`,
-    /// at their [`copies::copy_key`]s, skipping those already present. The
-    /// default writes up to 16 at once through [`Blobstore::writer`]
-    /// (durable when each write commits); the filesystem writes one batch
-    /// whose writeback it starts but does not wait for (see
-    /// [`copies`]). Errors: the first failure.
-    async fn put_copies(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
-        use futures_util::StreamExt;
-        let mut puts = futures_util::stream::iter(blobs.into_iter().map(|(d, b)| async move {
-            let key = copies::copy_key(&d);
-            if self.stat(&key).await?.is_none() {
-                let mut w = self.writer(&key).await?;
-                w.write(b).await?;
-                w.commit().await?;
-            }
-            Ok::<_, StoreError>(())
-        }))
-        .buffer_unordered(16);
-        while let Some(r) = puts.next().await {
-            r?;
-        }
-        Ok(())
+    /// Stores a copy pack ([`copies::pack::encode`]) whose sha256 is
+    /// `digest` at [`copies::pack::pack_key`]. The default writes it
+    /// through [`Blobstore::writer`] (durable when the write commits); the
+    /// filesystem starts its write-back but does not wait for it (see
+    /// [`copies`]). Errors: the store failed.
+    async fn put_copy_pack(&self, digest: &Digest, bytes: Bytes) -> Result<()> {
+        let mut w = self.writer(&copies::pack::pack_key(digest)).await?;
+        w.write(bytes).await?;
+        w.commit().await
     }
     /// The record of blobs that reads restored from their copies
     /// ([`copies::Repairs`]), for `fsck` and `scrub`; `None` for a backend
@@ -468,6 +455,17 @@ pub fn check_key(key: &str) -> Result<()> {
     }
 }
 
+/// Reads bytes `start..end` (end exclusive, within the object) of an
+/// object into memory. Errors as [`Blobstore::read`] (a range past the
+/// end is refused by the backend).
+pub async fn read_range(store: &dyn Blobstore, key: &str, start: u64, end: u64) -> Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut r = store.read(key, Some((start, end))).await?;
+    let mut buf = Vec::with_capacity(usize::try_from(end.saturating_sub(start)).unwrap_or(0));
+    r.read_to_end(&mut buf).await?;
+    Ok(buf)
+}
+
 /// Reads a whole (small) object into memory.
 pub async fn read_all(store: &dyn Blobstore, key: &str) -> Result<Vec<u8>> {
     use tokio::io::AsyncReadExt;
@@ -491,9 +489,7 @@ pub async fn put_bytes(store: &dyn Blobstore, bytes: &[u8]) -> Result<Digest> {
 pub async fn put_metadata(store: &dyn Blobstore, bytes: &[u8]) -> Result<Digest> {
     let digest = put_bytes(store, bytes).await?;
     if store.metadata_copies() >= 2 {
-        store
-            .put_copies(vec![(digest.clone(), Bytes::copy_from_slice(bytes))])
-            .await?;
+        copies::pack::write(store, &[(digest.clone(), Bytes::copy_from_slice(bytes))]).await?;
     }
     Ok(digest)
 }

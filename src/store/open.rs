@@ -155,7 +155,7 @@ impl OpenedStore {
 /// (`s3` gives the endpoint, region and the rest; the bucket and prefix
 /// come from the URL), checked and probed by [`S3Store::open`].
 /// `metadata_copies` (1 or 2, [`super::copies`]) overrides the backend's
-/// default (1 on the filesystem, `s3.metadata_copies` on S3).
+/// default (2 on the filesystem, `s3.metadata_copies` on S3, default 1).
 ///
 /// Errors: a one-line cause naming the directory or bucket.
 pub async fn open(
@@ -180,8 +180,9 @@ pub async fn open(
                 )))
             })?;
             Ok(OpenedStore::Fs(
-                fs.with_min_free_space(min_free)
-                    .with_metadata_copies(metadata_copies.unwrap_or(1)),
+                fs.with_min_free_space(min_free).with_metadata_copies(
+                    metadata_copies.unwrap_or(super::fs::DEFAULT_METADATA_COPIES),
+                ),
             ))
         }
         StoreUrl::S3 { bucket, prefix } => {

@@ -551,11 +551,12 @@ macro_rules! forwarding_store {
             fn metadata_copies(&self) -> u8 {
                 self.inner.metadata_copies()
             }
-            async fn put_copies(
+            async fn put_copy_pack(
                 &self,
-                blobs: Vec<(airlock::digest::Digest, bytes::Bytes)>,
+                digest: &airlock::digest::Digest,
+                bytes: bytes::Bytes,
             ) -> airlock::store::Result<()> {
-                self.inner.put_copies(blobs).await
+                self.inner.put_copy_pack(digest, bytes).await
             }
             fn repairs(&self) -> Option<&airlock::store::copies::Repairs> {
                 self.inner.repairs()
@@ -636,4 +637,30 @@ print(json.dumps(out))
     );
     let rows: Vec<(String, serde_json::Value, f64)> = serde_json::from_slice(&o.stdout).unwrap();
     rows
+}
+
+/// A torcx addon `hello:1.0` (an empty image manifest) packed by `tar`
+/// under `dir`, and its `[[addon]]` table for a mirror config (remote
+/// `com.example.stable`, board `amd64-usr`, default for OS 3033.2.0).
+pub fn hello_addon(dir: &Path) -> String {
+    let addon = dir.join("hello:1.0.torcx.tgz");
+    let root = dir.join("addon");
+    std::fs::create_dir_all(root.join(".torcx")).unwrap();
+    std::fs::write(
+        root.join(".torcx/manifest.json"),
+        r#"{"kind":"image-manifest-v0","value":{"bin":[]}}"#,
+    )
+    .unwrap();
+    run_ok(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&root)
+            .arg("-czf")
+            .arg(&addon)
+            .arg("."),
+    );
+    format!(
+        "[[addon]]\nremote = \"com.example.stable\"\nname = \"hello\"\nversion = \"1.0\"\nformat = \"tgz\"\nsource = {:?}\nboards = [\"amd64-usr\"]\nos_versions = [\"3033.2.0\"]\ndefault_for = [\"3033.2.0\"]\n",
+        addon.to_str().unwrap()
+    )
 }

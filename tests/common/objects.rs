@@ -30,7 +30,62 @@ pub fn quarantine_key(digest: &str) -> String {
     blob_key(digest).replacen("blobs/", "quarantine/", 1)
 }
 
+/// The entries of a copy pack (`copies/packs/`, format
+/// `airlock.copies.v1`: a first line `airlock.copies.v1 <header length> <n>`,
+/// n lines `<digest> <length>`, then the blobs' bytes in that order), read
+/// by this parser of the tests' own: (digest, offset, length). Empty when
+/// `pack` is not one.
+pub fn pack_entries(pack: &[u8]) -> Vec<(String, usize, usize)> {
+    let Some(nl) = pack.iter().position(|&b| b == b'\n') else {
+        return vec![];
+    };
+    let first = String::from_utf8_lossy(&pack[..nl]);
+    let words: Vec<&str> = first.split(' ').collect();
+    let (Some(&"airlock.copies.v1"), Some(Ok(header))) =
+        (words.first(), words.get(1).map(|w| w.parse::<usize>()))
+    else {
+        return vec![];
+    };
+    let text = String::from_utf8_lossy(&pack[nl + 1..header.min(pack.len())]).into_owned();
+    let mut offset = header;
+    let mut out = vec![];
+    for line in text.lines() {
+        let (d, len) = line.split_once(' ').unwrap();
+        let len: usize = len.parse().unwrap();
+        out.push((d.to_string(), offset, len));
+        offset += len;
+    }
+    out
+}
+
 impl Objects {
+    /// The copy packs holding a copy of `digest`: (pack key, offset,
+    /// length of the entry), by [`pack_entries`].
+    pub fn copies_of(&self, digest: &str) -> Vec<(String, usize, usize)> {
+        let mut out = vec![];
+        for key in self.keys("copies/packs/") {
+            let pack = self.get(&key).unwrap_or_default();
+            for (d, at, len) in pack_entries(&pack) {
+                if d == digest {
+                    out.push((key.clone(), at, len));
+                }
+            }
+        }
+        out
+    }
+
+    /// Flips one byte of every copy of `digest` (the packs' other entries
+    /// untouched); returns how many there were.
+    pub fn damage_copies(&self, digest: &str) -> usize {
+        let found = self.copies_of(digest);
+        for (key, at, len) in &found {
+            let mut pack = self.get(key).unwrap();
+            pack[at + len / 2] ^= 0x20;
+            self.put(key, &pack);
+        }
+        found.len()
+    }
+
     /// Opens the store of `b` (the S3 prefix `site/` of [`Backend::store_args`]).
     pub fn of(b: &Backend) -> Objects {
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -272,18 +272,27 @@ async fn a_prefix_limited_admin_cannot_repair_by_import() {
     let data = tmp.path().join("data");
     let root = std::fs::read_to_string(data.join("refs/root")).unwrap();
     let hex = root.trim().trim_start_matches("sha256:").to_string();
-    // The document and its second copy if any (metadata_copies = 2):
-    // damage no copy repairs.
-    for top in ["blobs/sha256", "copies/sha256"] {
-        let doc = data.join(top).join(&hex[..2]).join(&hex);
-        let Ok(mut bytes) = std::fs::read(&doc) else {
-            assert_eq!(top, "copies/sha256", "no state document");
-            continue;
-        };
-        let at = bytes.len() / 2;
-        bytes[at] ^= 0x20;
-        std::fs::write(&doc, &bytes).unwrap();
+    // The document and its second copies (metadata_copies = 2, the
+    // default): damage no copy repairs.
+    let doc = data.join("blobs/sha256").join(&hex[..2]).join(&hex);
+    let mut bytes = std::fs::read(&doc).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    std::fs::write(&doc, &bytes).unwrap();
+    let packs = data.join("copies/packs");
+    let mut damaged = 0;
+    for pack in common::synth::files(&packs) {
+        let pack = packs.join(pack);
+        let mut bytes = std::fs::read(&pack).unwrap();
+        for (d, at, len) in common::objects::pack_entries(&bytes.clone()) {
+            if d == root.trim() {
+                bytes[at + len / 2] ^= 0x20;
+                damaged += 1;
+            }
+        }
+        std::fs::write(&pack, &bytes).unwrap();
     }
+    assert!(damaged > 0, "the state document has no copy");
     let body = std::fs::read(&fixture().imports["a"]).unwrap();
     let auth = basic("admin");
     let r = send_body(

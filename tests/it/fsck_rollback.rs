@@ -208,10 +208,7 @@ fn fsck_deep_quarantines_a_flipped_byte_and_finds_a_missing_document(store: Back
     objects.delete(&blob_key(&table));
     // And its second copy, where the store keeps one (metadata_copies =
     // 2): damage no copy repairs.
-    let copy = blob_key(&table).replacen("blobs/", "copies/", 1);
-    if objects.exists(&copy) {
-        objects.delete(&copy);
-    }
+    objects.damage_copies(&table);
     let o = store.airlock(&["fsck"], &[]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains(&table));

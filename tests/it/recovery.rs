@@ -109,16 +109,12 @@ fn commit_stacks_document(b: &Backend, reason: &str, doc: &[u8]) {
 /// scenarios are about (one damaged copy: `metadata_copies.rs`).
 fn flip(b: &Backend, digest: &str) {
     let objects = Objects::of(b);
-    let copy = blob_key(digest).replacen("blobs/", "copies/", 1);
-    for key in [blob_key(digest), copy] {
-        let Some(mut bytes) = objects.get(&key) else {
-            assert!(key.starts_with("copies/"), "no blob {key} to damage");
-            continue;
-        };
-        let at = bytes.len() / 2;
-        bytes[at] ^= 0x20;
-        objects.put(&key, &bytes);
-    }
+    let key = blob_key(digest);
+    let mut bytes = objects.get(&key).expect("no blob to damage");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    objects.put(&key, &bytes);
+    objects.damage_copies(digest);
 }
 
 /// The state document of the current generation, parsed.

@@ -348,6 +348,9 @@ fn fsck_repair_makes_a_stacks_derived_blobs_again(b: Backend) {
     let at = bytes.len() / 2;
     bytes[at] ^= 0x20;
     objects.put(&blob_key(&stacks_doc), &bytes);
+    // And its second copies, where the store keeps them (the filesystem's
+    // default): damage no copy repairs.
+    objects.damage_copies(&stacks_doc);
     objects.delete(&blob_key(&tar1));
     let out = b.airlock_ok(&["fsck"], &["--repair"]);
     assert!(out.contains("restored generation"), "{out}");

@@ -53,22 +53,6 @@ fn content(site: &Site) {
         "--manifest.annotation",
         &format!("org.opencontainers.image.description={XSS}"),
     ]));
-    let addon = dir.join("hello:1.0.torcx.tgz");
-    let root = dir.join("addon");
-    std::fs::create_dir_all(root.join(".torcx")).unwrap();
-    std::fs::write(
-        root.join(".torcx/manifest.json"),
-        r#"{"kind":"image-manifest-v0","value":{"bin":[]}}"#,
-    )
-    .unwrap();
-    run_ok(
-        Command::new("tar")
-            .arg("-C")
-            .arg(&root)
-            .arg("-czf")
-            .arg(&addon)
-            .arg("."),
-    );
     let mut toml = String::new();
     for (tag, repo, as_tag) in [
         ("latest", "stacks/bb", "latest"),
@@ -80,10 +64,7 @@ fn content(site: &Site) {
     toml.push_str(
         "[[stack]]\nname = \"bb\"\ndescription = \"busybox\"\nimage = \"stacks/bb:v2\"\n",
     );
-    toml.push_str(&format!(
-        "[[addon]]\nremote = \"com.example.stable\"\nname = \"hello\"\nversion = \"1.0\"\nformat = \"tgz\"\nsource = {:?}\nboards = [\"amd64-usr\"]\nos_versions = [\"3033.2.0\"]\ndefault_for = [\"3033.2.0\"]\n",
-        addon.to_str().unwrap()
-    ));
+    toml.push_str(&common::hello_addon(&dir));
     let config = dir.join("mirror.toml");
     std::fs::write(&config, toml).unwrap();
     let bundle = dir.join("bundle.tar");

@@ -135,7 +135,7 @@ pub(super) async fn write_blobs(
                                 tokio::join!(out.write(b.clone()), async { hasher.update(&b) });
                             written?;
                             if failpoint.is_some_and(|n| w.bytes_new >= n) {
-                                crash_here();
+                                crate::failpoint::crash_here();
                             }
                         }
                         None => hasher.update(&b),
@@ -187,20 +187,7 @@ pub(super) async fn write_blobs(
 /// `AIRLOCK_FAILPOINT=import:after_bytes=N`, for crash tests only: the
 /// import process kills itself (SIGKILL) once it has written N blob bytes.
 pub(super) fn failpoint_after_bytes() -> Option<u64> {
-    std::env::var("AIRLOCK_FAILPOINT")
-        .ok()?
-        .strip_prefix("import:after_bytes=")?
-        .parse()
-        .ok()
-}
-
-/// Ends the process as `kill -9` would (crash tests, see [`failpoint_after_bytes`]).
-pub(super) fn crash_here() {
-    tracing::warn!("AIRLOCK_FAILPOINT reached: killing this process");
-    // SAFETY: sending a signal to our own process has no memory-safety preconditions.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    crate::failpoint::number("import:after_bytes")
 }
 
 /// Runs the reader thread and the writer together. `store = None` verifies

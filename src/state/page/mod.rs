@@ -258,7 +258,7 @@ impl Pages {
         // written beside the blobs; both are durable before the root swap.
         let copies = async {
             if self.store.metadata_copies() >= 2 {
-                self.store.put_copies(all.clone()).await
+                crate::store::copies::pack::write(&*self.store, &all).await
             } else {
                 Ok(())
             }

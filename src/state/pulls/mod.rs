@@ -86,12 +86,30 @@ pub struct RepositoryPulls {
     pub tags: BTreeMap<Tag, Day>,
 }
 
-/// One stored object: [`KIND`] and the record.
+/// One stored object: [`KIND`], the checksum and the record.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Stored {
     kind: String,
+    /// Lowercase hex SHA-256 of the object as serialized without this
+    /// field (so a flipped digit of a day is found); absent in objects
+    /// written before issue 38, which are read unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
     #[serde(flatten)]
     record: PullRecord,
+}
+
+impl Stored {
+    /// The checksum of this object's serialization without `sha256`.
+    fn checksum(&self) -> String {
+        let plain = Stored {
+            kind: self.kind.clone(),
+            sha256: None,
+            record: self.record.clone(),
+        };
+        let bytes = serde_json::to_vec(&plain).unwrap_or_default();
+        crate::digest::Digest::sha256_of(&bytes).hex().to_string()
+    }
 }
 
 fn raise<K: Ord>(map: &mut BTreeMap<K, Day>, key: K, day: Day) {
@@ -169,29 +187,136 @@ impl PullRecord {
             .sum()
     }
 
-    /// The record as one stored object (JSON).
+    /// The record as one stored object (JSON, with its checksum).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let stored = Stored {
+        let mut stored = Stored {
             kind: KIND.to_string(),
+            sha256: None,
             record: self.clone(),
         };
+        stored.sha256 = Some(stored.checksum());
         serde_json::to_vec(&stored).unwrap_or_default()
     }
 
-    /// Parses a stored object read from `key`.
+    /// Parses and checks a stored object read from `key`.
     ///
-    /// Errors: `Corrupt` when it is not JSON of [`KIND`].
+    /// Errors: `Corrupt` when it is not JSON of [`KIND`] or does not match
+    /// its checksum.
     pub fn from_bytes(key: &str, bytes: &[u8]) -> Result<PullRecord> {
-        let corrupt = |cause: String| StateError::Corrupt {
+        Self::checked(bytes).map_err(|cause| StateError::Corrupt {
             digest: key.to_string(),
             cause,
-        };
-        let stored: Stored = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        })
+    }
+
+    /// [`Self::from_bytes`] with the cause as one line.
+    fn checked(bytes: &[u8]) -> std::result::Result<PullRecord, String> {
+        let stored: Stored = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         if stored.kind != KIND {
-            return Err(corrupt(format!("kind {:?}, expected {KIND}", stored.kind)));
+            return Err(format!("kind {:?}, expected {KIND}", stored.kind));
+        }
+        if let Some(sum) = &stored.sha256
+            && *sum != stored.checksum()
+        {
+            return Err("content does not match its checksum".to_string());
         }
         Ok(stored.record)
     }
+}
+
+/// The keys of the record's objects: those under [`PREFIX`], and those
+/// whose second copy alone is left (a deleted object, which a read then
+/// restores: the copy is deleted first, so a lone copy is damage).
+/// Errors: the store failed.
+async fn object_keys(store: &dyn Blobstore) -> store::Result<Vec<String>> {
+    let mut keys = store.list(PREFIX).await?;
+    let copies = store.list(&store::copies::keyed_copy_key(PREFIX)).await?;
+    for c in copies {
+        if let Some(key) = c.strip_prefix(store::copies::COPIES_PREFIX)
+            && !keys.iter().any(|k| k == key)
+        {
+            keys.push(key.to_string());
+        }
+    }
+    Ok(keys)
+}
+
+/// Reads and checks the record object `key`, from its second copy when it
+/// is damaged (then written back, [`store::copies::read_keyed`]).
+///
+/// Errors: `NotFound` (gone: folded into another object), `Corrupt`
+/// naming the key when no copy passes, the store failed.
+pub async fn read_object(store: &dyn Blobstore, key: &str) -> store::Result<PullRecord> {
+    store::copies::read_keyed(store, key, PullRecord::checked).await
+}
+
+/// Writes the record object `key` and, on a store that keeps metadata
+/// copies, its second copy. Errors: the store failed.
+pub async fn write_object(
+    store: &dyn Blobstore,
+    key: &str,
+    record: &PullRecord,
+) -> store::Result<()> {
+    store::copies::put_keyed(store, key, &record.to_bytes()).await
+}
+
+/// What [`check_objects`] found.
+#[derive(Debug, Default)]
+pub struct ObjectsCheck {
+    /// Objects checked.
+    pub checked: usize,
+    /// (key, what was done): an object or its second copy written again
+    /// from the other.
+    pub repaired: Vec<(String, String)>,
+    /// (key, cause): objects with no good copy left.
+    pub damaged: Vec<(String, String)>,
+}
+
+/// Checks every object of the record and, on a store that keeps copies,
+/// its second copy: a damaged object with a good copy, and a missing or
+/// damaged copy of a good object, are written again from the other (for
+/// `fsck` and `scrub`). Errors: the store failed.
+pub async fn check_objects(store: &dyn Blobstore) -> store::Result<ObjectsCheck> {
+    use store::copies::CopyState;
+    let mut out = ObjectsCheck::default();
+    for key in object_keys(store).await? {
+        out.checked += 1;
+        let cause = match store::read_all(store, &key).await {
+            Ok(bytes) => PullRecord::checked(&bytes).err(),
+            Err(StoreError::NotFound(_)) => Some("missing".to_string()),
+            Err(e) => return Err(e),
+        };
+        if let Some(cause) = cause {
+            match read_object(store, &key).await {
+                Ok(_) => out.repaired.push((
+                    key,
+                    format!("was damaged ({cause}); restored from its second copy"),
+                )),
+                Err(StoreError::NotFound(_)) => {}
+                Err(StoreError::Corrupt(cause)) => out.damaged.push((key, cause)),
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        if store.metadata_copies() < 2 {
+            continue;
+        }
+        let bytes = match store::read_all(store, &key).await {
+            Ok(b) => b,
+            Err(StoreError::NotFound(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        match store::copies::check_keyed_copy(store, &key, &bytes, PullRecord::checked).await? {
+            CopyState::Good => {}
+            CopyState::Written => out
+                .repaired
+                .push((key, "its second copy was missing; written again".into())),
+            CopyState::Rewritten => out
+                .repaired
+                .push((key, "its second copy was damaged; written again".into())),
+        }
+    }
+    Ok(out)
 }
 
 /// How often [`load`] starts over when an object vanished while it read
@@ -208,9 +333,9 @@ pub async fn load(store: &dyn Blobstore) -> Result<PullRecord> {
     'again: loop {
         attempt += 1;
         let mut record = PullRecord::default();
-        for key in store.list(PREFIX).await? {
-            match store::read_all(store, &key).await {
-                Ok(bytes) => record.merge(PullRecord::from_bytes(&key, &bytes)?),
+        for key in object_keys(store).await? {
+            match read_object(store, &key).await {
+                Ok(r) => record.merge(r),
                 // Folded into another object, which may have been read
                 // before it was rewritten: read them all again.
                 Err(StoreError::NotFound(_)) if attempt < LOAD_ATTEMPTS => continue 'again,
@@ -296,6 +421,19 @@ mod tests {
         assert!(err.to_string().contains("pulls/x.json"), "{err}");
         let bad = br#"{"kind":"airlock.pulls.v1","repositories":{"a":{"manifests":{"nope":1}}}}"#;
         assert!(PullRecord::from_bytes("pulls/x.json", bad).is_err());
+        // A flipped digit of a day is still JSON of the kind: the checksum
+        // finds it.
+        let flipped = text.replace("20000", "20001").into_bytes();
+        let err = PullRecord::from_bytes("pulls/x.json", &flipped).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+        // An object written before the checksum is read unchecked.
+        let old =
+            br#"{"kind":"airlock.pulls.v1","repositories":{"a/b":{"tags":{"latest":20000}}}}"#;
+        let read = PullRecord::from_bytes("pulls/x.json", old).unwrap();
+        assert_eq!(
+            read.tag_last_pulled(&repo("a/b"), &"latest".parse().unwrap()),
+            Some(20_000)
+        );
     }
 
     #[test]

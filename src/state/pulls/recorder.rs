@@ -22,8 +22,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use bytes::Bytes;
-
 use super::{Day, PREFIX, PullRecord, STALE_AFTER, day_of, today};
 use crate::digest::{Digest, DigestMap};
 use crate::names::{RepositoryName, Tag};
@@ -225,17 +223,14 @@ impl PullRecorder {
             listed.insert(m.key.clone());
             let version = (m.size, m.modified);
             if w.seen.get(&m.key) != Some(&version) {
-                let bytes = match store::read_all(store, &m.key).await {
-                    Ok(b) => b,
-                    Err(StoreError::NotFound(_)) => continue,
-                    Err(e) => return Err(e.into()),
-                };
-                match PullRecord::from_bytes(&m.key, &bytes) {
+                match super::read_object(store, &m.key).await {
                     Ok(r) => w.known.merge(r),
-                    Err(e) => {
+                    Err(StoreError::NotFound(_)) => continue,
+                    Err(e @ StoreError::Corrupt(_)) => {
                         tracing::warn!(error = %e, "pull record: object left alone");
                         continue;
                     }
+                    Err(e) => return Err(e.into()),
                 }
                 w.seen.insert(m.key.clone(), version);
             }
@@ -257,14 +252,12 @@ impl PullRecorder {
             return Ok(notes);
         }
         w.known.prune(day_of(now));
-        let mut out = store.writer(&w.key).await?;
-        out.write(Bytes::from(w.known.to_bytes())).await?;
-        out.commit().await?;
+        super::write_object(store, &w.key, &w.known).await?;
         w.dirty = false;
         w.wrote = true;
         for key in stale {
             // Its content is in the object just written.
-            match store.delete(&key).await {
+            match store::copies::delete_keyed(store, &key).await {
                 Ok(()) => {
                     w.seen.remove(&key);
                 }

@@ -99,6 +99,7 @@ pub(super) fn put_blobs(
             dirs.push(grand.to_path_buf());
         }
         std::fs::rename(&tmp, &path)?;
+        crate::failpoint::fs_write_done();
         guard.0 = None;
         dirs.push(parent);
         files.push(file);

@@ -187,16 +187,23 @@ impl crate::store::Blobstore for FsStore {
         self.copies
     }
 
-    /// One batch of writes and renames, as [`Blobstore::put_blobs`], with
-    /// writeback started at once but not waited for: the copies are not in
-    /// the commit's fsync round (which they would double), so a power cut
-    /// right after a commit can lose a copy, never its object; `fsck` and
-    /// `scrub` write a missing or torn copy again ([`crate::store::copies`]).
-    async fn put_copies(&self, blobs: Vec<(Digest, Bytes)>) -> Result<()> {
-        let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
-        self.check_space(total)?;
+    /// One write and rename, as [`Blobstore::put_blobs`], with write-back
+    /// started at once but not waited for: the pack is not in the
+    /// commit's fsync round (which it would double), so a power cut right
+    /// after a commit can lose a copy, never its object; `fsck` writes a
+    /// missing or torn copy again ([`crate::store::copies`]).
+    async fn put_copy_pack(&self, digest: &Digest, bytes: Bytes) -> Result<()> {
+        self.check_space(bytes.len() as u64)?;
         let root = self.root.clone();
-        blocking(move || batch::put_blobs(&root, crate::store::copies::copy_key, blobs)).await?;
+        let digest = digest.clone();
+        blocking(move || {
+            batch::put_blobs(
+                &root,
+                crate::store::copies::pack::pack_key,
+                vec![(digest, bytes)],
+            )
+        })
+        .await?;
         Ok(())
     }
 

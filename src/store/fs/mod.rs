@@ -56,6 +56,12 @@ const MAX_DIRTY_DIRS: usize = 1024;
 /// Reads of at most this many bytes are done inline in one `read(2)`, not streamed.
 const INLINE_READ_MAX: u64 = 64 * 1024;
 
+/// How many copies of each metadata blob the filesystem store writes unless
+/// told otherwise (`[store] metadata_copies`): 2, as ZFS keeps two copies
+/// of metadata blocks, since one file system on one disk has no other
+/// redundancy ([`super::copies`]).
+pub const DEFAULT_METADATA_COPIES: u8 = 2;
+
 /// A blobstore rooted at a directory. Layout: `<dir>/<key>` for every key,
 /// `<dir>/tmp/` for objects being written, `<dir>/refs/root.lock` for the CAS lock.
 #[derive(Clone)]
@@ -104,13 +110,13 @@ impl FsStore {
             hot: Arc::default(),
             verified: Arc::default(),
             epoch: Arc::default(),
-            copies: 1,
+            copies: DEFAULT_METADATA_COPIES,
             repairs: Arc::default(),
         })
     }
 
     /// The same store writing `copies` (1 or 2) of each metadata blob
-    /// ([`super::copies`]; the default is 1).
+    /// ([`super::copies`]; the default is [`DEFAULT_METADATA_COPIES`]).
     pub fn with_metadata_copies(mut self, copies: u8) -> FsStore {
         self.copies = copies.clamp(1, 2);
         self

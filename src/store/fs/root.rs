@@ -118,6 +118,7 @@ impl FsStore {
             let t1 = std::time::Instant::now();
             std::fs::rename(&tmp, dir.join("root"))?;
             sync::dir(&dir)?;
+            crate::failpoint::fs_write_done();
             tracing::debug!(
                 dirs = dirty.dirs.len(),
                 files = dirty.files.len(),
@@ -188,6 +189,7 @@ impl FsStore {
             f.sync_all()?;
             std::fs::rename(&tmp, &path)?;
             sync::dir(&dir)?;
+            crate::failpoint::fs_write_done();
             Ok(true)
         })
         .await

@@ -46,6 +46,7 @@ impl FsWriter {
             } else {
                 std::fs::rename(&tmp, &final_path)?;
             }
+            crate::failpoint::fs_write_done();
             if scratch {
                 let dirs: Vec<PathBuf> = std::iter::once(parent.clone())
                     .chain(parent.parent().map(Path::to_path_buf))

@@ -1,28 +1,33 @@
-//! Second copies of metadata blobs: how one damaged metadata object costs
-//! no acknowledged write.
+//! Second copies of metadata: how one damaged metadata object costs no
+//! acknowledged write.
 //!
-//! Owns: where a copy lives ([`copy_key`]: `copies/<alg>/<2 hex>/<hex>`,
-//! beside `blobs/`), the read that falls back to it ([`super::get_verified`]
-//! calls [`recover`] when a blob is missing or fails its digest), and the
-//! record of what such reads repaired ([`Repairs`], read by `fsck` and
-//! `scrub`).
+//! Owns: where copies live (one pack per commit, [`pack`]; a keyed
+//! object's copy beside it, [`keyed`]), the read that falls back to them
+//! ([`super::get_verified`] calls [`recover`] when a blob is missing or
+//! fails its digest), the checks `fsck` and `scrub` run ([`ensure`]), and
+//! the record of what reads repaired ([`Repairs`]).
 //!
 //! Design (docs/architecture.md, "Metadata copies"): ZFS keeps two copies
 //! of every metadata block (`copies` / `redundant_metadata`), so one bad
 //! sector in metadata costs nothing. airlock's metadata is a state commit's
 //! content-addressed blobs (the state document, repository pages, room
 //! documents such as the stacks and torcx documents, the changes
-//! document); with `[store] metadata_copies = 2` each commit writes every
-//! one of them twice, beside each other;
-//! the object is durable before the root swap names it, its copy by the
-//! kernel's writeback (started at once: a copy in the commit's fsync round
-//! would double it), so a power cut right after a commit can lose a copy,
-//! never an object, and `fsck` or `scrub` writes it again. A copy is never served
-//! and never verified on the read path: it is read only when its blob is
-//! missing or damaged, checked against the digest, and then written back
-//! to `blobs/`. The default is 1 (no copies) for now: on the filesystem
-//! the copies cost tag PUT latency over the metadata benchmark's target
-//! (docs/benchmarks.md); on S3 the object store keeps its own redundancy.
+//! document) and the pull record's objects; with `[store] metadata_copies
+//! = 2` (the filesystem store's default) each commit also writes its blobs
+//! as one pack, in parallel with the blobs. The blobs are durable before
+//! the root swap names them; the pack's write-back is started at once but
+//! not waited for (in the commit's fsync round it would double the
+//! round), so a power cut right after a commit can lose a copy, never an
+//! object, and `fsck` writes it again. A copy is never served and never
+//! verified on the read path: it is read only when its blob is missing or
+//! damaged, checked against the digest, and then written back to
+//! `blobs/`. On S3 the default is 1: the object store keeps its own
+//! redundancy.
+
+mod keyed;
+pub mod pack;
+
+pub use keyed::{check_keyed_copy, delete_keyed, keyed_copy_key, put_keyed, read_keyed};
 
 use std::sync::Mutex;
 
@@ -34,7 +39,9 @@ use crate::digest::Digest;
 /// Prefix of the second copies.
 pub const COPIES_PREFIX: &str = "copies/";
 
-/// Where the second copy of `digest` lives: `copies/<alg>/<2 hex>/<hex>`.
+/// Where a blob's own second copy lived before copies were packed
+/// (`copies/<alg>/<2 hex>/<hex>`, written by one earlier release with
+/// `metadata_copies = 2`): still read, and removed by `gc` with its blob.
 pub fn copy_key(digest: &Digest) -> String {
     // `blobs/<alg>/...` with the other prefix.
     format!("{COPIES_PREFIX}{}", &blob_key(digest)["blobs/".len()..])
@@ -46,11 +53,12 @@ pub fn copy_digest(key: &str) -> Option<Digest> {
     super::verify::blob_digest(&format!("blobs/{rest}"))
 }
 
-/// One metadata blob a read restored from its copy.
+/// One metadata object a read restored from its copy.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Repair {
-    /// The blob.
-    pub digest: Digest,
+    /// The object: a blob's digest (`sha256:<hex>`) or a keyed object's
+    /// key (`pulls/<id>.json`).
+    pub object: String,
     /// What was wrong with it, one line.
     pub cause: String,
 }
@@ -78,14 +86,16 @@ impl Repairs {
     }
 }
 
-/// The copy of `digest`, if one is stored and matches the digest.
-/// Errors: the store failed (other than the copy being absent).
+/// A good copy of `digest`: from a pack ([`pack::find`]), or from an
+/// unpacked copy of an earlier release ([`copy_key`]). `None`: no copy
+/// matches the digest. Errors: the store failed.
 pub async fn read_copy(store: &dyn Blobstore, digest: &Digest) -> Result<Option<Vec<u8>>> {
     match read_all(store, &copy_key(digest)).await {
-        Ok(bytes) if super::matches(digest, &bytes).is_ok() => Ok(Some(bytes)),
-        Ok(_) | Err(StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(e),
+        Ok(bytes) if super::matches(digest, &bytes).is_ok() => return Ok(Some(bytes)),
+        Ok(_) | Err(StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e),
     }
+    pack::find(store, digest).await
 }
 
 /// Writes `bytes` at `key` whatever is there (a damaged object is replaced).
@@ -124,37 +134,68 @@ pub async fn recover(
     }
     if let Some(r) = store.repairs() {
         r.note(Repair {
-            digest: digest.clone(),
+            object: digest.to_string(),
             cause,
         });
     }
     Ok(Some(bytes))
 }
 
-/// What a check of one metadata blob's copy found ([`check_copy`]).
+/// What a check of one metadata object's copy found ([`ensure`],
+/// [`check_keyed_copy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyState {
-    /// The copy matches its digest.
+    /// A copy matches.
     Good,
-    /// The copy was missing: written from the (verified) blob.
+    /// No copy was stored: written from the (verified) object.
     Written,
-    /// The copy did not match its digest: written again from the blob.
+    /// Every copy stored was damaged: written again from the object.
     Rewritten,
 }
 
-/// Makes sure `digest`'s copy holds `bytes` (the blob's verified content),
-/// writing it when missing or damaged. For `fsck` and `scrub` on a store
-/// that keeps copies. Errors: the store failed.
-pub async fn check_copy(store: &dyn Blobstore, digest: &Digest, bytes: &[u8]) -> Result<CopyState> {
-    let key = copy_key(digest);
-    let state = match read_all(store, &key).await {
-        Ok(have) if have == bytes => return Ok(CopyState::Good),
-        Ok(_) => CopyState::Rewritten,
-        Err(StoreError::NotFound(_)) => CopyState::Written,
-        Err(e) => return Err(e),
-    };
-    overwrite(store, &key, bytes).await?;
-    Ok(state)
+/// Makes sure each of `blobs` (metadata blobs read and verified, `(digest,
+/// bytes)`) has a good copy in some pack, writing one pack of those that
+/// have none; returns what was found for each, in order. For `fsck` on a
+/// store that keeps copies: it reads every pack's header once.
+///
+/// Errors: the store failed.
+pub async fn ensure(store: &dyn Blobstore, blobs: &[(Digest, Bytes)]) -> Result<Vec<CopyState>> {
+    use std::collections::HashMap;
+    let mut wanted: HashMap<&Digest, Vec<usize>> = HashMap::new();
+    for (i, (d, _)) in blobs.iter().enumerate() {
+        wanted.entry(d).or_default().push(i);
+    }
+    let mut found = vec![CopyState::Written; blobs.len()];
+    for m in pack::list(store).await? {
+        let entries = match pack::entries(store, &m).await {
+            Ok(Some(e)) => e,
+            Ok(None) | Err(StoreError::Corrupt(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        for e in entries {
+            let Some(at) = wanted.get(&e.digest) else {
+                continue;
+            };
+            if found[at[0]] == CopyState::Good {
+                continue;
+            }
+            let state = match pack::read_entry(store, &m.key, &e).await? {
+                Some(_) => CopyState::Good,
+                None => CopyState::Rewritten,
+            };
+            for &i in at {
+                found[i] = state;
+            }
+        }
+    }
+    let missing: Vec<(Digest, Bytes)> = blobs
+        .iter()
+        .zip(&found)
+        .filter(|(_, s)| **s != CopyState::Good)
+        .map(|(b, _)| b.clone())
+        .collect(); // a repeated digest is packed once (`pack::encode`)
+    pack::write(store, &missing).await?;
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -185,8 +226,7 @@ mod tests {
             .put_blobs(vec![(d.clone(), Bytes::from(bytes.clone()))])
             .await
             .unwrap();
-        store
-            .put_copies(vec![(d.clone(), Bytes::from(bytes.clone()))])
+        pack::write(&store, &[(d.clone(), Bytes::from(bytes.clone()))])
             .await
             .unwrap();
         let path = dir.path().join(blob_key(&d));
@@ -214,9 +254,11 @@ mod tests {
             assert_eq!(std::fs::read(&path).unwrap(), bytes, "{what}: written back");
             let repairs = store.repairs().unwrap().take();
             assert_eq!(repairs.len(), 1, "{what}: {repairs:?}");
-            assert_eq!(repairs[0].digest, d);
+            assert_eq!(repairs[0].object, d.to_string());
         }
-        std::fs::remove_file(dir.path().join(copy_key(&d))).unwrap();
+        for p in pack::list(&store).await.unwrap() {
+            std::fs::remove_file(dir.path().join(p.key)).unwrap();
+        }
         std::fs::remove_file(&path).unwrap();
         assert!(crate::store::get_verified(&store, &d).await.is_err());
     }
