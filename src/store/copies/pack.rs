@@ -134,14 +134,15 @@ pub async fn write(store: &dyn Blobstore, blobs: &[(Digest, Bytes)]) -> Result<(
 }
 
 /// The entries of the pack `m` (read from its header only). `Ok(None)`:
-/// gone meanwhile. Errors: `Corrupt` naming the pack when its header is
+/// gone or cut shorter since `m` was listed. Errors: `Corrupt` naming the pack when its header is
 /// damaged; the store failed.
 pub async fn entries(store: &dyn Blobstore, m: &ObjectMeta) -> Result<Option<Vec<Entry>>> {
     let corrupt = |cause: String| StoreError::Corrupt(format!("{}: {cause}", m.key));
     let read = |end: u64| async move {
         match crate::store::read_range(store, &m.key, 0, end).await {
             Ok(b) => Ok(Some(b)),
-            Err(StoreError::NotFound(_)) => Ok(None),
+            // Gone, or shorter than when it was listed: changed meanwhile.
+            Err(StoreError::NotFound(_) | StoreError::Range { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     };
@@ -162,7 +163,8 @@ pub async fn entries(store: &dyn Blobstore, m: &ObjectMeta) -> Result<Option<Vec
 }
 
 /// The bytes of `entry` in the pack `key`, when they match its digest;
-/// `None` when they do not or the pack is gone. Errors: the store failed.
+/// `None` when they do not, the pack is shorter, or it is gone. Errors:
+/// the store failed.
 pub async fn read_entry(
     store: &dyn Blobstore,
     key: &str,
@@ -171,7 +173,8 @@ pub async fn read_entry(
     let end = entry.offset.saturating_add(entry.len);
     match crate::store::read_range(store, key, entry.offset, end).await {
         Ok(b) if b.len() as u64 == entry.len && matches(&entry.digest, &b).is_ok() => Ok(Some(b)),
-        Ok(_) | Err(StoreError::NotFound(_)) => Ok(None),
+        // Past the end: a pack cut short (a power cut before its write-back).
+        Ok(_) | Err(StoreError::NotFound(_) | StoreError::Range { .. }) => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -359,6 +362,20 @@ mod tests {
         assert_eq!(find(&store, &d).await.unwrap().unwrap(), b);
         assert!(matches!(
             entries(&store, &packs[0]).await,
+            Err(StoreError::Corrupt(_))
+        ));
+        // A pack cut short (or empty) after a power cut: skipped too, also
+        // when it shrank after it was listed.
+        bytes[0] ^= 1;
+        for len in [bytes.len() - 3, 0] {
+            std::fs::write(&path, &bytes[..len]).unwrap();
+            assert_eq!(find(&store, &d).await.unwrap().unwrap(), b, "{len}");
+            assert!(entries(&store, &packs[0]).await.unwrap().is_none());
+        }
+        let fresh = list(&store).await.unwrap();
+        let empty = fresh.iter().find(|m| m.key == packs[0].key).unwrap();
+        assert!(matches!(
+            entries(&store, empty).await,
             Err(StoreError::Corrupt(_))
         ));
     }
