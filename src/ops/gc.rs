@@ -144,7 +144,7 @@ pub struct GcReport {
     /// reached blobs were carried into a new pack
     /// ([`crate::store::copies::pack::sweep`]).
     pub copy_packs_removed: u64,
-    /// Copies carried from sparse packs into a new one.
+    /// Live copies carried out of partly dead packs into a new one.
     pub copies_carried: u64,
     /// Stale `tmp/` and stacks scratch files removed.
     pub tmp_files_removed: u64,

@@ -377,7 +377,7 @@ fn metadata_copies_is_a_setting() {
 }
 
 /// `gc` removes the packs of generations no longer kept (carrying the
-/// copies still needed out of a pack mostly dead), as its dry run said,
+/// copies still needed out of a pack partly dead), as its dry run said,
 /// and keeps a good copy of everything kept.
 #[test]
 fn gc_removes_copies_with_their_objects() {

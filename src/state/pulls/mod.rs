@@ -281,9 +281,13 @@ pub async fn check_objects(store: &dyn Blobstore) -> store::Result<ObjectsCheck>
     let mut out = ObjectsCheck::default();
     for key in object_keys(store).await? {
         out.checked += 1;
-        let cause = match store::read_all(store, &key).await {
-            Ok(bytes) => PullRecord::checked(&bytes).err(),
-            Err(StoreError::NotFound(_)) => Some("missing".to_string()),
+        // The object read once: checked, then compared with its copy.
+        let (bytes, cause) = match store::read_all(store, &key).await {
+            Ok(bytes) => {
+                let cause = PullRecord::checked(&bytes).err();
+                (bytes, cause)
+            }
+            Err(StoreError::NotFound(_)) => (Vec::new(), Some("missing".to_string())),
             Err(e) => return Err(e),
         };
         if let Some(cause) = cause {
@@ -301,11 +305,6 @@ pub async fn check_objects(store: &dyn Blobstore) -> store::Result<ObjectsCheck>
         if store.metadata_copies() < 2 {
             continue;
         }
-        let bytes = match store::read_all(store, &key).await {
-            Ok(b) => b,
-            Err(StoreError::NotFound(_)) => continue,
-            Err(e) => return Err(e),
-        };
         match store::copies::check_keyed_copy(store, &key, &bytes, PullRecord::checked).await? {
             CopyState::Good => {}
             CopyState::Written => out

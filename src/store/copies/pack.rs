@@ -398,7 +398,7 @@ mod tests {
     /// gc keeps a pack whose blobs are all live, removes a dead one, and
     /// carries the live copy of a partly dead one into a new pack.
     #[tokio::test]
-    async fn sweep_removes_dead_packs_and_carries_sparse_ones() {
+    async fn sweep_removes_dead_packs_and_carries_partly_dead_ones() {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::fs::FsStore::open(dir.path()).unwrap();
         let big = |s: &str| blob(&s.repeat(400));
