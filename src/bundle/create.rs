@@ -627,13 +627,19 @@ fn create_in(
     }
 }
 
-/// Checks the bundle's stack candidates from the gathered files
-/// ([`crate::stacks::candidates::check_bundle`]).
+/// Checks the bundle's stack candidates from the gathered files: that
+/// they flatten ([`crate::stacks::candidates::check_bundle`]) and that
+/// kpack accepts their build and run images
+/// ([`crate::stacks::candidates::check_builders`]).
 fn check_candidates(
     local: &crate::stacks::candidates::LocalBlobs,
     doc: &BundleDoc,
 ) -> Result<Vec<crate::stacks::candidates::Checked>> {
-    let check = crate::stacks::candidates::check_bundle(local, doc);
+    let check = async {
+        let checked = crate::stacks::candidates::check_bundle(local, doc).await?;
+        crate::stacks::candidates::check_builders(local, doc).await?;
+        Ok::<_, crate::stacks::StackError>(checked)
+    };
     let checked = match tokio::runtime::Handle::try_current() {
         Ok(h) => h.block_on(check),
         Err(_) => tokio::runtime::Builder::new_current_thread()

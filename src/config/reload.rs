@@ -53,6 +53,7 @@ const CONNECTION_LIMITS: &[&str] = &[
     "max_request_head",
     "max_response_buffer",
     "cache_size",
+    "shutdown_delay_secs",
 ];
 
 fn value<T: serde::Serialize>(v: &T) -> toml::Value {
@@ -212,6 +213,7 @@ fn keep_connection_limits(new: &mut Settings, old: &Settings) {
     n.max_request_head = o.max_request_head;
     n.max_response_buffer = o.max_response_buffer;
     n.cache_size = o.cache_size;
+    n.shutdown_delay_secs = o.shutdown_delay_secs;
 }
 
 impl std::fmt::Display for Applied {

@@ -281,6 +281,7 @@ impl Settings {
                 .map_or(64 << 10, |s| s.0)
                 .clamp(8 << 10, 64 << 20) as usize,
             max_response_buffer: l.max_response_buffer.map_or(256 << 20, |s| s.0),
+            shutdown_delay: Duration::from_secs(l.shutdown_delay_secs.unwrap_or(0)),
             workers: self.workers.map(|n| n as usize),
             ..Limits::default()
         };

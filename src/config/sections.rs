@@ -408,6 +408,13 @@ pub struct LimitsSection {
     /// [default: 256M].
     #[arg(long, env = "AIRLOCK_MAX_RESPONSE_BUFFER")]
     pub max_response_buffer: Option<Size>,
+    /// On SIGTERM or SIGINT, answer 503 on /readyz and keep serving for
+    /// this many seconds before closing the listeners, so that a load
+    /// balancer's health check takes the replica out first (at least the
+    /// balancer's fall x interval plus one interval, e.g. 6 for HAProxy
+    /// `inter 2s fall 2`). A second signal ends the wait [default: 0].
+    #[arg(long, env = "AIRLOCK_SHUTDOWN_DELAY")]
+    pub shutdown_delay_secs: Option<u64>,
 }
 
 /// `[stacks]`: the `/stacks/v1` API.

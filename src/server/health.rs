@@ -17,8 +17,12 @@ pub async fn healthz() -> &'static str {
 
 /// `GET /readyz`: 200 `ok` when the current state can be read from the
 /// blobstore (the root, the state document and the repository table's
-/// first page), else 503 `not ready` (the cause is logged at warn).
+/// first page), else 503 `not ready` (the cause is logged at warn); 503
+/// `stopping` once the server got SIGTERM or SIGINT ([`super::serve`]).
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, String) {
+    if app.stopping.load(std::sync::atomic::Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "stopping\n".into());
+    }
     let ready = async {
         let snap = app.state.snapshot().await?;
         app.state.repositories(&snap, None, 1).await

@@ -65,6 +65,10 @@ pub struct App {
     /// Manifest GETs noted for `gc`'s `pulled_within_days`, written to the
     /// store by [`spawn_pull_flusher`] and when [`serve`] stops.
     pub pulls: PullRecorder,
+    /// Set when [`serve`] got SIGTERM or SIGINT: `/readyz` answers 503 so
+    /// that load balancers stop sending requests while they are still
+    /// served (`[limits] shutdown_delay_secs`).
+    pub stopping: std::sync::atomic::AtomicBool,
 }
 
 impl App {
@@ -92,6 +96,7 @@ impl App {
             auth: ArcSwap::from_pointee(crate::auth::Policy::open()),
             import_keyring: ArcSwap::from_pointee(None),
             ui: None,
+            stopping: Default::default(),
         }
     }
 
@@ -341,9 +346,11 @@ async fn serve_registry(app: Arc<App>, req: axum::extract::Request) -> axum::res
 pub type HangupHook = Box<dyn FnMut(&App, Option<&tls::Tls>) + Send>;
 
 /// Binds every address of `listen` and serves [`router`] on each (over TLS
-/// when `tls` is given) under `limits` until SIGINT or SIGTERM, then stops
-/// accepting and waits (at most `limits.shutdown_timeout`) for in-flight
-/// requests to finish, then writes the pulls noted since the last flush.
+/// when `tls` is given) under `limits` until SIGINT or SIGTERM; then
+/// `/readyz` answers 503 while requests are still served for
+/// `limits.shutdown_delay` ([`lame_duck`]), then it stops accepting and
+/// waits (at most `limits.shutdown_timeout`) for in-flight requests to
+/// finish, then writes the pulls noted since the last flush.
 /// Expired upload sessions are swept meanwhile
 /// ([`spawn_upload_sweeper`]), pulls written ([`spawn_pull_flusher`]);
 /// each SIGHUP runs `hangup`.
@@ -387,6 +394,7 @@ pub async fn serve(
     let sampler = crate::ui::spawn_sampler(app.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
+    let limits_delay = limits.shutdown_delay;
     let shared = conn::Shared::new(app.clone(), limits, tls);
     if let Some(sockets) = sockets {
         for l in sockets.first().into_iter().flatten() {
@@ -408,6 +416,7 @@ pub async fn serve(
         }
     }
     shutdown_signal().await;
+    lame_duck(&app, limits_delay).await;
     let _ = stop.send(true);
     let mut result = Ok(());
     while let Some(r) = servers.join_next().await {
@@ -496,6 +505,27 @@ fn log_serving(addr: Option<SocketAddr>, shared: &conn::Shared, workers: usize) 
         max_connections = limits.max_connections,
         "serving HTTP"
     );
+}
+
+/// The stop's first phase: `/readyz` answers 503 from now on while every
+/// request is still served for `delay`, so that a load balancer's health
+/// check takes the replica out before its listeners close (a connection
+/// the balancer opened just before would otherwise be reset: 502). A
+/// second SIGINT or SIGTERM ends the wait.
+async fn lame_duck(app: &App, delay: std::time::Duration) {
+    app.stopping
+        .store(true, std::sync::atomic::Ordering::Release);
+    if delay.is_zero() {
+        return;
+    }
+    tracing::info!(
+        delay_secs = delay.as_secs_f64(),
+        "not ready (503 on /readyz); still serving until the shutdown delay has passed"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(delay) => {}
+        () = shutdown_signal() => {}
+    }
 }
 
 /// Completes on the first SIGINT (Ctrl-C) or SIGTERM. If a handler cannot

@@ -22,7 +22,7 @@ use futures_util::StreamExt as _;
 use super::StackError;
 use super::flatten::{self, Layer};
 use super::image::{self, ImageSource, PlatformImage};
-use super::kpack::STACK_ID_LABEL;
+use super::kpack::{self, STACK_ID_LABEL};
 use super::table::ImageRef;
 use crate::bundle::format::BundleDoc;
 use crate::digest::{Digest, HashingReader};
@@ -116,12 +116,7 @@ pub async fn check_bundle<S: CandidateSource>(
     src: &S,
     doc: &BundleDoc,
 ) -> Result<Vec<Checked>, StackError> {
-    let absent = |d: &Digest| {
-        doc.images
-            .iter()
-            .find(|i| &i.digest == d)
-            .map_or(&[][..], |i| &i.absent[..])
-    };
+    let absent = |d: &Digest| absent(doc, d);
     let mut done: HashSet<Digest> = HashSet::new();
     let mut out = Vec::new();
     let mut named: HashSet<&Digest> = HashSet::new();
@@ -173,6 +168,48 @@ pub async fn check_bundle<S: CandidateSource>(
         out.push(check_image(src, &what, &r, &labelled, &mut done).await?);
     }
     Ok(out)
+}
+
+/// The platform manifests of image `digest` that `doc` does not carry (a
+/// delta bundle's: already at the destination).
+fn absent<'a>(doc: &'a BundleDoc, digest: &Digest) -> &'a [Digest] {
+    doc.images
+        .iter()
+        .find(|i| &i.digest == digest)
+        .map_or(&[][..], |i| &i.absent[..])
+}
+
+/// Checks the build and run images of every stack candidate of `doc` that
+/// has them as kpack does ([`kpack::check`]), so that `stack promote` of
+/// it is not refused after the bundle crossed (`bundle create`; import
+/// leaves it to the promotion). Platforms the source does not hold (a
+/// delta bundle's) were checked when they arrived.
+///
+/// Errors: [`StackError::Image`] naming the candidate, with kpack's
+/// reasons; an image that cannot be read.
+pub async fn check_builders<S: CandidateSource>(
+    src: &S,
+    doc: &BundleDoc,
+) -> Result<(), StackError> {
+    let absent = |d: &Digest| absent(doc, d);
+    for s in &doc.stacks {
+        let (Some(build), Some(run)) = (&s.build_image, &s.run_image) else {
+            continue;
+        };
+        let b = image::platforms_except(src, build, absent(&build.digest)).await?;
+        let r = image::platforms_except(src, run, absent(&run.digest)).await?;
+        if b.is_empty() || r.is_empty() {
+            continue;
+        }
+        let id = kpack::check(None, &b, &r).map_err(|e| {
+            StackError::Image(format!(
+                "stack candidate {}: kpack would refuse its build and run images: {e}",
+                s.name
+            ))
+        })?;
+        tracing::info!(stack = %s.name, id, build = %build, run = %run, "stack candidate's builder images: kpack accepts them");
+    }
+    Ok(())
 }
 
 async fn check_image<S: CandidateSource>(

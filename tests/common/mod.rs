@@ -8,6 +8,7 @@ pub mod ceph;
 pub mod deltas;
 pub mod haproxy;
 pub mod images;
+pub mod kpack;
 pub mod listener;
 pub mod nginx;
 pub mod objects;

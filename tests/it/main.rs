@@ -31,6 +31,7 @@ mod gc;
 mod gc_retention;
 mod hostile_clients;
 mod import_trust;
+mod kpack_builders;
 mod metadata_copies;
 mod pgp_interop;
 mod proptest_parsers;

@@ -277,6 +277,9 @@ fn three_replicas_behind_haproxy_lose_no_acknowledged_write() {
         "0",
         "--lease-ttl",
         &ttl,
+        // Out of the balancer (2 checks of 300 ms) before the listeners close.
+        "--shutdown-delay-secs",
+        "2",
     ];
     let mut replicas: Vec<Option<Server>> = (0..3).map(|_| Some(b.serve(&args))).collect();
     let addrs: Vec<String> = replicas
@@ -342,6 +345,7 @@ fn three_replicas_behind_haproxy_lose_no_acknowledged_write() {
     // A graceful stop of another replica: no request fails for it.
     std::thread::sleep(Duration::from_secs(3));
     let stopped = (killed + 1) % 3;
+    let terminated_at = Instant::now();
     let status = replicas[stopped].take().unwrap().terminate();
     assert!(status.success(), "SIGTERM: {status:?}");
 
@@ -360,10 +364,21 @@ fn three_replicas_behind_haproxy_lose_no_acknowledged_write() {
     let seen = seen.lock().unwrap();
     // Failures only while the killed replica's requests were in flight
     // (HAProxy marks it down within 2 checks of 300 ms).
-    let late: Vec<&(Instant, String)> = seen
+    let since = |at: &Instant, from: Instant| match at.checked_duration_since(from) {
+        Some(d) => format!("+{d:?}"),
+        None => format!("-{:?}", from - *at),
+    };
+    let late: Vec<String> = seen
         .failures
         .iter()
         .filter(|(at, _)| *at < killed_at || at.duration_since(killed_at) > Duration::from_secs(3))
+        .map(|(at, e)| {
+            format!(
+                "{} after the SIGKILL, {} after the SIGTERM: {e}",
+                since(at, killed_at),
+                since(at, terminated_at)
+            )
+        })
         .collect();
     assert!(
         late.is_empty(),

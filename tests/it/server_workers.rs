@@ -211,3 +211,59 @@ fn more_than_1024_workers_is_a_config_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("workers") && err.contains("1024"), "{err}");
 }
+
+/// `--shutdown-delay-secs 2`: after SIGTERM `/readyz` answers 503
+/// `stopping` while requests (on a new connection and on one opened
+/// before) are still answered; the listeners close and the process exits
+/// only after the delay. A second SIGTERM ends the wait.
+#[test]
+fn sigterm_first_turns_readyz_to_503_and_keeps_serving_for_the_delay() {
+    let sigterm = |srv: &Serve| {
+        let pid = i32::try_from(srv.child.id()).unwrap();
+        // SAFETY: kill(2) on our own child's pid with a valid signal.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    };
+    let mut srv = Serve::start("2", &["--shutdown-delay-secs", "2"]);
+    let (status, _, body) = common::http(&srv.addr, "GET", "/readyz", &[]).unwrap();
+    assert_eq!((status, body.as_slice()), (200, &b"ok"[..]));
+    let mut kept = TcpStream::connect(&srv.addr).unwrap();
+    assert!(get_v2(&mut kept).starts_with("http/1.1 200"));
+    let stopped_at = Instant::now();
+    sigterm(&srv);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let (status, _, body) = common::http(&srv.addr, "GET", "/readyz", &[]).unwrap();
+        if status == 503 {
+            assert_eq!(body, b"stopping\n");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz still {status} after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(common::http(&srv.addr, "GET", "/v2/", &[]).unwrap().0, 200);
+    assert!(get_v2(&mut kept).starts_with("http/1.1 200"));
+    assert!(
+        srv.child.try_wait().unwrap().is_none(),
+        "exited within the delay"
+    );
+    let status = common::terminate(&mut srv.child, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    let took = stopped_at.elapsed();
+    // The second SIGTERM (sent by terminate) ended the delay early.
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(common::http(&srv.addr, "GET", "/v2/", &[]).is_err());
+
+    // Without a second signal it waits the whole delay.
+    let srv = Serve::start("2", &["--shutdown-delay-secs", "2"]);
+    let stopped_at = Instant::now();
+    let status = srv.terminate();
+    assert!(status.success());
+    assert!(
+        stopped_at.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        stopped_at.elapsed()
+    );
+}

@@ -178,7 +178,8 @@ pub enum StackCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print the kpack ClusterStack for a stack's build and run images, by digest.
+    /// Print the kpack ClusterStack for a stack's build and run images, by
+    /// digest (with --pull-secret: its Secret and ServiceAccount first).
     Kpack {
         #[command(flatten)]
         data: DataArg,
@@ -188,15 +189,22 @@ pub enum StackCmd {
         #[arg(long)]
         registry: String,
         /// Also create a read-only token user limited to the stack's build
-        /// and run image repositories and print, after the ClusterStack, a
-        /// `kubernetes.io/dockerconfigjson` Secret holding it (needs
-        /// --namespace). The token is shown only here; `airlock user list`
-        /// lists the user, `airlock user revoke` revokes it.
+        /// and run image repositories and print, before the ClusterStack, a
+        /// `kubernetes.io/dockerconfigjson` Secret holding it and a
+        /// ServiceAccount listing the Secret, which the ClusterStack names in
+        /// `spec.serviceAccountRef` (needs --namespace; for sites where
+        /// anonymous reads are off). The token is shown only here; `airlock
+        /// user list` lists the user, `airlock user revoke` revokes it.
         #[arg(long, requires = "namespace")]
         pull_secret: bool,
-        /// The Kubernetes namespace of the Secret (with --pull-secret).
+        /// The Kubernetes namespace of the Secret and ServiceAccount (with
+        /// --pull-secret), an RFC 1123 label.
         #[arg(long, requires = "pull_secret")]
         namespace: Option<String>,
+        /// The ClusterStack's name (default: the stack name with `_`
+        /// written `-`), an RFC 1123 subdomain.
+        #[arg(long = "name", value_name = "NAME")]
+        object_name: Option<String>,
     },
 }
 
@@ -512,15 +520,23 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
             registry,
             pull_secret,
             namespace,
+            object_name,
         } => {
             let state = data.existing_state()?;
             let table = ops::load(&state).await?;
-            let stack = kpack::cluster_stack(&table, &name, &registry)?;
-            let secret = match (pull_secret, namespace) {
+            // Every name is checked before the token user is made.
+            let docs = kpack::Documents::new(
+                &table,
+                &name,
+                &registry,
+                object_name.as_deref(),
+                namespace.as_deref(),
+            )?;
+            match (pull_secret, namespace) {
                 (true, Some(ns)) => {
-                    let repos = kpack::builder_repositories(&table, &name)?;
                     let user = format!(
-                        "kpack-{name}-{ns}-{:06x}",
+                        "kpack-{}-{ns}-{:06x}",
+                        docs.name,
                         rand::random::<u32>() & 0xff_ffff
                     );
                     let purpose = format!("kpack pull secret for stack {name} in namespace {ns}");
@@ -528,18 +544,18 @@ pub async fn run(cmd: StackCmd) -> Result<()> {
                         &state,
                         &user,
                         vec![airlock::auth::Role::Reader],
-                        repos,
+                        docs.repositories(),
                         &purpose,
                         &who,
                     )
                     .await?;
-                    Some(kpack::pull_secret(&name, &ns, &registry, &user, &token))
+                    print!(
+                        "{}---\n{}",
+                        docs.credential(&ns, &user, &token),
+                        docs.cluster_stack(Some(&ns))
+                    );
                 }
-                _ => None,
-            };
-            print!("{stack}");
-            if let Some(secret) = secret {
-                print!("---\n{secret}");
+                _ => print!("{}", docs.cluster_stack(None)),
             }
         }
     }

@@ -109,6 +109,10 @@ pub struct Limits {
     /// Bytes of response bodies held in memory at once, over all
     /// connections (at least 64 KiB); at the cap, responses wait for room.
     pub max_response_buffer: u64,
+    /// On SIGTERM or SIGINT, `/readyz` answers 503 while requests are
+    /// still served for this long (for load balancers to take the replica
+    /// out), before the listeners close.
+    pub shutdown_delay: Duration,
     /// On shutdown, in-flight requests get this long to finish before the
     /// remaining connections are abandoned.
     pub shutdown_timeout: Duration,
@@ -124,8 +128,8 @@ pub struct Limits {
 impl Default for Limits {
     /// Header timeout 30 s, idle timeout 120 s, 4096 connections, 256 per
     /// client address, bodies at least 1 KiB/s, manifest PUTs within 60 s,
-    /// 64 KiB request heads, 256 MiB of buffered responses, 30 s shutdown
-    /// grace, one worker thread per CPU.
+    /// 64 KiB request heads, 256 MiB of buffered responses, no shutdown
+    /// delay, 30 s shutdown grace, one worker thread per CPU.
     fn default() -> Limits {
         Limits {
             header_timeout: Duration::from_secs(30),
@@ -136,6 +140,7 @@ impl Default for Limits {
             manifest_put_timeout: Duration::from_secs(60),
             max_request_head: 64 << 10,
             max_response_buffer: 256 << 20,
+            shutdown_delay: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(30),
             workers: None,
         }
