@@ -195,7 +195,8 @@ pub async fn platforms<S: ImageSource + ?Sized>(
 }
 
 /// [`platforms`], leaving out the children of an index listed in `absent`
-/// (platforms a bundle chose not to carry).
+/// (platforms a bundle chose not to carry); empty when all of them were
+/// left out.
 pub async fn platforms_except<S: ImageSource + ?Sized>(
     store: &S,
     image: &ImageRef,
@@ -207,11 +208,13 @@ pub async fn platforms_except<S: ImageSource + ?Sized>(
         return Ok(vec![platform_image(store, &image.digest).await?]);
     }
     let mut out = Vec::new();
+    let mut left_out = false;
     for child in &root.manifests {
-        if !oci::is_manifest_type(&child.media_type)
-            || oci::is_index_type(&child.media_type)
-            || absent.contains(&child.digest)
-        {
+        if !oci::is_manifest_type(&child.media_type) || oci::is_index_type(&child.media_type) {
+            continue;
+        }
+        if absent.contains(&child.digest) {
+            left_out = true;
             continue;
         }
         let parts = child.platform_parts();
@@ -225,7 +228,7 @@ pub async fn platforms_except<S: ImageSource + ?Sized>(
         }
         out.push(img);
     }
-    if out.is_empty() {
+    if out.is_empty() && !left_out {
         return Err(StackError::Image(format!(
             "index {} names no platform image",
             image.digest

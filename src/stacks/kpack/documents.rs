@@ -132,7 +132,7 @@ impl Documents {
         let renamed = match self.name == self.stack.as_str() {
             true => String::new(),
             false => format!(
-                "# Named {} (Kubernetes names are RFC 1123: '_' is written '-').\n",
+                "# ClusterStack name {} (Kubernetes names are RFC 1123; see --name).\n",
                 self.name
             ),
         };
