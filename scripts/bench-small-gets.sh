@@ -65,19 +65,8 @@ if [ -n "$base_bin" ]; then
 fi
 
 # --- nginx -------------------------------------------------------------------------------
-blob_file() { local hex=${1#sha256:}; echo "$work/data/blobs/sha256/${hex:0:2}/$hex"; }
 port_of[nginx]=$(free_port)
-nginx_conf "$work/nginx" 2 "127.0.0.1:${port_of[nginx]}" <<EOF
-        location = /v2/ { return 200 "{}"; }
-        location = /v2/bench/small/blobs/$layer {
-            default_type application/octet-stream;
-            alias $(blob_file "$layer");
-        }
-        location = /v2/bench/small/manifests/v1 {
-            default_type $MT;
-            alias $(blob_file "$manifest");
-        }
-EOF
+small_image_locations "$work/data" | nginx_conf "$work/nginx" 2 "127.0.0.1:${port_of[nginx]}"
 nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' >"$work/nginx/stdout.log" 2>&1 &
 pids+=("$!")
 wait_up nginx "$!" "http://127.0.0.1:${port_of[nginx]}/v2/" "$work/nginx/error.log"

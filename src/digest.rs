@@ -112,7 +112,9 @@ pub type DigestMap<K, V> =
 #[serde(try_from = "String", into = "String")]
 pub struct Digest {
     algorithm: Algorithm,
-    hex: String,
+    /// Shared: digests are cloned on every request (routes, memo answers,
+    /// responses), and a clone is then a count, not a copy.
+    hex: std::sync::Arc<str>,
 }
 
 impl Digest {
@@ -158,6 +160,15 @@ impl Digest {
     }
 }
 
+/// Whether every byte of `b` is `[0-9a-f]`. Without an early exit, so
+/// that the compiler checks many bytes per instruction (a digest of every
+/// pull request is checked).
+fn is_lower_hex(b: &[u8]) -> bool {
+    b.iter().fold(true, |ok, &x| {
+        ok & ((x.wrapping_sub(b'0') < 10) | (x.wrapping_sub(b'a') < 6))
+    })
+}
+
 impl FromStr for Digest {
     type Err = DigestError;
 
@@ -165,11 +176,11 @@ impl FromStr for Digest {
         // Fast path for the common form (every request parses a few).
         if let Some(hex) = s.strip_prefix("sha256:")
             && hex.len() == Algorithm::Sha256.hex_len()
-            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            && is_lower_hex(hex.as_bytes())
         {
             return Ok(Digest {
                 algorithm: Algorithm::Sha256,
-                hex: hex.to_string(),
+                hex: hex.into(),
             });
         }
         let (alg, enc) = s
@@ -209,7 +220,7 @@ impl FromStr for Digest {
         }
         Ok(Digest {
             algorithm,
-            hex: enc.to_string(),
+            hex: enc.into(),
         })
     }
 }
@@ -274,7 +285,10 @@ impl Hasher {
             Hasher::Sha256(h) => (Algorithm::Sha256, hex::encode(h.finalize())),
             Hasher::Sha512(h) => (Algorithm::Sha512, hex::encode(h.finalize())),
         };
-        Digest { algorithm, hex }
+        Digest {
+            algorithm,
+            hex: hex.into(),
+        }
     }
 }
 
@@ -356,6 +370,18 @@ pub enum Mismatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hex_check_accepts_exactly_lower_case_hex() {
+        for b in 0..=255u8 {
+            let want = matches!(b, b'0'..=b'9' | b'a'..=b'f');
+            assert_eq!(is_lower_hex(&[b]), want, "byte {b}");
+            let mut hex = [b'a'; 64];
+            hex[37] = b;
+            assert_eq!(is_lower_hex(&hex), want, "byte {b} inside");
+        }
+        assert!(is_lower_hex(b""));
+    }
 
     #[test]
     fn parses_and_rejects() {

@@ -1,126 +1,147 @@
 #!/usr/bin/env bash
-# What one small GET costs airlock, in figures that do not depend on the
-# machine's load: CPU instructions per request (valgrind's callgrind) and
-# system calls per request (strace -c), for the two requests of
-# scripts/bench-serve.sh's limit rows: (a) GET of a 4 KiB blob and (b) GET of
-# a manifest by tag.
+# What one small GET costs, airlock beside nginx, in figures that do not
+# depend on the machine's load: CPU instructions per request (valgrind's
+# callgrind) and system calls per request (strace -c), for the two requests
+# of scripts/bench-serve.sh's limit rows: (a) GET of a 4 KiB blob and (b)
+# GET of a manifest by tag (nginx: the same file at the same URL).
 #
 #   scripts/bench/profile-small-gets.sh
 #
 # Setup: a fresh data dir loaded over HTTP (serve --allow-push, as
 # bench-serve.sh loads it): a 4 KiB random layer, a config and an OCI
-# manifest tagged bench/small:v1. Then, for each request kind, airlock
-# serve (same flags as bench-serve.sh: --allow-push --log warn) runs under
+# manifest tagged bench/small:v1. Then, for each request kind and server:
+#   airlock serve --workers 1 --allow-push --log warn, or nginx with one
+#   process (master_process off; worker_processes 1; sendfile on; access
+#   log off: bench/lib.sh's nginx_conf), runs under
 #   valgrind --tool=callgrind: WARMUP requests, counters zeroed, N requests
 #     on one keep-alive connection (curl with N URLs), counters dumped:
 #     instructions / N, and the callgrind file is kept for
 #     callgrind_annotate;
 #   strace -c -f (attached after WARMUP requests): system calls / N.
-# The client (curl) runs outside valgrind and strace.
+# The client (curl) runs outside valgrind and strace. Each answer is
+# checked against its digest first. The last lines are the ratios
+# airlock / nginx (the targets of issue 40: instructions <= 1.3x, system
+# calls <= 1.0x).
 #
-# Environment: AIRLOCK_BIN (default target/release/airlock; build it with
-# symbols, the release profile has line tables), N (default 2000), WARMUP
-# (default 200), OUT (where the callgrind files go; default a temp dir,
-# printed).
+# Environment: AIRLOCK_BIN (default target/release/airlock, built; the
+# release profile has line tables), N (default 2000), WARMUP (default 200),
+# OUT (where the callgrind files go; default a temp dir, printed), BENCH_DIR.
+# Needs: apt-get install valgrind strace curl nginx-light python3 coreutils.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+repo=$(cd "$(dirname "$0")/../.." && pwd) # lib.sh assumes scripts/
 
-prog=$(basename "$0")
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-die() {
-    echo "$prog: error: $*" >&2
-    exit 1
-}
-for t in valgrind:valgrind callgrind_control:valgrind strace:strace curl:curl sha256sum:coreutils python3:python3; do
-    command -v "${t%%:*}" >/dev/null 2>&1 || die "'${t%%:*}' not found: apt-get install ${t#*:}"
+for t in valgrind:valgrind callgrind_control:valgrind strace:strace curl:curl nginx:nginx-light \
+    sha256sum:coreutils python3:python3; do
+    need "${t%%:*}" "${t#*:}"
 done
-airlock=${AIRLOCK_BIN:-$repo/target/release/airlock}
-[ -x "$airlock" ] || die "$airlock missing: cargo build --release"
+if [ -n "${AIRLOCK_BIN:-}" ]; then airlock=$AIRLOCK_BIN; else build_airlock; fi
+[ -x "$airlock" ] || die "$airlock is not executable"
 N=${N:-2000}
 WARMUP=${WARMUP:-200}
-work=$(mktemp -d /var/tmp/airlock-profile.XXXXXX)
-OUT=${OUT:-$work/out}
+OUT=${OUT:-$(mktemp -d /var/tmp/airlock-profile.XXXXXX)}
 mkdir -p "$OUT"
-pid=
-cleanup() {
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$work/data" "$work"/*.cfg
-}
-trap cleanup EXIT
-
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+MT=application/vnd.oci.image.manifest.v1+json
+port=$(free_port)
 base=http://127.0.0.1:$port
-serve() { # [wrapper...]
-    "$@" "$airlock" serve --data "$work/data" --listen "127.0.0.1:$port" --allow-push --log warn \
-        >"$work/serve.log" 2>&1 &
+pid=
+stop() {
+    if [ -n "$pid" ]; then
+        kill -INT "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
+    pid=
+}
+bench_cleanup_extra() { stop; }
+# start SERVER [WRAPPER...]: SERVER (airlock or nginx) on $port, under WRAPPER.
+start() {
+    local server=$1
+    shift
+    case $server in
+    airlock)
+        "$@" "$airlock" serve --data "$work/data" --listen "127.0.0.1:$port" --workers 1 \
+            --allow-push --log warn >"$work/serve.log" 2>&1 &
+        ;;
+    nginx)
+        "$@" nginx -c "$work/nginx/nginx.conf" -g 'daemon off; master_process off;' \
+            >"$work/serve.log" 2>&1 &
+        ;;
+    esac
     pid=$!
     for _ in $(seq 1 600); do
         curl -sf -o /dev/null "$base/v2/" && return 0
-        kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" >&2; die "airlock exited"; }
+        kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" "$work/nginx/error.log" >&2 2>/dev/null; die "$server exited"; }
         sleep 0.1
     done
-    die "airlock did not answer within 60 s"
-}
-stop() {
-    kill -INT "$pid"
-    wait "$pid" || true
-    pid=
+    die "$server did not answer within 60 s"
 }
 . "$repo/scripts/bench/small-image.sh"
 
 # --- load ---------------------------------------------------------------------
-serve
+start airlock
 push_small_image "$base" "$work"
 stop
+small_image_locations "$work/data" | nginx_conf "$work/nginx" 1 "127.0.0.1:$port"
 
 # --- measure --------------------------------------------------------------------
 urls() { # URL COUNT -> curl config: COUNT GETs of URL on one connection
     local i
-    echo 'header = "Accept: application/vnd.oci.image.manifest.v1+json"'
+    echo "header = \"Accept: $MT\""
     for ((i = 0; i < $2; i++)); do
         printf 'url = "%s"\noutput = "/dev/null"\n' "$1"
     done
 }
-check() { # URL EXPECTED_DIGEST
+check() { # SERVER URL EXPECTED_DIGEST
     local got
-    got=$(curl -sSf -H 'Accept: application/vnd.oci.image.manifest.v1+json' "$1" | sha256sum | cut -d' ' -f1)
-    [ "sha256:$got" = "$2" ] || die "GET $1 returned content with digest sha256:$got, expected $2"
+    got=$(curl -sSf -H "Accept: $MT" "$2" | sha256sum | cut -d' ' -f1)
+    [ "sha256:$got" = "$3" ] || die "$1: GET $2 returned content with digest sha256:$got, expected $3"
 }
 declare -A path=([a]="/v2/bench/small/blobs/$layer" [b]="/v2/bench/small/manifests/v1")
 declare -A want=([a]="$layer" [b]="$manifest")
 declare -A label=([a]="(a) 4 KiB blob GET" [b]="(b) manifest GET by tag")
+declare -A ir calls
 for k in a b; do
     url=$base${path[$k]}
     urls "$url" "$WARMUP" >"$work/warm.cfg"
     urls "$url" "$N" >"$work/run.cfg"
-    # callgrind
-    serve valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$k.%p" --collect-atstart=yes
-    check "$url" "${want[$k]}"
-    curl -sSf -K "$work/warm.cfg"
-    callgrind_control -z "$pid" >/dev/null 2>&1
-    curl -sSf -K "$work/run.cfg"
-    callgrind_control -d "requests" "$pid" >/dev/null 2>&1
-    sleep 1
-    dump=$(ls -t "$OUT"/callgrind."$k".*.* 2>/dev/null | head -n1)
-    [ -n "$dump" ] || die "no callgrind dump in $OUT"
-    stop
-    ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
-    # strace
-    serve
-    check "$url" "${want[$k]}"
-    curl -sSf -K "$work/warm.cfg"
-    strace -c -f -q -p "$pid" -o "$work/strace.$k" &
-    spid=$!
-    sleep 1
-    curl -sSf -K "$work/run.cfg"
-    sleep 0.5
-    kill -INT "$spid"
-    wait "$spid" || true
-    stop
-    calls=$(awk '$NF == "total" { print $4 }' "$work/strace.$k")
-    printf '%-26s %10.0f instructions/request  %6.2f syscalls/request   (N=%d; %s)\n' \
-        "${label[$k]}" "$(awk -v a="$ir" -v n="$N" 'BEGIN { print a / n }')" \
-        "$(awk -v a="$calls" -v n="$N" 'BEGIN { print a / n }')" "$N" "$dump"
-    awk 'NR > 2 && $NF != "total" && $1 !~ /^-/ { printf "    %-16s %7.2f/request\n", $NF, $4 / n }' n="$N" "$work/strace.$k" |
-        sort -k2 -nr | head -n 12
+    for s in airlock nginx; do
+        # callgrind
+        start "$s" valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$k.$s.%p" --collect-atstart=yes
+        check "$s" "$url" "${want[$k]}"
+        curl -sSf -K "$work/warm.cfg"
+        callgrind_control -z "$pid" >/dev/null 2>&1
+        curl -sSf -K "$work/run.cfg"
+        callgrind_control -d "requests" "$pid" >/dev/null 2>&1
+        sleep 1
+        dump=$(ls -t "$OUT"/callgrind."$k.$s".*.* 2>/dev/null | head -n1)
+        [ -n "$dump" ] || die "no callgrind dump of $s in $OUT"
+        stop
+        ir[$k.$s]=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
+        # strace
+        start "$s"
+        check "$s" "$url" "${want[$k]}"
+        curl -sSf -K "$work/warm.cfg"
+        strace -c -f -q -p "$pid" -o "$work/strace.$k.$s" &
+        spid=$!
+        sleep 1
+        curl -sSf -K "$work/run.cfg"
+        sleep 0.5
+        kill -INT "$spid"
+        wait "$spid" || true
+        stop
+        calls[$k.$s]=$(awk '$NF == "total" { print $4 }' "$work/strace.$k.$s")
+        printf '%-26s %-8s %10.0f instructions/request  %6.2f syscalls/request   (N=%d; %s)\n' \
+            "${label[$k]}" "$s" "$(awk -v a="${ir[$k.$s]}" -v n="$N" 'BEGIN { print a / n }')" \
+            "$(awk -v a="${calls[$k.$s]}" -v n="$N" 'BEGIN { print a / n }')" "$N" "$dump"
+        awk 'NR > 2 && $NF != "total" && $1 !~ /^-/ && $4 / n >= 0.01 { printf "    %-16s %7.2f/request\n", $NF, $4 / n }' \
+            n="$N" "$work/strace.$k.$s" | sort -k2 -nr | head -n 12
+    done
 done
-echo "callgrind files: $OUT (callgrind_annotate --inclusive=yes FILE)"
+echo
+printf '%-26s %14s %14s\n' figure 'instr. ratio' 'syscall ratio'
+for k in a b; do
+    printf '%-26s %13.2fx %13.2fx\n' "${label[$k]}" \
+        "$(awk -v a="${ir[$k.airlock]}" -v n="${ir[$k.nginx]}" 'BEGIN { print a / n }')" \
+        "$(awk -v a="${calls[$k.airlock]}" -v n="${calls[$k.nginx]}" 'BEGIN { print a / n }')"
+done
+echo "callgrind files: $OUT (callgrind_annotate --threshold=100 FILE)"

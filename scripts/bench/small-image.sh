@@ -7,7 +7,13 @@
 # layer, a config and an OCI manifest naming them, tagged bench/small:v1,
 # each written to DIR first (DIR/layer, DIR/config, DIR/manifest). Sets
 # `layer`, `config` and `manifest` to their digests. Needs curl, sha256sum
-# and a `die MESSAGE` function.
+# and a `die MESSAGE` function. Then
+#
+#   small_image_locations DATA | nginx_conf ...
+#
+# prints the nginx location blocks serving the same answers at the same
+# URLs from airlock's filesystem store DATA (`/v2/`, the layer, the
+# manifest by tag).
 
 # sha FILE: the sha256 digest of FILE.
 sha() { echo "sha256:$(sha256sum "$1" | cut -d' ' -f1)"; }
@@ -27,4 +33,20 @@ push_small_image() {
     curl -sSf -o /dev/null -X PUT --data-binary @"$dir/manifest" -H "Content-Type: $mt" \
         "$base/v2/bench/small/manifests/v1" || die "pushing the manifest failed"
     manifest=$(sha "$dir/manifest")
+}
+
+small_image_locations() {
+    local data=$1
+    blob_file() { local hex=${1#sha256:}; echo "$data/blobs/sha256/${hex:0:2}/$hex"; }
+    cat <<EOF
+        location = /v2/ { return 200 "{}"; }
+        location = /v2/bench/small/blobs/$layer {
+            default_type application/octet-stream;
+            alias $(blob_file "$layer");
+        }
+        location = /v2/bench/small/manifests/v1 {
+            default_type application/vnd.oci.image.manifest.v1+json;
+            alias $(blob_file "$manifest");
+        }
+EOF
 }

@@ -151,7 +151,8 @@ pub async fn apply(
     if ns.is_none() && ctx.config().mirror_namespace.is_none() {
         return Ok(None);
     }
-    let (full, echo) = resolve_read(ctx, name, ns, scope).await?;
+    // Boxed: namespaces are rare, and this future is part of every read's.
+    let (full, echo) = Box::pin(resolve_read(ctx, name, ns, scope)).await?;
     *name = full;
     Ok(echo)
 }

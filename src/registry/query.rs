@@ -12,6 +12,10 @@ pub struct QueryParams(Vec<(String, String)>);
 impl QueryParams {
     /// The query of `uri`; an undecodable query counts as empty.
     pub fn from_uri(uri: &Uri) -> QueryParams {
+        if uri.query().is_none() {
+            // Most requests (every pull): nothing to decode.
+            return QueryParams(Vec::new());
+        }
         QueryParams(
             axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
                 .map(|q| q.0)

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::digest::Digest;
+use crate::digest::{Digest, DigestMap};
 use crate::store::ByteStream;
 
 /// `Docker-Content-Digest`: the digest of the whole entity (not of a range).
@@ -33,6 +33,80 @@ pub fn entity_headers(
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(digest.text())) {
         headers.insert(DOCKER_CONTENT_DIGEST, v);
+    }
+}
+
+/// Response heads built once per digest and reused (per worker thread, so
+/// no lock): the headers of a whole blob or a manifest depend only on what
+/// the digest names (its length, and a manifest's stored media type, which
+/// is compared), and building them costs more than the rest of a small
+/// GET. At most [`HEADS_MAX`] heads per kind; a full cache starts over.
+struct Heads {
+    blobs: DigestMap<Digest, Head>,
+    manifests: DigestMap<Digest, Head>,
+}
+
+/// A kept head and the `Content-Length` it says.
+struct Head {
+    length: u64,
+    headers: HeaderMap,
+}
+
+/// Heads kept per kind and worker thread (about 1 KiB each).
+const HEADS_MAX: usize = 1024;
+
+thread_local! {
+    static HEADS: std::cell::RefCell<Heads> = std::cell::RefCell::new(Heads {
+        blobs: DigestMap::default(),
+        manifests: DigestMap::default(),
+    });
+}
+
+/// The head `pick` selects for `digest` when it says `length` and `fits`
+/// accepts it, else the one `build` makes (kept for the next request).
+fn cached_head(
+    pick: fn(&mut Heads) -> &mut DigestMap<Digest, Head>,
+    digest: &Digest,
+    length: u64,
+    fits: impl Fn(&HeaderMap) -> bool,
+    build: impl FnOnce() -> HeaderMap,
+) -> HeaderMap {
+    HEADS.with_borrow_mut(|heads| {
+        let map = pick(heads);
+        if let Some(h) = map
+            .get(digest)
+            .filter(|h| h.length == length && fits(&h.headers))
+        {
+            return h.headers.clone();
+        }
+        let mut h = build();
+        // Every `/v2` response gains it on its way out; set here, that is
+        // a replacement, not a growth of the cloned map.
+        h.insert(DOCKER_DISTRIBUTION_API_VERSION, API_VERSION);
+        if map.len() >= HEADS_MAX {
+            map.clear();
+        }
+        map.insert(
+            digest.clone(),
+            Head {
+                length,
+                headers: h.clone(),
+            },
+        );
+        h
+    })
+}
+
+/// Room for the headers of a content response and the few every `/v2`
+/// response gains on its way out, allocated once (a map that grows is
+/// allocated and rehashed again).
+const CONTENT_HEADERS: usize = 12;
+
+/// A response with `body` (none: empty) and no headers yet.
+fn content_response(body: Option<ByteStream>) -> Response {
+    match body {
+        Some(s) => Response::new(Body::from_stream(s)),
+        None => Response::new(Body::empty()),
     }
 }
 
@@ -62,15 +136,18 @@ pub struct ManifestResponse {
 
 impl IntoResponse for ManifestResponse {
     fn into_response(self) -> Response {
-        let mut res = match self.body {
-            Some(s) => Response::new(Body::from_stream(s)),
-            None => Response::new(Body::empty()),
-        };
-        entity_headers(
-            res.headers_mut(),
-            self.media_type,
-            self.length,
-            &self.digest,
+        let mut res = content_response(self.body);
+        let (digest, length, media_type) = (&self.digest, self.length, self.media_type);
+        *res.headers_mut() = cached_head(
+            |h| &mut h.manifests,
+            digest,
+            length,
+            |h| h.get(header::CONTENT_TYPE) == Some(&media_type),
+            || {
+                let mut h = HeaderMap::with_capacity(CONTENT_HEADERS);
+                entity_headers(&mut h, media_type.clone(), length, digest);
+                h
+            },
         );
         res
     }
@@ -95,38 +172,52 @@ pub struct BlobResponse {
 
 impl IntoResponse for BlobResponse {
     fn into_response(self) -> Response {
-        let mut res = match self.body {
-            Some(s) => Response::new(Body::from_stream(s)),
-            None => Response::new(Body::empty()),
-        };
-        let length = match self.range {
+        let mut res = content_response(self.body);
+        let (digest, size) = (&self.digest, self.size);
+        *res.headers_mut() = match self.range {
+            None => cached_head(
+                |h| &mut h.blobs,
+                digest,
+                size,
+                |_| true,
+                || blob_head(digest, size),
+            ),
             Some((start, end)) => {
                 *res.status_mut() = StatusCode::PARTIAL_CONTENT;
-                let cr = format!("bytes {start}-{end}/{}", self.size);
-                if let Ok(v) = HeaderValue::from_str(&cr) {
-                    res.headers_mut().insert(header::CONTENT_RANGE, v);
+                let mut h = blob_head(digest, end - start + 1);
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{end}/{size}")) {
+                    h.insert(header::CONTENT_RANGE, v);
                 }
-                end - start + 1
+                h
             }
-            None => self.size,
         };
-        let h = res.headers_mut();
-        entity_headers(
-            h,
-            HeaderValue::from_static("application/octet-stream"),
-            length,
-            &self.digest,
-        );
-        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(etag(&self.digest))) {
-            h.insert(header::ETAG, v);
-        }
-        h.insert(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("max-age=31536000"),
-        );
         res
     }
+}
+
+/// The headers of a blob response of `length` bytes (see [`BlobResponse`];
+/// `Content-Range` is the caller's).
+fn blob_head(digest: &Digest, length: u64) -> HeaderMap {
+    let mut h = HeaderMap::with_capacity(CONTENT_HEADERS);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    // `"<digest>"` once: the ETag, and the digest header a slice of it.
+    let tag = bytes::Bytes::from(etag(digest));
+    if let Ok(v) = HeaderValue::from_maybe_shared(tag.slice(1..tag.len() - 1)) {
+        h.insert(DOCKER_CONTENT_DIGEST, v);
+    }
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if let Ok(v) = HeaderValue::from_maybe_shared(tag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("max-age=31536000"),
+    );
+    h
 }
 
 /// The strong entity tag of a blob: its digest in quotes.
@@ -335,5 +426,90 @@ impl IntoResponse for ReferrersResponse {
             h.insert(header::LINK, v);
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header<'a>(res: &'a Response, name: &str) -> &'a str {
+        res.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    fn blob(digest: &Digest, size: u64, range: Option<(u64, u64)>) -> Response {
+        BlobResponse {
+            digest: digest.clone(),
+            size,
+            range,
+            body: None,
+        }
+        .into_response()
+    }
+
+    #[test]
+    fn a_reused_blob_head_follows_the_size_and_range_of_each_response() {
+        let d = Digest::sha256_of(b"reused blob head");
+        let text = d.to_string();
+        let first = blob(&d, 10, None);
+        let again = blob(&d, 10, None);
+        for res in [&first, &again] {
+            assert_eq!(res.status(), StatusCode::OK);
+            assert_eq!(header(res, "content-length"), "10");
+            assert_eq!(header(res, "docker-content-digest"), text);
+            assert_eq!(header(res, "etag"), format!("\"{text}\""));
+            assert_eq!(header(res, "content-type"), "application/octet-stream");
+            assert_eq!(header(res, "accept-ranges"), "bytes");
+            assert_eq!(header(res, "cache-control"), "max-age=31536000");
+            assert_eq!(
+                header(res, "docker-distribution-api-version"),
+                "registry/2.0"
+            );
+            assert!(res.headers().get("content-range").is_none());
+        }
+        // Another size for the same digest (a store that disagrees with
+        // the state): never the cached length.
+        assert_eq!(header(&blob(&d, 11, None), "content-length"), "11");
+        assert_eq!(header(&blob(&d, 10, None), "content-length"), "10");
+        let part = blob(&d, 10, Some((2, 5)));
+        assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
+        assert_eq!(header(&part, "content-length"), "4");
+        assert_eq!(header(&part, "content-range"), "bytes 2-5/10");
+        assert!(blob(&d, 10, None).headers().get("content-range").is_none());
+    }
+
+    #[test]
+    fn a_reused_manifest_head_follows_the_media_type_and_length() {
+        let d = Digest::sha256_of(b"reused manifest head");
+        let manifest = |mt: &'static str, length| {
+            ManifestResponse {
+                digest: d.clone(),
+                media_type: HeaderValue::from_static(mt),
+                length,
+                body: None,
+            }
+            .into_response()
+        };
+        let oci = "application/vnd.oci.image.manifest.v1+json";
+        let docker = "application/vnd.docker.distribution.manifest.v2+json";
+        for (mt, length) in [(oci, 7), (oci, 7), (docker, 7), (oci, 8), (oci, 7)] {
+            let res = manifest(mt, length);
+            assert_eq!(header(&res, "content-type"), mt);
+            assert_eq!(header(&res, "content-length"), length.to_string());
+            assert_eq!(header(&res, "docker-content-digest"), d.to_string());
+        }
+    }
+
+    #[test]
+    fn a_full_head_cache_starts_over() {
+        for i in 0..HEADS_MAX + 3 {
+            let d = Digest::sha256_of(format!("head {i}").as_bytes());
+            let res = blob(&d, i as u64, None);
+            assert_eq!(header(&res, "content-length"), i.to_string());
+        }
+        assert!(HEADS.with_borrow(|h| h.blobs.len()) <= HEADS_MAX);
     }
 }

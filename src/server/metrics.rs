@@ -27,6 +27,23 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// The route class of `path` (see [`RequestLabels::route`]).
 pub fn route_class(path: &str) -> &'static str {
     if let Some(rest) = path.strip_prefix("/v2") {
+        // The two reads of every pull first, found as `Route::parse` finds
+        // them: by the second-to-last segment (a sha256 blob digest has a
+        // fixed length, so its segment is found without a search).
+        const BLOB: usize = "/blobs/sha256:".len() + 64;
+        if rest.len() > BLOB && rest.as_bytes()[..rest.len() - 64].ends_with(b"/blobs/sha256:") {
+            return "blob";
+        }
+        if let Some((head, last)) = rest.rsplit_once('/')
+            && !last.is_empty()
+            && let Some((_, segment)) = head.rsplit_once('/')
+        {
+            match segment {
+                "manifests" => return "manifest",
+                "blobs" if last != "uploads" => return "blob",
+                _ => {}
+            }
+        }
         return if rest.is_empty() || rest == "/" {
             "base"
         } else if rest == "/_catalog" {

@@ -29,8 +29,10 @@ tokio::task_local! {
 
 /// Runs `fut` with `actor` as the actor of every commit it makes in this
 /// task (spawned tasks do not inherit it).
-pub async fn scope<F: Future>(actor: Actor, fut: F) -> F::Output {
-    CURRENT.scope(actor, fut).await
+pub fn scope<F: Future>(actor: Actor, fut: F) -> impl Future<Output = F::Output> {
+    // Not an `async fn`: that would hold `fut` twice (its argument and the
+    // scope's), doubling the size of every request future that runs in it.
+    CURRENT.scope(actor, fut)
 }
 
 /// The actor of the current [`scope`], if any.

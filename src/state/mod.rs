@@ -292,7 +292,9 @@ impl StateStore {
         {
             return Ok(snap);
         }
-        self.snapshot_or_last_good().await
+        // Boxed: a new root is rare, and loading it would otherwise make
+        // every request's future larger (see `server::conn`).
+        Box::pin(self.snapshot_or_last_good()).await
     }
 
     /// A snapshot whose root was read from the store at or after `since`
@@ -316,7 +318,7 @@ impl StateStore {
         if let Some(snap) = self.roots.read_since(since) {
             return Ok(snap);
         }
-        self.snapshot_or_last_good().await
+        Box::pin(self.snapshot_or_last_good()).await
     }
 
     async fn snapshot_or_last_good(&self) -> Result<Arc<Snapshot>> {
@@ -402,7 +404,8 @@ impl StateStore {
                     Some(memo::Answer::Digest(d)) => Some(d),
                     Some(_) => None,
                     None => {
-                        let found = match self.pages.get(&root, name.as_str()).await? {
+                        // Boxed: a rare miss (see `repo::Repository::memoized`).
+                        let found = match Box::pin(self.pages.get(&root, name.as_str())).await? {
                             Some(v) => Some(page::digest_value(&v)?),
                             None => None,
                         };

@@ -155,7 +155,9 @@ impl Repository {
         if let Some(a) = self.pages.memo.get(&key) {
             return Ok(a);
         }
-        let answer = match self.pages.get(key.root, &full_key()).await? {
+        // Boxed: a miss is rare, and its future (a page read) would
+        // otherwise make every request's future larger (see `server::conn`).
+        let answer = match Box::pin(self.pages.get(key.root, &full_key())).await? {
             Some(v) => decode(&v)?,
             None => Answer::Absent,
         };

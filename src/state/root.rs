@@ -36,7 +36,8 @@ struct Held {
     /// The root as the store last answered (`None`: not yet confirmed,
     /// e.g. just installed by a commit: the backend's version token of a
     /// new root is known only once read).
-    seen: Option<RootVersion>,
+    /// Shared, so a check takes it out of the lock without copying it.
+    seen: Option<Arc<RootVersion>>,
     /// When the read of the root that confirmed it started (or the
     /// commit that installed it ended).
     checked: Option<Instant>,
@@ -154,7 +155,7 @@ impl RootCache {
                 state: held.snap.state.clone(),
             });
         }
-        held.seen = root.clone();
+        held.seen = root.clone().map(Arc::new);
         held.checked = Some(started);
         Some(held.snap.clone())
     }
@@ -169,7 +170,7 @@ impl RootCache {
             if held.checked.is_some() && held.snap.generation() > snap.generation() {
                 return;
             }
-            held.seen = snap.root.clone();
+            held.seen = snap.root.clone().map(Arc::new);
             held.checked = Some(started);
             held.snap = snap;
         }
@@ -179,7 +180,7 @@ impl RootCache {
     /// set it), with its version token: what a conditional read of the
     /// root compares with.
     pub(super) fn seen(&self) -> Option<RootVersion> {
-        self.held.lock().ok()?.seen.clone()
+        self.held.lock().ok()?.seen.as_deref().cloned()
     }
 
     /// Makes the next read check the root, whatever the interval.
@@ -201,7 +202,11 @@ impl RootCache {
             }
             // A swap that answered the new root's version token: the next
             // read can be a conditional one.
-            held.seen = snap.root.clone().filter(|r| !r.version.is_empty());
+            held.seen = snap
+                .root
+                .clone()
+                .filter(|r| !r.version.is_empty())
+                .map(Arc::new);
             held.checked = Some(Instant::now());
             held.snap = Arc::new(snap);
         }

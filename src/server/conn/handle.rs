@@ -52,14 +52,20 @@ pub(super) fn handle(
     let limits = &shared.limits;
     let manifest_put = parts.method == Method::PUT
         && matches!(Route::parse(parts.uri.path()), Ok(Route::Manifest { .. }));
-    let pace = Pace {
-        idle: limits.idle_timeout,
-        min_rate: limits.min_body_rate,
-        grace: limits.header_timeout,
-        deadline: manifest_put.then(|| Instant::now() + limits.manifest_put_timeout),
+    // A request without a body (most GETs and HEADs) has nothing to pace.
+    let (body, too_slow) = if hyper::body::Body::is_end_stream(&body) {
+        (axum::body::Body::new(body), None)
+    } else {
+        let pace = Pace {
+            idle: limits.idle_timeout,
+            min_rate: limits.min_body_rate,
+            grace: limits.header_timeout,
+            deadline: manifest_put.then(|| Instant::now() + limits.manifest_put_timeout),
+        };
+        let too_slow = Arc::new(OnceLock::new());
+        let body = RequestBody::new(body, pace, activity.clone(), too_slow.clone());
+        (axum::body::Body::new(body), Some(too_slow))
     };
-    let too_slow = Arc::new(OnceLock::new());
-    let body = RequestBody::new(body, pace, activity.clone(), too_slow.clone());
     let v2 = parts.uri.path().starts_with("/v2/");
     let registry = crate::server::is_registry_path(parts.uri.path());
     let http1 = parts.version < Version::HTTP_2;
@@ -70,7 +76,7 @@ pub(super) fn handle(
     };
     let (activity, budget) = (activity.clone(), shared.budget.clone());
     async move {
-        let req = Request::from_parts(parts, axum::body::Body::new(body));
+        let req = Request::from_parts(parts, body);
         let res = match target {
             // The registry's hot path skips the router (same middleware).
             // Boxed: the registry's future is large (every handler's
@@ -83,7 +89,7 @@ pub(super) fn handle(
             },
         };
         drop(guard);
-        let res = match too_slow.get() {
+        let res = match too_slow.as_ref().and_then(|t| t.get()) {
             Some(reason) => {
                 tracing::info!(client = %peer, reason, "request body too slow, answered 408");
                 too_slow_response(reason, v2, manifest_put, http1)
