@@ -345,7 +345,8 @@ impl From<StateError> for RegistryError {
             StateError::Store(s) if s.is_no_space() => RegistryError::no_space(&s),
             StateError::Contention(n) => {
                 let mut headers = HeaderMap::new();
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                let secs = e.retry_after().unwrap_or(1);
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
                 RegistryError::Status {
                     status: StatusCode::SERVICE_UNAVAILABLE,
                     code: ErrorCode::TooManyRequests,

@@ -92,6 +92,17 @@ impl StateError {
                 | StateError::Store(StoreError::NotFound(_) | StoreError::Corrupt(_))
         )
     }
+
+    /// Seconds after which the request that failed may be tried again
+    /// unchanged, when that is the remedy: a commit that kept losing the
+    /// root race to other writers ([`StateError::Contention`]). Every HTTP
+    /// surface answers it 503 with `Retry-After`, never 500.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            StateError::Contention(_) => Some(1),
+            _ => None,
+        }
+    }
 }
 
 /// The result type of state operations.

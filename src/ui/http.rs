@@ -84,10 +84,14 @@ impl Viewer {
 pub struct UiError {
     /// The HTTP status.
     pub status: StatusCode,
-    /// `NOT_FOUND`, `INVALID`, `DENIED`, `CONFLICT`, `REFUSED`, `UNKNOWN`.
+    /// `NOT_FOUND`, `INVALID`, `DENIED`, `CONFLICT`, `REFUSED`,
+    /// `UNAVAILABLE`, `UNKNOWN`.
     pub code: &'static str,
     /// What went wrong, one line.
     pub message: String,
+    /// `Retry-After` in seconds (503 for a commit that lost the root race
+    /// to other writers too long).
+    pub retry_after: Option<u64>,
 }
 
 impl UiError {
@@ -97,6 +101,7 @@ impl UiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -136,6 +141,14 @@ impl From<crate::state::StateError> for UiError {
         match e {
             crate::state::StateError::NotFound(m) => UiError::not_found(m),
             crate::state::StateError::Store(e) => e.into(),
+            e if e.retry_after().is_some() => UiError {
+                retry_after: e.retry_after(),
+                ..UiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "UNAVAILABLE",
+                    e.to_string(),
+                )
+            },
             e => UiError::internal(e),
         }
     }
@@ -172,7 +185,12 @@ impl IntoResponse for UiError {
     /// `{"code", "message"}` with the status (the JSON API's errors).
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "code": self.code, "message": self.message });
-        (self.status, axum::Json(body)).into_response()
+        let mut res = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            res.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        res
     }
 }
 
@@ -274,5 +292,27 @@ pub fn check_csrf(
         Some(s) if !token.is_empty() && s.csrf_matches(token) => Ok(()),
         Some(_) => Err(refused("missing or wrong CSRF token")),
         None => Err(refused("no console session (cookies off?)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_that_lost_the_race_too_long_is_503_with_retry_after() {
+        let e = UiError::from(crate::state::StateError::Contention(40));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE")
+        );
+        let res = e.into_response();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()[axum::http::header::RETRY_AFTER], "1");
+        let other = UiError::from(crate::state::StateError::NotFound("x".into()));
+        assert_eq!(
+            (other.status, other.retry_after),
+            (StatusCode::NOT_FOUND, None)
+        );
     }
 }

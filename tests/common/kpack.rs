@@ -139,7 +139,8 @@ pub fn parse_reference(r: &str) -> Result<(String, String, String), String> {
     Ok((registry, repo.to_string(), digest.to_string()))
 }
 
-fn base64(text: &str) -> Result<Vec<u8>, String> {
+/// `text` decoded by coreutils' `base64 -d` (an independent decoder).
+pub fn base64(text: &str) -> Result<Vec<u8>, String> {
     let o = std::process::Command::new("sh")
         .args(["-c", "printf %s \"$1\" | base64 -d", "sh", text])
         .output()

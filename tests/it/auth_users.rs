@@ -279,12 +279,7 @@ fn upload_bytes_are_capped_per_user() {
 
 /// `base64 -d` (coreutils) of `text`.
 fn base64_decode(text: &str) -> String {
-    let out = Command::new("sh")
-        .args(["-c", "printf %s \"$1\" | base64 -d", "sh", text])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "base64 -d {text:?}");
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8(common::kpack::base64(text).unwrap()).unwrap()
 }
 
 // Token users live in the state (a revocation by the CLI reaches the

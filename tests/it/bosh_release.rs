@@ -119,6 +119,7 @@ const CONTRACT_KEYS: &[&str] = &[
     "limits.max_connections",
     "limits.header_timeout_secs",
     "limits.idle_timeout_secs",
+    "limits.shutdown_delay_secs",
     "stacks.allow_admin",
     "import.keyring",
     "torcx.keys",
@@ -345,6 +346,10 @@ fn airlock_job_renders_with_defaults() {
     assert!(config.get("tls").is_none() && config.get("user").is_none());
     assert_eq!(config["limits"]["max_blob_size"].as_str(), Some("64G"));
     assert_eq!(config["limits"]["max_connections"].as_integer(), Some(4096));
+    assert_eq!(
+        config["limits"]["shutdown_delay_secs"].as_integer(),
+        Some(0)
+    );
     let p = &bpm["processes"][0];
     assert_eq!(p["name"], "airlock");
     assert_eq!(p["executable"], "/var/vcap/packages/airlock/bin/airlock");
@@ -388,6 +393,7 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
         "gc": {"keep_generations": 10, "interval": "12h"},
         "registry": {"mirror_namespace": "docker.io", "allow_push": true, "blob_redirect": true},
         "bpm": {"memory_limit": "8G"},
+        "limits": {"shutdown_delay_secs": 5},
     }});
     // S3 is rendered as the contract says and airlock accepts it
     // (`--check-config` does not contact the store); what it refuses here
@@ -439,6 +445,10 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
         Some("/var/vcap/data/airlock/torcx/stable.sec.asc")
     );
     assert_eq!(config["gc"]["keep_generations"].as_integer(), Some(10));
+    assert_eq!(
+        config["limits"]["shutdown_delay_secs"].as_integer(),
+        Some(5)
+    );
     let p = &bpm["processes"][0];
     assert_eq!(p["env"]["AWS_ACCESS_KEY_ID"], "AKID");
     assert_eq!(p["env"]["AWS_SECRET_ACCESS_KEY"], "s3cr\"et");
@@ -458,6 +468,13 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
     let err = try_render("airlock", "airlock.toml.erb", &half, &json!({})).unwrap_err();
     assert!(
         err.contains("airlock.tls.cert and airlock.tls.key go together"),
+        "{err}"
+    );
+    // A shutdown delay bpm would cut short (SIGKILL 20 s after SIGTERM).
+    let long = json!({"airlock": {"limits": {"shutdown_delay_secs": 20}}});
+    let err = try_render("airlock", "airlock.toml.erb", &long, &json!({})).unwrap_err();
+    assert!(
+        err.contains("airlock.limits.shutdown_delay_secs must be 0 to 19"),
         "{err}"
     );
 }

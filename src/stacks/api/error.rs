@@ -30,7 +30,21 @@ impl ApiError {
 }
 
 impl From<StackError> for ApiError {
+    /// The status of each kind; a state error worth retrying
+    /// ([`crate::state::StateError::retry_after`]) is 503 `UNAVAILABLE`
+    /// with `Retry-After`.
     fn from(e: StackError) -> ApiError {
+        if let StackError::State(s) = &e
+            && let Some(secs) = s.retry_after()
+        {
+            let mut answer = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "UNAVAILABLE",
+                e.to_string(),
+            );
+            answer.retry_after = Some(secs);
+            return answer;
+        }
         let (status, code) = match &e {
             StackError::Invalid(_) => (StatusCode::BAD_REQUEST, "INVALID"),
             StackError::NotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
@@ -75,5 +89,21 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StateError;
+
+    #[test]
+    fn a_commit_that_lost_the_race_too_long_is_503_with_retry_after() {
+        let res = ApiError::from(StackError::State(StateError::Contention(40))).into_response();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()[header::RETRY_AFTER], "1");
+        let other = ApiError::from(StackError::State(StateError::NotFound("x".into())));
+        assert_ne!(other.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(other.retry_after, None);
     }
 }

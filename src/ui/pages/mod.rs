@@ -107,6 +107,7 @@ pub fn error_page(viewer: &Viewer, e: &UiError) -> Response {
         404 => "Not found",
         409 => "Changed meanwhile",
         400 | 422 => "Refused",
+        503 => "Busy: try again",
         _ => "Error",
     };
     let body = m! {
@@ -117,6 +118,10 @@ pub fn error_page(viewer: &Viewer, e: &UiError) -> Response {
     };
     let mut res = html(layout(viewer, title, "", body));
     *res.status_mut() = e.status;
+    if let Some(secs) = e.retry_after {
+        res.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.into());
+    }
     res
 }
 
