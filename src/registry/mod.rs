@@ -82,6 +82,12 @@ async fn v2(State(ctx): State<Arc<dyn Context>>, req: HttpRequest) -> Response {
     serve(&*ctx, req).await
 }
 
+/// [`serve`] with the context owned (the server's hot path, whose future
+/// must not borrow).
+pub async fn serve_owned<C: Context>(ctx: Arc<C>, req: HttpRequest) -> Response {
+    serve(&*ctx, req).await
+}
+
 /// Serves one request whose path is `/v2` or starts with `/v2/` (what
 /// every route of [`router`] calls; the server also calls it directly on
 /// its hot path, without a router). The response carries

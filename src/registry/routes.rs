@@ -100,19 +100,23 @@ impl Route {
             "/v2/_catalog" => return Ok(Route::Catalog),
             p => p.strip_prefix("/v2/").ok_or(RegistryError::NoEndpoint)?,
         };
-        // Fast path for the two reads every pull makes: `<name>/manifests/<ref>`
-        // and `<name>/blobs/<digest>`. The table below would find the same
+        // Fast paths for the two reads every pull makes: `<name>/blobs/<digest>`
+        // and `<name>/manifests/<ref>`. The table below would find the same
         // row (no other row can match a path whose second-to-last segment is
-        // `manifests` or `blobs` followed by one non-empty segment).
-        if let Some(last) = rest.rfind('/')
-            && let Some(prev) = rest[..last].rfind('/')
-        {
-            let (segment, after) = (&rest[prev + 1..last], &rest[last + 1..]);
+        // `manifests` or `blobs` followed by one non-empty segment). A sha256
+        // blob digest has a fixed length, so its segment is found without a
+        // search; otherwise only the last segment is searched.
+        if let Some((name, digest)) = split_sha256_blob(rest) {
+            return build(Kind::Blob, name, digest);
+        }
+        if let Some(last) = rest.rfind('/') {
+            let (head, after) = (&rest[..last], &rest[last + 1..]);
             if !after.is_empty() {
-                match segment {
-                    "manifests" => return build(Kind::Manifest, &rest[..prev], after),
-                    "blobs" => return build(Kind::Blob, &rest[..prev], after),
-                    _ => {}
+                if let Some(name) = head.strip_suffix("/manifests") {
+                    return build(Kind::Manifest, name, after);
+                }
+                if let Some(name) = head.strip_suffix("/blobs") {
+                    return build(Kind::Blob, name, after);
                 }
             }
         }
@@ -157,6 +161,22 @@ impl Route {
             | Route::Upload { name, .. } => Some(name),
         }
     }
+}
+
+/// `path` split around its last `/blobs/` when what follows is a sha256
+/// digest's shape (`sha256:` and 64 bytes without `/`, not yet checked as
+/// hex): `(before, digest)`, else `None`. The common blob path, found
+/// without a search (also by the metrics' route class).
+pub fn split_sha256_blob(path: &str) -> Option<(&str, &str)> {
+    const DIGEST: usize = "sha256:".len() + 64;
+    const SUFFIX: usize = "/blobs/".len() + DIGEST;
+    let at = path.len().checked_sub(SUFFIX)?;
+    let tail = path.as_bytes().get(at..)?;
+    if !tail.starts_with(b"/blobs/sha256:") || tail[SUFFIX - 64..].contains(&b'/') {
+        return None;
+    }
+    // The bytes checked are ASCII, so both ends are char boundaries.
+    Some((&path[..at], &path[at + SUFFIX - DIGEST..]))
 }
 
 /// Where the last occurrence of `marker` (which starts with `/`) begins in
@@ -326,5 +346,35 @@ mod tests {
         assert_eq!(code("/v2/a/tags/list/"), "none");
         assert_eq!(code("/v3/a/tags/list"), "none");
         assert_eq!(code("/v2/a/blobs/uploads/x/y"), "none");
+        // The sha256 fast path's shape with bytes that are not lower-case
+        // hex, or a `/` inside: the segments decide, as for any path.
+        let upper = D.to_uppercase().replace("SHA256", "sha256");
+        assert_eq!(code(&format!("/v2/a/blobs/{upper}")), "DIGEST_INVALID");
+        let slashed = format!("{}/{}", &D[..20], &D[21..]);
+        assert_eq!(code(&format!("/v2/a/blobs/{slashed}")), "none");
+        assert_eq!(code(&format!("/v2/blobs/{D}")), "none");
+        assert_eq!(code(&format!("/v2//blobs/{D}")), "NAME_INVALID");
+    }
+
+    #[test]
+    fn a_sha256_blob_path_splits_without_a_search() {
+        let path = format!("/v2/a/b/blobs/{D}");
+        assert_eq!(split_sha256_blob(&path), Some(("/v2/a/b", D)));
+        assert_eq!(split_sha256_blob(&format!("/blobs/{D}")), Some(("", D)));
+        for other in [
+            format!("/v2/a/b/blobs/{}", &D[1..]),
+            format!("/v2/a/b/blobs/{D}0"),
+            format!("/v2/a/b/blob/x{D}"),
+            format!("/v2/a/b/blobs/sha512:{}", &D[7..]),
+            format!("/v2/a/b/blobs/{}/{}", &D[..30], &D[31..]),
+            format!("blobs/{D}"),
+            "/v2/a/blobs/uploads/".to_string(),
+            String::new(),
+        ] {
+            assert_eq!(split_sha256_blob(&other), None, "{other}");
+        }
+        // Multi-byte characters before the suffix split at a boundary.
+        let path = format!("/v2/é/blobs/{D}");
+        assert_eq!(split_sha256_blob(&path), Some(("/v2/é", D)));
     }
 }

@@ -92,17 +92,34 @@ struct Target {
 /// Middleware (see `super::front`): enforces the route's declaration, then
 /// runs the request as its actor, with the caller's [`Grant`] and
 /// [`RepositoryScope`] as request extensions.
-pub async fn check<F>(app: Arc<App>, req: Request, next: impl FnOnce(Request) -> F) -> Response
+///
+/// A registry read with no users configured skips all of it: `next`'s own
+/// future is returned, with nothing around it; every other request runs
+/// in a boxed future (its size stays out of the pulls' futures).
+pub fn check<F>(
+    app: Arc<App>,
+    req: Request,
+    next: impl FnOnce(Request) -> F,
+) -> futures_util::future::Either<F, std::pin::Pin<Box<impl Future<Output = Response>>>>
+where
+    F: Future<Output = Response>,
+{
+    use futures_util::future::Either;
+    if app.auth.load().is_open() && registry_read(&req) {
+        // A registry read never commits: no actor to record (and no client
+        // address to format on the hot path of pulls).
+        return Either::Left(next(req));
+    }
+    Either::Right(Box::pin(check_declared(app, req, next)))
+}
+
+/// [`check`] of a request that is not an open registry read.
+async fn check_declared<F>(app: Arc<App>, req: Request, next: impl FnOnce(Request) -> F) -> Response
 where
     F: Future<Output = Response>,
 {
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     let policy = app.auth.load();
-    if policy.is_open() && registry_read(&req) {
-        // A registry read never commits: no actor to record (and no client
-        // address to format on the hot path of pulls).
-        return next(req).await;
-    }
     let path = req.uri().path();
     let (need, params) = match routes::find(req.method(), path) {
         Found::Route(route, params) => (route.need, params),

@@ -30,8 +30,7 @@ pub fn route_class(path: &str) -> &'static str {
         // The two reads of every pull first, found as `Route::parse` finds
         // them: by the second-to-last segment (a sha256 blob digest has a
         // fixed length, so its segment is found without a search).
-        const BLOB: usize = "/blobs/sha256:".len() + 64;
-        if rest.len() > BLOB && rest.as_bytes()[..rest.len() - 64].ends_with(b"/blobs/sha256:") {
+        if crate::registry::routes::split_sha256_blob(rest).is_some() {
             return "blob";
         }
         if let Some((head, last)) = rest.rsplit_once('/')
@@ -89,7 +88,6 @@ fn method_label(m: &Method) -> &'static str {
 /// The metric handles of one (route class, method, status): counters and
 /// histograms share their values with the registered families, so a
 /// handle kept here counts in `/metrics` like the family's own.
-#[derive(Clone)]
 struct Handles {
     requests: Counter,
     latency: Histogram,
@@ -112,61 +110,82 @@ thread_local! {
         const { RefCell::new(Vec::new()) };
 }
 
-/// The handles of (route, method, status), from this thread's list or
-/// the families (and then kept, up to [`HANDLES_PER_THREAD`]).
-fn handles(route: &'static str, method: &'static str, status: u16) -> Handles {
+/// Runs `f` on the handles of (route, method, status), from this thread's
+/// list or the families (and then kept, up to [`HANDLES_PER_THREAD`]);
+/// a kept handle is borrowed, not cloned (no reference counts touched).
+fn with_handles<R>(
+    route: &'static str,
+    method: &'static str,
+    status: u16,
+    f: impl FnOnce(&Handles) -> R,
+) -> R {
     let same =
         |k: &HandleKey| std::ptr::eq(k.0, route) && std::ptr::eq(k.1, method) && k.2 == status;
-    if let Some(h) =
-        HANDLES.with_borrow(|v| v.iter().find(|(k, _)| same(k)).map(|(_, h)| h.clone()))
-    {
-        return h;
-    }
-    let m = global();
-    let labels = RouteLabels { route };
-    let h = Handles {
-        requests: m
-            .requests
-            .get_or_create(&RequestLabels {
-                route,
-                method,
-                status,
-            })
-            .clone(),
-        latency: m.latency.get_or_create(&labels).clone(),
-        bytes: (method != "HEAD").then(|| m.bytes_served.get_or_create(&labels).clone()),
-    };
     HANDLES.with_borrow_mut(|v| {
-        if v.len() < HANDLES_PER_THREAD {
-            v.push(((route, method, status), h.clone()));
+        if let Some((_, h)) = v.iter().find(|(k, _)| same(k)) {
+            return f(h);
         }
-    });
-    h
+        let m = global();
+        let labels = RouteLabels { route };
+        let h = Handles {
+            requests: m
+                .requests
+                .get_or_create(&RequestLabels {
+                    route,
+                    method,
+                    status,
+                })
+                .clone(),
+            latency: m.latency.get_or_create(&labels).clone(),
+            bytes: (method != "HEAD").then(|| m.bytes_served.get_or_create(&labels).clone()),
+        };
+        let r = f(&h);
+        if v.len() < HANDLES_PER_THREAD {
+            v.push(((route, method, status), h));
+        }
+        r
+    })
 }
 
 /// Middleware (see `super::front`): runs `next` on the request and counts
 /// it by route class, method and status, its body bytes (HEAD sends none)
 /// and its latency.
-pub async fn record<F>(req: Request, next: impl FnOnce(Request) -> F) -> Response
+pub fn record<F>(req: Request, next: impl FnOnce(Request) -> F) -> impl Future<Output = Response>
 where
     F: Future<Output = Response>,
 {
+    // Not an `async fn` (nor `async { f(inner.await) }`): a coroutine
+    // keeps its captures beside what it awaits, so it would hold the
+    // request, or the inner future twice.
+    use futures_util::FutureExt as _;
     let route = route_class(req.uri().path());
     let method = method_label(req.method());
     let started = Instant::now();
-    let res = next(req).await;
+    next(req).map(move |res| recorded(res, route, method, started))
+}
+
+/// Counts `res` (the answer to a `method` request of `route` that started
+/// then) and returns it.
+fn recorded(
+    res: Response,
+    route: &'static str,
+    method: &'static str,
+    started: Instant,
+) -> Response {
     let status = res.status().as_u16();
-    let h = handles(route, method, status);
-    h.requests.inc();
-    h.latency.observe(started.elapsed().as_secs_f64());
-    if let Some(bytes) = &h.bytes
-        && let Some(len) = res
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-    {
-        bytes.inc_by(len);
-    }
+    let latency = started.elapsed().as_secs_f64();
+    with_handles(route, method, status, |h| {
+        h.requests.inc();
+        h.latency.observe(latency);
+        if let Some(bytes) = &h.bytes
+            && let Some(len) = res
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        {
+            bytes.inc_by(len);
+        }
+    });
     if status == 507 {
         global().store_error("no_space");
     } else if status >= 500 {

@@ -291,19 +291,20 @@ async fn front(
     front_with(app, req, |req| next.run(req)).await
 }
 
-/// [`front`] around `inner`.
-async fn front_with<F>(
+/// [`front`] around `inner`. Not an `async fn` (nor are the layers): each
+/// would hold the request beside its inner future, and the whole is
+/// copied into a box per request.
+fn front_with<F>(
     app: Arc<App>,
     req: axum::extract::Request,
     inner: impl FnOnce(axum::extract::Request) -> F,
-) -> axum::response::Response
+) -> impl Future<Output = axum::response::Response>
 where
     F: Future<Output = axum::response::Response>,
 {
     metrics::record(req, |req| {
         trace::log_request(req, |req| access::check(app, req, inner))
     })
-    .await
 }
 
 /// Whether [`router`] sends a request for `path` to the registry: `/v2`,
@@ -316,15 +317,19 @@ fn is_registry_path(path: &str) -> bool {
 /// then [`registry::serve`]), without the router: no route matching, no
 /// path parameters, no boxed layers. As axum's router does, the body of a
 /// HEAD response is dropped after its `Content-Length` is set.
-async fn serve_registry(app: Arc<App>, req: axum::extract::Request) -> axum::response::Response {
+fn serve_registry(
+    app: Arc<App>,
+    req: axum::extract::Request,
+) -> impl Future<Output = axum::response::Response> {
     let head = req.method() == axum::http::Method::HEAD;
     let ctx = app.clone();
-    let mut res = front_with(
-        app,
-        req,
-        |req| async move { registry::serve(&*ctx, req).await },
-    )
-    .await;
+    let inner = front_with(app, req, |req| registry::serve_owned(ctx, req));
+    futures_util::FutureExt::map(inner, move |res| without_head_body(res, head))
+}
+
+/// `res` with its body dropped for a HEAD request (`head`), after its
+/// `Content-Length` is set from the body's exact size when it has none.
+fn without_head_body(mut res: axum::response::Response, head: bool) -> axum::response::Response {
     if head {
         let hint = axum::body::HttpBody::size_hint(res.body());
         if let Some(len) = hint.exact()
@@ -551,5 +556,32 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => tracing::info!("SIGINT received, shutting down"),
         () = term => tracing::info!("SIGTERM received, shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a registry request's future may weigh: it is copied whole into
+    /// its box on every request (once 10 KiB, a third of a small GET's
+    /// instructions). A rare await that grows it belongs in a box where it
+    /// is awaited (see docs/architecture.md, "Where the speed comes from").
+    const MAX_REQUEST_FUTURE: usize = 4096;
+
+    #[test]
+    fn a_registry_request_future_stays_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn crate::store::Blobstore> =
+            Arc::new(crate::store::fs::FsStore::open(dir.path()).unwrap());
+        let app = Arc::new(App::new(StateStore::new(store)));
+        let req = axum::extract::Request::new(axum::body::Body::empty());
+        let fut = serve_registry(app, req);
+        let size = std::mem::size_of_val(&fut);
+        eprintln!("registry request future: {size} bytes");
+        assert!(
+            size <= MAX_REQUEST_FUTURE,
+            "the registry request future is {size} bytes (at most {MAX_REQUEST_FUTURE})"
+        );
     }
 }

@@ -69,10 +69,17 @@ pub fn next_request_id() -> String {
 /// Middleware (see `super::front`): runs `next` on the request, sets
 /// `X-Request-Id`, and logs it. When the log level would drop the line,
 /// the request runs untouched (no work on the hot path).
-pub async fn log_request<F>(req: Request, next: impl FnOnce(Request) -> F) -> Response
+pub fn log_request<F>(
+    req: Request,
+    next: impl FnOnce(Request) -> F,
+) -> futures_util::future::Either<F, impl Future<Output = Response>>
 where
     F: Future<Output = Response>,
 {
+    // Not an `async fn`: its future would hold `req` beside `next`'s (see
+    // `metrics::record`), and a request that is not logged would still pay
+    // for the wrapper.
+    use futures_util::future::Either;
     let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
     let enabled = if probe {
         tracing::enabled!(tracing::Level::DEBUG)
@@ -80,7 +87,7 @@ where
         tracing::enabled!(tracing::Level::INFO)
     };
     if !enabled {
-        return next(req).await;
+        return Either::Left(next(req));
     }
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -90,26 +97,32 @@ where
         .get::<ClientAddr>()
         .map_or_else(|| "-".to_string(), |c| c.0.to_string());
     let id = next_request_id();
-    let started = Instant::now();
-    let mut res = next(req).await;
-    let status = res.status().as_u16();
-    let code = res.extensions().get::<LoggedCode>().map_or("-", |c| c.0);
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        res.headers_mut().insert("x-request-id", v);
-    }
-    let ms = started.elapsed().as_secs_f64() * 1000.0;
     let line = Line {
         method,
         path,
         query,
-        status,
-        code,
+        status: 0,
+        code: "-",
         client,
         id,
-        ms,
-        started,
+        ms: 0.0,
+        started: Instant::now(),
         probe,
     };
+    Either::Right(futures_util::FutureExt::map(next(req), move |res| {
+        logged(res, line)
+    }))
+}
+
+/// `res` with the access log `line` of its request completed, written
+/// when the body ends ([`Counted`]).
+fn logged(mut res: Response, mut line: Line) -> Response {
+    line.status = res.status().as_u16();
+    line.code = res.extensions().get::<LoggedCode>().map_or("-", |c| c.0);
+    if let Ok(v) = HeaderValue::from_str(&line.id) {
+        res.headers_mut().insert("x-request-id", v);
+    }
+    line.ms = line.started.elapsed().as_secs_f64() * 1000.0;
     let (parts, body) = res.into_parts();
     Response::from_parts(
         parts,
