@@ -94,6 +94,10 @@ pub struct Metrics {
     pub store_errors: Family<ErrorLabels, Counter>,
     /// `airlock_state_generation`: the generation last read.
     pub generation: Gauge<u64, AtomicU64>,
+    /// `airlock_newest_bundle_created_seconds`: unix time of the newest
+    /// imported bundle's `created` (0: none), refreshed on each scrape
+    /// (alert on `time() - airlock_newest_bundle_created_seconds`).
+    pub newest_bundle_created: Gauge,
     /// `airlock_stack_vulnerabilities{stack,severity}`: known vulnerabilities
     /// of each stack's active promotion, refreshed on each scrape.
     pub stack_vulnerabilities: Family<StackSeverityLabels, Gauge>,
@@ -153,6 +157,7 @@ impl Metrics {
             gc_freed_bytes: Counter::default(),
             store_errors: Family::default(),
             generation: Gauge::default(),
+            newest_bundle_created: Gauge::default(),
             stack_vulnerabilities: Family::default(),
             scrub_blobs: Gauge::default(),
             scrub_bytes: Gauge::default(),
@@ -164,7 +169,7 @@ impl Metrics {
             registry: Registry::default(),
         };
         // (name without the `airlock_` prefix, help, metric): the kind is the metric's type.
-        let families: [(&str, &str, Box<dyn Metric>); 18] = [
+        let families: [(&str, &str, Box<dyn Metric>); 19] = [
             (
                 "http_requests",
                 "HTTP requests by route class, method and status",
@@ -214,6 +219,11 @@ impl Metrics {
                 "state_generation",
                 "The state generation last read",
                 Box::new(m.generation.clone()),
+            ),
+            (
+                "newest_bundle_created_seconds",
+                "Unix time of the newest imported bundle's creation (0: none imported)",
+                Box::new(m.newest_bundle_created.clone()),
             ),
             (
                 "stack_vulnerabilities",

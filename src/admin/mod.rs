@@ -3,11 +3,12 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `POST /admin/v1/imports[?dry_run=true][&allow_downgrade=true&reason=TEXT]` (body: the bundle, a tar stream; volumes concatenated in order) | 200 JSON `{id, created, images, blobs_new, blobs_skipped, bytes_new, bytes_read, generation, changed, dry_run, repaired?, tags: [{repository, tag, old?, new, action, downgrade?}], elapsed_secs, message}` (`repaired`: the damaged generation the import restored first, as `airlock fsck --repair`; 403 for an admin limited to repository prefixes), as `airlock import` prints |
+//! | `POST /admin/v1/imports[?dry_run=true][&allow_downgrade=true][&allow_expired=true][&reason=TEXT]` (body: the bundle, a tar stream; volumes concatenated in order) | 200 JSON `{id, created, images, blobs_new, blobs_skipped, bytes_new, bytes_read, generation, changed, dry_run, repaired?, tags: [{repository, tag, old?, new, action, downgrade?}], elapsed_secs, message}` (`repaired`: the damaged generation the import restored first, as `airlock fsck --repair`; 403 for an admin limited to repository prefixes), as `airlock import` prints |
 //!
 //! Errors are `{"code","message"}`: 400 `BUNDLE_INVALID` (bad signature,
 //! digest, format; nothing stored is changed), 409 `REFUSED` (a downgrade
-//! without `allow_downgrade`, an immutable tag; nothing committed), 403
+//! without `allow_downgrade`, an immutable tag, a bundle past its
+//! `expires` without `allow_expired`; nothing committed), 403
 //! `DENIED` when the config has no `[import] keyring` or the bundle writes
 //! a repository outside the caller's prefixes (checked on the signed
 //! document, before any blob is written), 500 `UNKNOWN` for store failures.
@@ -59,7 +60,8 @@ fn error(status: StatusCode, code: &str, message: String) -> Response {
         .into_response()
 }
 
-/// `dry_run`, `allow_downgrade` and `reason` of the request's query.
+/// `dry_run`, `allow_downgrade`, `allow_expired` and `reason` of the
+/// request's query.
 fn options(req: &axum::extract::Request, ctx: &dyn Context) -> import::ImportOptions {
     let query: std::collections::HashMap<String, String> =
         form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
@@ -74,6 +76,8 @@ fn options(req: &axum::extract::Request, ctx: &dyn Context) -> import::ImportOpt
     import::ImportOptions {
         dry_run: yes("dry_run"),
         allow_downgrade: yes("allow_downgrade")
+            .then(|| query.get("reason").cloned().unwrap_or_default()),
+        allow_expired: yes("allow_expired")
             .then(|| query.get("reason").cloned().unwrap_or_default()),
         immutable_tags: ctx.immutable_tags(),
         may_repair: grant.allows_everywhere(crate::auth::Permission::Admin),

@@ -46,6 +46,11 @@ use crate::state::{now_rfc3339, user_at_host};
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MirrorConfig {
+    /// How long the bundle stays importable after it is made (`90s`,
+    /// `12h`, `30d`; 30 days when absent; `bundle create --expires-in`
+    /// overrides). A top-level key: before the first table.
+    #[serde(default)]
+    pub expires_in: Option<String>,
     /// Images to carry.
     #[serde(default)]
     pub image: Vec<ImageSource>,
@@ -198,6 +203,9 @@ pub struct CreateOptions<'a> {
     pub have: Option<&'a Inventory>,
     /// Cache for `docker://` sources (default [`source::default_cache_dir`]).
     pub cache: Option<&'a Path>,
+    /// How long the bundle stays importable (over the mirror config's
+    /// `expires_in`).
+    pub expires_in: Option<std::time::Duration>,
 }
 
 /// What `create` wrote.
@@ -544,10 +552,22 @@ fn create_in(
     let stacks = stack_entries(&cfg, &images)?;
     let oci_layout = oci::layout_header();
     let index_json = layout_index(&images)?;
+    let expires_in = match (opts.expires_in, &cfg.expires_in) {
+        (Some(d), _) => d,
+        (None, Some(text)) => crate::ops::parse_duration(text)
+            .map_err(|e| anyhow!("{}: expires_in: {e}", opts.config.display()))?,
+        (None, None) => super::freshness::DEFAULT_EXPIRES_IN,
+    };
+    if expires_in.is_zero() {
+        bail!("{}: expires_in must be more than 0s", opts.config.display());
+    }
+    let created = now_rfc3339();
+    let expires = super::freshness::expires_at(&created, expires_in).map_err(|e| anyhow!(e))?;
     let doc = BundleDoc {
         format: FORMAT_V1.into(),
         id: uuid::Uuid::new_v4().to_string(),
-        created: now_rfc3339(),
+        created,
+        expires: Some(expires),
         creator: format!(
             "{} (airlock {}, key {})",
             user_at_host(),

@@ -38,6 +38,11 @@ pub struct BundleDoc {
     pub id: String,
     /// Creation time, RFC 3339 UTC.
     pub created: String,
+    /// When the bundle stops being importable, RFC 3339 UTC (after
+    /// `created`; see [`super::freshness`]). Absent in bundles made before
+    /// bundles carried one, which import as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
     /// Who made it (`user@host`, airlock version, signing key fingerprint).
     pub creator: String,
     /// Images carried (or, for a delta, referred to).

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 
-use airlock::bundle::{create, format, import, sign, volume, volume_list};
+use airlock::bundle::{create, format, freshness, import, sign, volume, volume_list};
 
 use super::{BundleInput, parse_size, progress_bar};
 
@@ -31,6 +31,11 @@ pub enum BundleCmd {
         /// Content cache for `docker://` sources (default `$XDG_CACHE_HOME/airlock`, else `~/.cache/airlock`).
         #[arg(long, env = "AIRLOCK_CACHE")]
         cache: Option<PathBuf>,
+        /// How long the bundle stays importable: a site refuses it after
+        /// (`90s`, `12h`, `30d`; over the mirror config's `expires_in`)
+        /// [default: 30d].
+        #[arg(long, value_parser = parse_expires_in)]
+        expires_in: Option<std::time::Duration>,
         /// Print a JSON summary on stdout instead of the one-line summary.
         #[arg(long)]
         json: bool,
@@ -62,6 +67,14 @@ pub enum BundleCmd {
     },
 }
 
+/// `--expires-in`: a duration of more than 0s.
+fn parse_expires_in(s: &str) -> Result<std::time::Duration, String> {
+    match airlock::ops::parse_duration(s)? {
+        d if d.is_zero() => Err("must be more than 0s".into()),
+        d => Ok(d),
+    }
+}
+
 fn load_inventory(p: &PathBuf) -> Result<format::Inventory> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     let inv: format::Inventory = serde_json::from_str(&text)
@@ -85,6 +98,7 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
             volume_size,
             have,
             cache,
+            expires_in,
             json,
         } => {
             let key = sign::SigningKey::load(&sign_key)?;
@@ -96,6 +110,7 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                 volume_size,
                 have: have.as_ref(),
                 cache: cache.as_deref(),
+                expires_in,
             };
             let pb = progress_bar();
             if !pb.is_hidden()
@@ -111,6 +126,8 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
             if json {
                 let summary = serde_json::json!({
                     "id": created.doc.id,
+                    "created": created.doc.created,
+                    "expires": created.doc.expires,
                     "images": created.doc.images.iter().map(|i| serde_json::json!({
                         "repository": i.repository,
                         "tags": i.tags,
@@ -129,8 +146,9 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                 return Ok(());
             }
             println!(
-                "bundle {}: {} images, {} blobs carried, {} required, {} bytes in {} file(s): {}",
+                "bundle {} (expires {}): {} images, {} blobs carried, {} required, {} bytes in {} file(s): {}",
                 created.doc.id,
+                created.doc.expires.as_deref().unwrap_or("never"),
                 created.doc.images.len(),
                 created.doc.blobs.len(),
                 created.doc.required.len(),
@@ -188,11 +206,12 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                 .map_err(|e| input.blame(e))?;
             pb.finish_and_clear();
             println!(
-                "bundle {} OK: signature valid, {} images, {} blobs verified, {} required",
+                "bundle {} OK: signature valid, {} images, {} blobs verified, {} required; expires {}",
                 doc.id,
                 doc.images.len(),
                 doc.blobs.len(),
-                doc.required.len()
+                doc.required.len(),
+                expiry(&doc)
             );
         }
     }
@@ -246,12 +265,25 @@ fn verify_volumes(
 
 /// What `bundle inspect` prints: who made the bundle and when, its images
 /// with their tags, its stack candidates and torcx addons, and its size.
+/// A bundle's `expires` for people: the time, `(expired)` when past, or
+/// that the bundle carries none.
+fn expiry(doc: &format::BundleDoc) -> String {
+    match &doc.expires {
+        None => "never (made before bundles carried an expiry)".into(),
+        Some(t) => match freshness::check_expiry(doc, std::time::SystemTime::now(), None) {
+            Err(freshness::FreshnessError::Expired { .. }) => format!("{t} (expired)"),
+            _ => t.clone(),
+        },
+    }
+}
+
 fn summary(doc: &format::BundleDoc) -> String {
     use std::fmt::Write as _;
     let size = |blobs: &[format::BlobEntry]| crate::cli::size(blobs.iter().map(|b| b.size).sum());
     let mut out = String::new();
     let _ = writeln!(out, "bundle   {} ({})", doc.id, doc.format);
     let _ = writeln!(out, "created  {}", doc.created);
+    let _ = writeln!(out, "expires  {}", expiry(doc));
     let _ = writeln!(out, "by       {} (signature not checked)", doc.creator);
     let _ = writeln!(
         out,

@@ -1,4 +1,4 @@
-//! `airlock import`, `inventory` and `history`: commands on a blobstore
+//! `airlock import`, `inventory`, `history` and `status`: commands on a blobstore
 //! (`--data DIR` or `--store URL`).
 
 use std::path::PathBuf;
@@ -28,7 +28,12 @@ pub struct ImportArgs {
     /// in history.
     #[arg(long, requires = "reason")]
     allow_downgrade: bool,
-    /// Why the downgrade is allowed (recorded in history).
+    /// Import a bundle past its `expires` (refused otherwise); needs
+    /// --reason, recorded in history.
+    #[arg(long, requires = "reason")]
+    allow_expired: bool,
+    /// Why the downgrade or the expired bundle is allowed (recorded in
+    /// history).
     #[arg(long)]
     reason: Option<String>,
     /// The serve config whose `[registry] immutable_tags` the import obeys.
@@ -76,6 +81,9 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         dry_run: args.dry_run,
         allow_downgrade: args
             .allow_downgrade
+            .then(|| args.reason.clone().unwrap_or_default()),
+        allow_expired: args
+            .allow_expired
             .then(|| args.reason.clone().unwrap_or_default()),
         immutable_tags,
         may_write: None,
@@ -146,6 +154,98 @@ pub async fn inventory(args: InventoryArgs) -> Result<()> {
 
 /// Tag changes printed per generation by `history` (all with `--json`).
 const HISTORY_TAGS: usize = 5;
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    data: DataArg,
+    /// How old the newest imported bundle may be (`14d`, `36h`) [default:
+    /// the serve config's `[import] max_staleness`, else not checked].
+    #[arg(long, value_parser = parse_max_staleness)]
+    max_staleness: Option<std::time::Duration>,
+    /// The serve config whose `[import] max_staleness` applies.
+    #[arg(long, env = "AIRLOCK_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print one JSON object: generation, time, reason, newest_bundle,
+    /// max_staleness_secs, stale.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--max-staleness`: a duration of more than 0s.
+fn parse_max_staleness(s: &str) -> Result<std::time::Duration, String> {
+    match airlock::ops::parse_duration(s)? {
+        d if d.is_zero() => Err("must be more than 0s".into()),
+        d => Ok(d),
+    }
+}
+
+/// `airlock status`: the current generation and the newest imported
+/// bundle; with a max staleness, whether the site is stale (exit 1, with
+/// the one line `/readyz` gives, when it is).
+pub async fn status(args: StatusArgs) -> Result<()> {
+    use airlock::bundle::freshness;
+    let max = match (args.max_staleness, &args.config) {
+        (Some(d), _) => Some(d),
+        (None, Some(path)) => airlock::config::load(path)?
+            .import
+            .max_staleness
+            .map(|v| {
+                parse_max_staleness(&v)
+                    .map_err(|e| anyhow::anyhow!("{}: import.max_staleness: {e}", path.display()))
+            })
+            .transpose()?,
+        (None, None) => None,
+    };
+    let state = args.data.existing_state()?;
+    let snap = state.snapshot().await?;
+    let newest = freshness::newest(&state).await?;
+    let stale =
+        max.and_then(|m| freshness::staleness(newest.as_ref(), m, std::time::SystemTime::now()));
+    let doc = snap.state.as_ref();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "generation": snap.generation(),
+                "time": doc.map(|d| &d.time),
+                "reason": doc.map(|d| &d.reason),
+                "newest_bundle": newest,
+                "max_staleness_secs": max.map(|d| d.as_secs()),
+                "stale": stale,
+            }))?
+        );
+    } else {
+        match doc {
+            Some(d) => println!(
+                "generation     {} ({}, {}: {})",
+                d.generation, d.time, d.who, d.reason
+            ),
+            None => println!("generation     none yet (empty store)"),
+        }
+        match &newest {
+            Some(n) => println!(
+                "newest bundle  {}: created {}, imported {}, expires {}",
+                n.bundle,
+                n.created,
+                n.imported,
+                n.expires.as_deref().unwrap_or("never")
+            ),
+            None => println!("newest bundle  none recorded"),
+        }
+        match (max, &stale) {
+            (None, _) => {
+                println!("staleness      not checked (--max-staleness or [import] max_staleness)")
+            }
+            (Some(_), Some(line)) => println!("staleness      {line}"),
+            (Some(m), None) => println!("staleness      fresh (max_staleness {}s)", m.as_secs()),
+        }
+    }
+    match stale {
+        Some(line) => Err(anyhow::anyhow!(line)),
+        None => Ok(()),
+    }
+}
 
 pub async fn history(args: HistoryArgs) -> Result<()> {
     let state = args.data.existing_state()?;

@@ -167,6 +167,9 @@ enum Command {
     Inventory(data::InventoryArgs),
     /// List the state generations, newest first (number, time, who, reason).
     History(data::HistoryArgs),
+    /// The current generation and the newest imported bundle; with a max
+    /// staleness, exit 1 when that bundle is older.
+    Status(data::StatusArgs),
     /// Events queued for webhooks and their delivery results (oldest first).
     Events(events::EventsArgs),
     /// System stacks: promote, roll out, roll back, states, cells' status.
@@ -244,6 +247,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Ls(args) => ls::run(args).await,
         Command::Inventory(args) => data::inventory(args).await,
         Command::History(args) => data::history(args).await,
+        Command::Status(args) => data::status(args).await,
         Command::Events(args) => events::run(args).await,
         Command::Stack(cmd) => stack::run(cmd).await,
         Command::Sbom(args) => sbom::sbom(args).await,

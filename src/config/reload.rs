@@ -162,6 +162,10 @@ impl Reloader {
         if value(&old.import) != value(&new.import) {
             app.import_keyring
                 .store(std::sync::Arc::new(resolved.import_keyring));
+            app.max_staleness.store(
+                resolved.max_staleness.map_or(0, |d| d.as_secs()),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             applied.changed.push("import".into());
         }
         if value(&old.webhooks) != value(&new.webhooks) {

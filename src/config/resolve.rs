@@ -42,6 +42,8 @@ pub struct Resolved {
     pub policy: Policy,
     /// Keyring for `POST /admin/v1/imports`.
     pub import_keyring: Option<PathBuf>,
+    /// `[import] max_staleness` (`None`: off).
+    pub max_staleness: Option<Duration>,
     /// Where events are delivered (checked).
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
     /// Bytes of metadata pages kept in memory.
@@ -314,6 +316,19 @@ impl Settings {
             crate::ops::parse_duration(v.as_deref().unwrap_or(default))
                 .map_err(|e| ConfigError::value(key, e))
         };
+        let max_staleness = match &self.import.max_staleness {
+            None => None,
+            Some(v) => match crate::ops::parse_duration(v) {
+                Ok(d) if !d.is_zero() => Some(d),
+                Ok(_) => {
+                    return Err(ConfigError::value(
+                        "import.max_staleness",
+                        "must be more than 0s (leave it out for never)".to_string(),
+                    ));
+                }
+                Err(e) => return Err(ConfigError::value("import.max_staleness", e)),
+            },
+        };
         let interval = duration("gc.interval", &self.gc.interval, "0")?;
         let grace = duration("gc.grace", &self.gc.grace, "1h")?;
         for (i, rule) in self.gc.keep_tags.iter().enumerate() {
@@ -398,6 +413,7 @@ impl Settings {
             tls,
             policy,
             import_keyring: self.import.keyring,
+            max_staleness,
             webhooks: self.webhooks,
             root_refresh,
             gc,
@@ -422,6 +438,7 @@ impl Resolved {
         app.torcx = self.torcx;
         app.auth = arc_swap::ArcSwap::from_pointee(self.policy);
         app.import_keyring = arc_swap::ArcSwap::from_pointee(self.import_keyring);
+        app.max_staleness = self.max_staleness.map_or(0, |d| d.as_secs()).into();
         app.ui = self.ui.map(|c| Arc::new(crate::ui::Console::new(c)));
         (app, self.limits, self.listen, self.tls)
     }

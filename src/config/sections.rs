@@ -440,6 +440,12 @@ pub struct ImportSection {
     /// `POST /admin/v1/imports`; absent: imports over HTTP are off.
     #[arg(long = "import-keyring", env = "AIRLOCK_IMPORT_KEYRING")]
     pub keyring: Option<PathBuf>,
+    /// How old the newest imported bundle (by its `created`) may be before
+    /// `/readyz`, `/metrics`, the console and `airlock status` say the
+    /// site is stale (`14d`, `36h`; absent: never). A site fed only old
+    /// media keeps serving; it says so.
+    #[arg(long = "import-max-staleness", env = "AIRLOCK_IMPORT_MAX_STALENESS")]
+    pub max_staleness: Option<String>,
 }
 
 /// `[torcx]`: signing keys of the torcx remotes, and whether hosts fetch without credentials.

@@ -19,6 +19,9 @@ pub async fn healthz() -> &'static str {
 /// blobstore (the root, the state document and the repository table's
 /// first page), else 503 `not ready` (the cause is logged at warn); 503
 /// `stopping` once the server got SIGTERM or SIGINT ([`super::serve`]).
+/// With `[import] max_staleness` and a newest imported bundle older than
+/// that, still 200, with a second line `stale: ...` naming the bundle and
+/// its age ([`crate::bundle::freshness::staleness`]).
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, String) {
     if app.stopping.load(std::sync::atomic::Ordering::Acquire) {
         return (StatusCode::SERVICE_UNAVAILABLE, "stopping\n".into());
@@ -29,7 +32,12 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, String) {
     };
     match ready.await {
         Ok(_) => match app.state.damage() {
-            None => (StatusCode::OK, "ok".into()),
+            // A stale site still serves what it has (taking every replica
+            // out of the balancer would stop pulls too): it says so.
+            None => match app.staleness().await {
+                None => (StatusCode::OK, "ok".into()),
+                Some(stale) => (StatusCode::OK, format!("ok\n{stale}\n")),
+            },
             Some((root, cause)) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(

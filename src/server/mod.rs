@@ -60,6 +60,10 @@ pub struct App {
     pub auth: ArcSwap<crate::auth::Policy>,
     /// Keyring trusted for `POST /admin/v1/imports`; `None`: off.
     pub import_keyring: ArcSwap<Option<std::path::PathBuf>>,
+    /// `[import] max_staleness` in seconds (0: off): how old the newest
+    /// imported bundle may be before `/readyz`, the console and `airlock
+    /// status` say the site is stale ([`crate::bundle::freshness`]).
+    pub max_staleness: std::sync::atomic::AtomicU64,
     /// The web console (`/ui/`, `/api/v1/`); `None`: off (`[ui] enabled`).
     pub ui: Option<Arc<crate::ui::Console>>,
     /// Manifest GETs noted for `gc`'s `pulled_within_days`, written to the
@@ -95,6 +99,7 @@ impl App {
             stacks: StacksServer::default(),
             auth: ArcSwap::from_pointee(crate::auth::Policy::open()),
             import_keyring: ArcSwap::from_pointee(None),
+            max_staleness: Default::default(),
             ui: None,
             stopping: Default::default(),
         }
@@ -108,6 +113,24 @@ impl App {
             .set_limits(registry.upload_expiry, registry.uploads);
         self.pulls.set_on(!registry.pull_record_interval.is_zero());
         self.registry.store(Arc::new(registry));
+    }
+
+    /// Why the site is stale (one line), when `[import] max_staleness` is
+    /// set and the newest imported bundle is older; `None` when fresh,
+    /// off, or the state cannot be read (logged).
+    pub async fn staleness(&self) -> Option<String> {
+        let max = crate::ui::Context::max_staleness(self)?;
+        match crate::bundle::freshness::newest(&self.state).await {
+            Ok(newest) => crate::bundle::freshness::staleness(
+                newest.as_ref(),
+                max,
+                std::time::SystemTime::now(),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "staleness: state cannot be read");
+                None
+            }
+        }
     }
 
     /// The console's sessions, for the access layer (`None`: `[ui]` off).
@@ -192,6 +215,16 @@ impl crate::ui::Context for App {
 
     fn console(&self) -> Option<&crate::ui::Console> {
         self.ui.as_deref()
+    }
+
+    fn max_staleness(&self) -> Option<std::time::Duration> {
+        match self
+            .max_staleness
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            secs => Some(std::time::Duration::from_secs(secs)),
+        }
     }
 }
 

@@ -152,6 +152,10 @@ pub trait Context: Send + Sync + 'static {
     fn policy(&self) -> std::sync::Arc<Policy>;
     /// The console (`None` when `[ui]` is off: every console route is 404).
     fn console(&self) -> Option<&Console>;
+    /// `[import] max_staleness` (`None`: off; see [`crate::bundle::freshness`]).
+    fn max_staleness(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Samples every stack's cell reports each `config.sample_interval` until

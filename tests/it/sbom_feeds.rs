@@ -28,6 +28,7 @@ fn feed_bundle(out: &Path, key: &Path, name: &str, feed: &[u8]) {
         format: FORMAT_V1.into(),
         id: uuid::Uuid::new_v4().to_string(),
         created: "2026-11-30T00:00:00Z".into(),
+        expires: None,
         creator: "test".into(),
         images: Vec::new(),
         layout: LayoutDigests {

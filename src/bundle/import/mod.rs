@@ -331,15 +331,23 @@ async fn plan_and_commit(
     if !doc.stacks.is_empty() {
         ops.push(stack_candidates(doc, who, opts.allow_downgrade.is_some())?);
     }
+    let expired = plan::check_expiry(doc, opts)?;
+    ops.push(crate::bundle::freshness::record_op(
+        doc,
+        std::time::SystemTime::now(),
+    ));
     if opts.dry_run {
         return Ok((tags, None, feeds));
     }
-    let reason = match &opts.allow_downgrade {
-        Some(why) if tags.iter().any(|t| t.downgrade.is_some()) => {
-            format!("import bundle {} (downgrade allowed: {why})", doc.id)
-        }
-        _ => format!("import bundle {}", doc.id),
-    };
+    let mut reason = format!("import bundle {}", doc.id);
+    if let Some(why) = &opts.allow_downgrade
+        && tags.iter().any(|t| t.downgrade.is_some())
+    {
+        reason.push_str(&format!(" (downgrade allowed: {why})"));
+    }
+    if let (true, Some(why), Some(at)) = (expired, &opts.allow_expired, &doc.expires) {
+        reason.push_str(&format!(" (expired at {at}, allowed: {why})"));
+    }
     let commit = state
         .commit(&reason, who, &ops)
         .await

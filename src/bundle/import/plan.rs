@@ -31,6 +31,9 @@ pub struct ImportOptions {
     /// some repository prefixes); checked on the signed document, before
     /// any blob is written. `None`: every repository.
     pub may_write: Option<MayWrite>,
+    /// Import a bundle past its `expires`; the reason is recorded in
+    /// history ([`crate::bundle::freshness`]).
+    pub allow_expired: Option<String>,
     /// Whether the importer may repair a damaged current generation before
     /// committing (restore the newest generation that verifies, as
     /// `airlock fsck --repair`): it changes every repository, so only an
@@ -43,6 +46,7 @@ impl std::fmt::Debug for ImportOptions {
         f.debug_struct("ImportOptions")
             .field("dry_run", &self.dry_run)
             .field("allow_downgrade", &self.allow_downgrade)
+            .field("allow_expired", &self.allow_expired)
             .field("immutable_tags", &self.immutable_tags)
             .field("may_write", &self.may_write.is_some())
             .field("may_repair", &self.may_repair)
@@ -135,6 +139,7 @@ fn immutable(rules: &[String], repository: &crate::names::RepositoryName, tag: &
 /// Refuses the bundle before anything is written when it writes a
 /// repository the importer may not write.
 pub(super) fn check_access(doc: &BundleDoc, opts: &ImportOptions) -> Result<()> {
+    check_expiry(doc, opts)?;
     let Some(may) = &opts.may_write else {
         return Ok(());
     };
@@ -154,6 +159,20 @@ pub(super) fn check_access(doc: &BundleDoc, opts: &ImportOptions) -> Result<()> 
         ))));
     }
     Ok(())
+}
+
+/// Whether `doc` is past its `expires` and let through by
+/// `opts.allow_expired` (for the history entry).
+///
+/// Errors: [`Refused`] for a bundle past its expiry without the override,
+/// or with an unreadable or impossible expiry.
+pub(super) fn check_expiry(doc: &BundleDoc, opts: &ImportOptions) -> Result<bool> {
+    crate::bundle::freshness::check_expiry(
+        doc,
+        std::time::SystemTime::now(),
+        opts.allow_expired.as_deref(),
+    )
+    .map_err(|e| anyhow!(Refused(e.to_string())))
 }
 
 /// An import refused by the site's rules: a downgrade without the admin's

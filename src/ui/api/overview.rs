@@ -21,6 +21,9 @@ pub struct Overview {
     /// The newest generation made by an import (within the last
     /// generations still in history).
     pub last_import: Option<GenerationView>,
+    /// The newest bundle imported, by its creation time
+    /// ([`crate::bundle::freshness`]).
+    pub newest_bundle: Option<crate::bundle::freshness::Newest>,
     /// The last `airlock gc` (CLI or the server's periodic one).
     pub last_gc: Option<crate::ops::reports::LastReport>,
     /// The last `airlock fsck`.
@@ -149,6 +152,18 @@ pub async fn build(ctx: &dyn Context, viewer: &Viewer) -> Result<Overview> {
                 .push(format!("the last fsck ({}) found {n} problems", f.time));
         }
     }
+    let newest_bundle = crate::bundle::freshness::newest(state)
+        .await
+        .unwrap_or(None);
+    if let Some(max) = ctx.max_staleness()
+        && let Some(stale) = crate::bundle::freshness::staleness(
+            newest_bundle.as_ref(),
+            max,
+            std::time::SystemTime::now(),
+        )
+    {
+        health.problems.push(stale);
+    }
     if let Some(free) = free_bytes
         && everything
         && free < 1 << 30
@@ -179,6 +194,7 @@ pub async fn build(ctx: &dyn Context, viewer: &Viewer) -> Result<Overview> {
         generation: snap.as_ref().map_or(0, |s| s.generation()),
         current,
         last_import,
+        newest_bundle,
         last_gc,
         last_fsck,
         counts,

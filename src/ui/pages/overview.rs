@@ -57,6 +57,13 @@ pub fn page(viewer: &Viewer, o: &Overview) -> Markup {
                     "bundle " code { (g.bundle.as_deref().unwrap_or("?")) } " · generation " (g.generation) " · " (g.time) " · " (g.who)
                 } @else { span.muted { "none in the recent generations" } }
             }
+            dt { "Newest bundle" }
+            dd {
+                @if let Some(n) = &o.newest_bundle {
+                    code { (n.bundle) } " · created " (n.created) " · imported " (n.imported)
+                    @if let Some(e) = &n.expires { " · expires " (e) }
+                } @else { span.muted { "none recorded" } }
+            }
             dt { "Last gc" }
             dd {
                 @if let Some(r) = &o.last_gc {
