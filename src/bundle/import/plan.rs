@@ -136,7 +136,8 @@ fn immutable(rules: &[String], repository: &crate::names::RepositoryName, tag: &
     })
 }
 
-/// Refuses the bundle before anything is written when it writes a
+/// Refuses the bundle before anything is written when it is past its
+/// `expires` without the override ([`check_expiry`]) or writes a
 /// repository the importer may not write.
 pub(super) fn check_access(doc: &BundleDoc, opts: &ImportOptions) -> Result<()> {
     check_expiry(doc, opts)?;
@@ -175,8 +176,9 @@ pub(super) fn check_expiry(doc: &BundleDoc, opts: &ImportOptions) -> Result<bool
     .map_err(|e| anyhow!(Refused(e.to_string())))
 }
 
-/// An import refused by the site's rules: a downgrade without the admin's
-/// override, or an immutable tag moved (HTTP 409).
+/// An import refused by the site's rules: a downgrade or an expired
+/// bundle without the admin's override, or an immutable tag moved (HTTP
+/// 409).
 #[derive(Debug)]
 pub struct Refused(pub String);
 
