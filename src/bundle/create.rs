@@ -554,13 +554,10 @@ fn create_in(
     let index_json = layout_index(&images)?;
     let expires_in = match (opts.expires_in, &cfg.expires_in) {
         (Some(d), _) => d,
-        (None, Some(text)) => crate::ops::parse_duration(text)
+        (None, Some(text)) => crate::ops::parse_positive_duration(text)
             .map_err(|e| anyhow!("{}: expires_in: {e}", opts.config.display()))?,
         (None, None) => super::freshness::DEFAULT_EXPIRES_IN,
     };
-    if expires_in.is_zero() {
-        bail!("{}: expires_in must be more than 0s", opts.config.display());
-    }
     let created = now_rfc3339();
     let expires = super::freshness::expires_at(&created, expires_in).map_err(|e| anyhow!(e))?;
     let doc = BundleDoc {

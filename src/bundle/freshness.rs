@@ -90,11 +90,9 @@ fn parse(bundle: &str, field: &'static str, value: &str) -> Result<OffsetDateTim
     })
 }
 
+/// RFC 3339 UTC of `t`, in whole seconds (as every time the state records).
 fn format(t: OffsetDateTime) -> String {
-    t.replace_nanosecond(0)
-        .unwrap_or(t)
-        .format(&Rfc3339)
-        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+    crate::state::rfc3339_of(t.unix_timestamp().max(0) as u64)
 }
 
 /// `created` (RFC 3339) plus `within`, as RFC 3339 UTC: a new bundle's
@@ -220,18 +218,32 @@ fn human(d: Duration) -> String {
     }
 }
 
-/// The newest imported bundle in the current generation of `state`
-/// (`None` when none was imported since bundles were recorded).
+/// What a site says of its freshness: the newest imported bundle and,
+/// with a max staleness, the [`staleness`] line (what `/readyz`, the
+/// console and `airlock status` print).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The newest bundle imported (`None` when none was recorded).
+    pub newest: Option<Newest>,
+    /// Why the site is stale; `None` when fresh or not checked.
+    pub stale: Option<String>,
+}
+
+/// The [`Report`] of the generation `snap` of `state`, checked against
+/// `max` (`None`: not checked) at the current time.
 ///
-/// Errors: the state or its `imports` document cannot be read.
-pub async fn newest(
+/// Errors: the `imports` document of `snap` cannot be read.
+pub async fn report(
     state: &crate::state::StateStore,
-) -> Result<Option<Newest>, crate::state::StateError> {
-    let snap = state.snapshot().await?;
-    Ok(state
-        .document::<ImportsDoc>(&snap, DOCUMENT)
+    snap: &crate::state::Snapshot,
+    max: Option<Duration>,
+) -> Result<Report, crate::state::StateError> {
+    let newest = state
+        .document::<ImportsDoc>(snap, DOCUMENT)
         .await?
-        .map(|d| d.newest))
+        .map(|d| d.newest);
+    let stale = max.and_then(|m| staleness(newest.as_ref(), m, SystemTime::now()));
+    Ok(Report { newest, stale })
 }
 
 /// The unix time (seconds) of `newest`'s `created`, for the metrics gauge.

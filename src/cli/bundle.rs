@@ -34,7 +34,7 @@ pub enum BundleCmd {
         /// How long the bundle stays importable: a site refuses it after
         /// (`90s`, `12h`, `30d`; over the mirror config's `expires_in`)
         /// [default: 30d].
-        #[arg(long, value_parser = parse_expires_in)]
+        #[arg(long, value_parser = airlock::ops::parse_positive_duration)]
         expires_in: Option<std::time::Duration>,
         /// Print a JSON summary on stdout instead of the one-line summary.
         #[arg(long)]
@@ -65,14 +65,6 @@ pub enum BundleCmd {
         #[arg(long)]
         volume_list: Option<PathBuf>,
     },
-}
-
-/// `--expires-in`: a duration of more than 0s.
-fn parse_expires_in(s: &str) -> Result<std::time::Duration, String> {
-    match airlock::ops::parse_duration(s)? {
-        d if d.is_zero() => Err("must be more than 0s".into()),
-        d => Ok(d),
-    }
 }
 
 fn load_inventory(p: &PathBuf) -> Result<format::Inventory> {
@@ -263,8 +255,6 @@ fn verify_volumes(
     Ok(Some(lines.join("\n")))
 }
 
-/// What `bundle inspect` prints: who made the bundle and when, its images
-/// with their tags, its stack candidates and torcx addons, and its size.
 /// A bundle's `expires` for people: the time, `(expired)` when past, or
 /// that the bundle carries none.
 fn expiry(doc: &format::BundleDoc) -> String {
@@ -277,6 +267,8 @@ fn expiry(doc: &format::BundleDoc) -> String {
     }
 }
 
+/// What `bundle inspect` prints: who made the bundle and when, its images
+/// with their tags, its stack candidates and torcx addons, and its size.
 fn summary(doc: &format::BundleDoc) -> String {
     use std::fmt::Write as _;
     let size = |blobs: &[format::BlobEntry]| crate::cli::size(blobs.iter().map(|b| b.size).sum());

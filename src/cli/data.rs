@@ -161,7 +161,7 @@ pub struct StatusArgs {
     data: DataArg,
     /// How old the newest imported bundle may be (`14d`, `36h`) [default:
     /// the serve config's `[import] max_staleness`, else not checked].
-    #[arg(long, value_parser = parse_max_staleness)]
+    #[arg(long, value_parser = airlock::ops::parse_positive_duration)]
     max_staleness: Option<std::time::Duration>,
     /// The serve config whose `[import] max_staleness` applies.
     #[arg(long, env = "AIRLOCK_CONFIG")]
@@ -170,14 +170,6 @@ pub struct StatusArgs {
     /// max_staleness_secs, stale.
     #[arg(long)]
     json: bool,
-}
-
-/// `--max-staleness`: a duration of more than 0s.
-fn parse_max_staleness(s: &str) -> Result<std::time::Duration, String> {
-    match airlock::ops::parse_duration(s)? {
-        d if d.is_zero() => Err("must be more than 0s".into()),
-        d => Ok(d),
-    }
 }
 
 /// `airlock status`: the current generation and the newest imported
@@ -191,7 +183,7 @@ pub async fn status(args: StatusArgs) -> Result<()> {
             .import
             .max_staleness
             .map(|v| {
-                parse_max_staleness(&v)
+                airlock::ops::parse_positive_duration(&v)
                     .map_err(|e| anyhow::anyhow!("{}: import.max_staleness: {e}", path.display()))
             })
             .transpose()?,
@@ -199,9 +191,7 @@ pub async fn status(args: StatusArgs) -> Result<()> {
     };
     let state = args.data.existing_state()?;
     let snap = state.snapshot().await?;
-    let newest = freshness::newest(&state).await?;
-    let stale =
-        max.and_then(|m| freshness::staleness(newest.as_ref(), m, std::time::SystemTime::now()));
+    let freshness::Report { newest, stale } = freshness::report(&state, &snap, max).await?;
     let doc = snap.state.as_ref();
     if args.json {
         println!(

@@ -316,19 +316,19 @@ impl Settings {
             crate::ops::parse_duration(v.as_deref().unwrap_or(default))
                 .map_err(|e| ConfigError::value(key, e))
         };
-        let max_staleness = match &self.import.max_staleness {
-            None => None,
-            Some(v) => match crate::ops::parse_duration(v) {
-                Ok(d) if !d.is_zero() => Some(d),
-                Ok(_) => {
-                    return Err(ConfigError::value(
+        let max_staleness = self
+            .import
+            .max_staleness
+            .as_deref()
+            .map(|v| {
+                crate::ops::parse_positive_duration(v).map_err(|e| {
+                    ConfigError::value(
                         "import.max_staleness",
-                        "must be more than 0s (leave it out for never)".to_string(),
-                    ));
-                }
-                Err(e) => return Err(ConfigError::value("import.max_staleness", e)),
-            },
-        };
+                        format!("{e} (leave it out for never)"),
+                    )
+                })
+            })
+            .transpose()?;
         let interval = duration("gc.interval", &self.gc.interval, "0")?;
         let grace = duration("gc.grace", &self.gc.grace, "1h")?;
         for (i, rule) in self.gc.keep_tags.iter().enumerate() {

@@ -93,6 +93,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("invalid duration {s:?} (e.g. 90s, 15m, 1h, 7d)"))
 }
 
+/// [`parse_duration`] of a setting that must be more than zero (an
+/// expiry, a staleness bound).
+///
+/// Errors: what [`parse_duration`] refuses, and `0s`.
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be more than 0s".into()),
+        d => Ok(d),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

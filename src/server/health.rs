@@ -28,16 +28,26 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, String) {
     }
     let ready = async {
         let snap = app.state.snapshot().await?;
-        app.state.repositories(&snap, None, 1).await
+        app.state.repositories(&snap, None, 1).await?;
+        Ok::<_, crate::state::StateError>(snap)
     };
     match ready.await {
-        Ok(_) => match app.state.damage() {
+        Ok(snap) => match app.state.damage() {
             // A stale site still serves what it has (taking every replica
             // out of the balancer would stop pulls too): it says so.
-            None => match app.staleness().await {
-                None => (StatusCode::OK, "ok".into()),
-                Some(stale) => (StatusCode::OK, format!("ok\n{stale}\n")),
-            },
+            None => {
+                let max = app.staleness_bound();
+                match crate::bundle::freshness::report(&app.state, &snap, max).await {
+                    Ok(r) => match r.stale {
+                        None => (StatusCode::OK, "ok".into()),
+                        Some(stale) => (StatusCode::OK, format!("ok\n{stale}\n")),
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "staleness: the imports document cannot be read");
+                        (StatusCode::OK, "ok".into())
+                    }
+                }
+            }
             Some((root, cause)) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(

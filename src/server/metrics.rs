@@ -200,9 +200,12 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
     match app.state.snapshot().await {
         Ok(snap) => {
             global().generation.set(snap.generation());
-            match crate::bundle::freshness::newest(&app.state).await {
-                Ok(n) => {
-                    let secs = n.as_ref().and_then(crate::bundle::freshness::created_secs);
+            match crate::bundle::freshness::report(&app.state, &snap, None).await {
+                Ok(r) => {
+                    let secs = r
+                        .newest
+                        .as_ref()
+                        .and_then(crate::bundle::freshness::created_secs);
                     global().newest_bundle_created.set(secs.unwrap_or(0));
                 }
                 Err(e) => tracing::warn!(error = %e, "metrics: imports document cannot be read"),

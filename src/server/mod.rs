@@ -115,21 +115,14 @@ impl App {
         self.registry.store(Arc::new(registry));
     }
 
-    /// Why the site is stale (one line), when `[import] max_staleness` is
-    /// set and the newest imported bundle is older; `None` when fresh,
-    /// off, or the state cannot be read (logged).
-    pub async fn staleness(&self) -> Option<String> {
-        let max = crate::ui::Context::max_staleness(self)?;
-        match crate::bundle::freshness::newest(&self.state).await {
-            Ok(newest) => crate::bundle::freshness::staleness(
-                newest.as_ref(),
-                max,
-                std::time::SystemTime::now(),
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "staleness: state cannot be read");
-                None
-            }
+    /// `[import] max_staleness` (`None`: off; see [`crate::bundle::freshness`]).
+    pub fn staleness_bound(&self) -> Option<std::time::Duration> {
+        match self
+            .max_staleness
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            secs => Some(std::time::Duration::from_secs(secs)),
         }
     }
 
@@ -218,13 +211,7 @@ impl crate::ui::Context for App {
     }
 
     fn max_staleness(&self) -> Option<std::time::Duration> {
-        match self
-            .max_staleness
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            0 => None,
-            secs => Some(std::time::Duration::from_secs(secs)),
-        }
+        self.staleness_bound()
     }
 }
 

@@ -152,18 +152,15 @@ pub async fn build(ctx: &dyn Context, viewer: &Viewer) -> Result<Overview> {
                 .push(format!("the last fsck ({}) found {n} problems", f.time));
         }
     }
-    let newest_bundle = crate::bundle::freshness::newest(state)
-        .await
-        .unwrap_or(None);
-    if let Some(max) = ctx.max_staleness()
-        && let Some(stale) = crate::bundle::freshness::staleness(
-            newest_bundle.as_ref(),
-            max,
-            std::time::SystemTime::now(),
-        )
-    {
-        health.problems.push(stale);
-    }
+    // Fresh or stale only of a state that reads (otherwise `health` says
+    // so above).
+    let freshness = match &snap {
+        Some(snap) => crate::bundle::freshness::report(state, snap, ctx.max_staleness())
+            .await
+            .unwrap_or_default(),
+        None => Default::default(),
+    };
+    health.problems.extend(freshness.stale);
     if let Some(free) = free_bytes
         && everything
         && free < 1 << 30
@@ -194,7 +191,7 @@ pub async fn build(ctx: &dyn Context, viewer: &Viewer) -> Result<Overview> {
         generation: snap.as_ref().map_or(0, |s| s.generation()),
         current,
         last_import,
-        newest_bundle,
+        newest_bundle: freshness.newest,
         last_gc,
         last_fsck,
         counts,
