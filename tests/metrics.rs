@@ -33,7 +33,9 @@ fn metrics_count_imports_pulls_and_pushes(b: Backend) {
     let state = airlock::state::StateStore::new(rt.block_on(b.open_store()));
     rt.block_on(async {
         let (_, keyring) = test_key();
-        let keyring = airlock::bundle::sign::Keyring::load(&keyring).unwrap();
+        let keyring = airlock::bundle::trust::Verifier::keyring(
+            airlock::bundle::sign::Keyring::load(&keyring).unwrap(),
+        );
         let report = airlock::bundle::import::import(
             &state,
             keyring,

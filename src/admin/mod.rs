@@ -8,15 +8,17 @@
 //! Errors are `{"code","message"}`: 400 `BUNDLE_INVALID` (bad signature,
 //! digest, format; nothing stored is changed), 409 `REFUSED` (a downgrade
 //! without `allow_downgrade`, an immutable tag, a bundle past its
-//! `expires` without `allow_expired`; nothing committed), 403
-//! `DENIED` when the config has no `[import] keyring` or the bundle writes
+//! `expires` without `allow_expired`, a bundle its signers may not bring in
+//! under the site's trust document; nothing committed), 403
+//! `DENIED` when the config has no `[import] keyring` and the site no trust
+//! document, or the bundle writes
 //! a repository outside the caller's prefixes (checked on the signed
 //! document, before any blob is written), 500 `UNKNOWN` for store failures.
 //!
 //! Owns: streaming the request body into the same import pipeline and checks
-//! as the CLI ([`crate::bundle::import::import`]) with the keyring of the
-//! config's `[import] keyring`, read at each import (so a keyring change
-//! needs no restart). Who may call it is the access layer's business (the
+//! as the CLI ([`crate::bundle::import::import`]) with the site's trust
+//! document, or else the keyring of the config's `[import] keyring`, read
+//! at each import (so a keyring change needs no restart). Who may call it is the access layer's business (the
 //! admin role); the state change records the request's actor.
 
 use std::path::PathBuf;
@@ -31,7 +33,7 @@ use axum::routing::post;
 use futures_util::TryStreamExt;
 use serde_json::json;
 
-use crate::bundle::{import, sign};
+use crate::bundle::{import, sign, trust};
 use crate::state::StateStore;
 
 /// What the admin API needs from the composition root.
@@ -93,22 +95,30 @@ async fn import_bundle(
 ) -> Response {
     let opts = options(&req, &*ctx);
     let body: Body = req.into_body();
-    let Some(path) = ctx.import_keyring() else {
-        return error(
-            StatusCode::FORBIDDEN,
-            "DENIED",
-            "imports over HTTP are off: the serve config has no [import] keyring".into(),
-        );
-    };
-    let keyring = match sign::Keyring::load(&path) {
-        Ok(k) => k,
-        Err(e) => {
+    let keyring = match ctx.import_keyring().map(|p| (sign::Keyring::load(&p), p)) {
+        None => None,
+        Some((Ok(k), _)) => Some(k),
+        Some((Err(e), path)) => {
             tracing::error!(keyring = %path.display(), error = %e, "cannot load the import keyring");
             return error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "UNKNOWN",
                 "the server's import keyring cannot be loaded".into(),
             );
+        }
+    };
+    let verifier = match trust::verifier(ctx.state(), keyring).await {
+        Ok(v) => v,
+        Err(e) => {
+            return match e.downcast_ref::<trust::TrustError>() {
+                Some(trust::TrustError::NoKeys(_)) => error(
+                    StatusCode::FORBIDDEN,
+                    "DENIED",
+                    "imports over HTTP are off: the serve config has no [import] keyring and the site has no trust document".into(),
+                ),
+                Some(t) => error(StatusCode::CONFLICT, "REFUSED", t.to_string()),
+                None => error(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", format!("{e:#}")),
+            };
         }
     };
     let stream = body.into_data_stream().map_err(std::io::Error::other);
@@ -118,7 +128,7 @@ async fn import_bundle(
         crate::state::audit::current().map_or_else(|| crate::auth::OPEN_WHO.into(), |a| a.who);
     match import::import(
         ctx.state(),
-        keyring,
+        verifier,
         reader,
         &who,
         indicatif::ProgressBar::hidden(),

@@ -193,8 +193,9 @@ impl MirrorConfig {
 pub struct CreateOptions<'a> {
     /// The mirror config file.
     pub config: &'a Path,
-    /// Signing key.
-    pub key: &'a SigningKey,
+    /// Signing keys (at least one): the document and the volume list carry a
+    /// signature by each, in this order ([`super::sign::clearsign_all`]).
+    pub keys: &'a [&'a SigningKey],
     /// Output path (with volumes: `OUT.000`, `OUT.001`, ...).
     pub out: &'a Path,
     /// Split into volumes of at most this many bytes.
@@ -432,7 +433,8 @@ fn layout_index(images: &[ImageEntry]) -> Result<Vec<u8>> {
     Ok(oci::layout_index(&manifests))
 }
 
-fn tar_header(size: u64) -> tar::Header {
+/// The ustar header of a regular file of `size` bytes, mode 0644, now.
+pub(super) fn tar_header(size: u64) -> tar::Header {
     let mut h = tar::Header::new_ustar();
     h.set_size(size);
     h.set_mode(0o644);
@@ -569,7 +571,11 @@ fn create_in(
             "{} (airlock {}, key {})",
             user_at_host(),
             env!("CARGO_PKG_VERSION"),
-            opts.key.fingerprint()
+            opts.keys
+                .iter()
+                .map(|k| k.fingerprint())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         images,
         layout: LayoutDigests {
@@ -590,7 +596,7 @@ fn create_in(
     let checked = check_candidates(&local, &doc)?;
     let mut text = serde_json::to_string_pretty(&doc)?;
     text.push('\n');
-    let signed = opts.key.clearsign(&text)?;
+    let signed = super::sign::clearsign_all(opts.keys, &text)?;
 
     let pulled = remote.as_ref().map(|r| {
         let s = r.stats();
@@ -621,7 +627,7 @@ fn create_in(
             let list = match out.volume_list(&doc.id) {
                 Some(list) => {
                     let path = super::volume_list::list_path(opts.out);
-                    list.write(&path, opts.key)?;
+                    list.write(&path, opts.keys)?;
                     Some(path)
                 }
                 None => None,

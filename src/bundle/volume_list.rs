@@ -79,12 +79,12 @@ pub fn beside(volume: &Path) -> Option<PathBuf> {
 }
 
 impl VolumeList {
-    /// Signs the list with `key` and writes it to `path` (never overwriting; fsynced).
-    pub fn write(&self, path: &Path, key: &SigningKey) -> Result<()> {
+    /// Signs the list with each of `keys` and writes it to `path` (never overwriting; fsynced).
+    pub fn write(&self, path: &Path, keys: &[&SigningKey]) -> Result<()> {
         use std::io::Write;
         let mut text = serde_json::to_string_pretty(self)?;
         text.push('\n');
-        let signed = key.clearsign(&text)?;
+        let signed = super::sign::clearsign_all(keys, &text)?;
         let mut f = std::fs::File::create_new(path)
             .with_context(|| format!("creating {}", path.display()))?;
         f.write_all(signed.as_bytes())?;

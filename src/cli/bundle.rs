@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 
-use airlock::bundle::{create, format, freshness, import, sign, volume, volume_list};
+use airlock::bundle::{create, format, freshness, import, sign, trust, volume, volume_list};
 
 use super::{BundleInput, parse_size, progress_bar};
 
@@ -16,9 +16,11 @@ pub enum BundleCmd {
         /// Mirror config (TOML, `[[image]]` tables).
         #[arg(long)]
         config: PathBuf,
-        /// Armored secret key to sign with.
-        #[arg(long)]
-        sign_key: PathBuf,
+        /// Armored secret key to sign with; repeat it for a document
+        /// signed by several keys (a trust document's thresholds count
+        /// distinct signers; `airlock keys cosign` adds one later).
+        #[arg(long, required = true)]
+        sign_key: Vec<PathBuf>,
         /// Output file (volumes: OUT.000, OUT.001, ...).
         #[arg(short, long)]
         out: PathBuf,
@@ -40,6 +42,19 @@ pub enum BundleCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Add a signature by another key to a bundle (a second release
+    /// engineer's, for a trust document's threshold): writes OUT, the same
+    /// bundle with one more signature on its signed document.
+    Cosign {
+        /// Armored secret key to sign with.
+        #[arg(long)]
+        sign_key: PathBuf,
+        /// The bundle (one file, not volumes: sign volumes with every key at create).
+        bundle: PathBuf,
+        /// Output file (must not exist).
+        #[arg(short, long)]
+        out: PathBuf,
+    },
     /// Summarize a bundle: images, tags, stacks, addons, sizes, signer,
     /// creation time (signature NOT checked; use `bundle verify`).
     Inspect {
@@ -55,8 +70,12 @@ pub enum BundleCmd {
     /// the signed volume list (size and sha256), before it travels.
     Verify {
         /// Trusted public key file.
-        #[arg(long, required = true)]
-        keyring: PathBuf,
+        #[arg(long, required_unless_present = "trust", conflicts_with = "trust")]
+        keyring: Option<PathBuf>,
+        /// A signed trust document (as `airlock import` installs it): the
+        /// bundle's signers must meet its roles, as at a site that holds it.
+        #[arg(long)]
+        trust: Option<PathBuf>,
         /// Bundle file or volumes.
         #[arg(required = true)]
         bundles: Vec<PathBuf>,
@@ -93,11 +112,15 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
             expires_in,
             json,
         } => {
-            let key = sign::SigningKey::load(&sign_key)?;
+            let keys = sign_key
+                .iter()
+                .map(|p| sign::SigningKey::load(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let keys: Vec<&sign::SigningKey> = keys.iter().collect();
             let have = have.as_ref().map(load_inventory).transpose()?;
             let opts = create::CreateOptions {
                 config: &config,
-                key: &key,
+                keys: &keys,
                 out: &out,
                 volume_size,
                 have: have.as_ref(),
@@ -180,20 +203,51 @@ pub async fn run(cmd: BundleCmd) -> Result<()> {
                 "note: signature not checked; run `airlock bundle verify --keyring KEY` to check it"
             );
         }
+        BundleCmd::Cosign {
+            sign_key,
+            bundle,
+            out,
+        } => {
+            let key = sign::SigningKey::load(&sign_key)?;
+            let pb = progress_bar();
+            let id = tokio::task::block_in_place(|| {
+                airlock::bundle::cosign::cosign(&bundle, &out, &key, &pb)
+            })?;
+            pb.finish_and_clear();
+            println!(
+                "bundle {id}: wrote {} with a signature by {} added",
+                out.display(),
+                key.fingerprint()
+            );
+        }
         BundleCmd::Verify {
             keyring,
+            trust: trust_path,
             bundles,
             volume_list,
         } => {
-            let keyring = sign::Keyring::load(&keyring)?;
-            if let Some(checked) = verify_volumes(&keyring, &bundles, volume_list.as_deref())? {
+            let verifier = match (keyring, trust_path) {
+                (_, Some(path)) => {
+                    let text = std::fs::read_to_string(&path)
+                        .with_context(|| path.display().to_string())?;
+                    let (doc, _) = trust::TrustDoc::check_successor(None, &text)
+                        .with_context(|| path.display().to_string())?;
+                    trust::Verifier::trust(doc)?
+                }
+                (Some(path), None) => trust::Verifier::keyring(sign::Keyring::load(&path)?),
+                (None, None) => bail!("give --keyring or --trust"),
+            };
+            if let Some(checked) =
+                verify_volumes(verifier.keys(), &bundles, volume_list.as_deref())?
+            {
                 println!("{checked}");
                 return Ok(());
             }
-            let mut input = BundleInput::open(&bundles, Some(&keyring), volume_list.as_deref())?;
+            let mut input =
+                BundleInput::open(&bundles, Some(verifier.keys()), volume_list.as_deref())?;
             let reader = std::mem::replace(&mut input.reader, Box::new(std::io::empty()));
             let pb = progress_bar();
-            let doc = import::verify(keyring, reader, pb.clone())
+            let doc = import::verify(verifier, reader, pb.clone())
                 .await
                 .map_err(|e| input.blame(e))?;
             pb.finish_and_clear();

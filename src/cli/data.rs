@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use airlock::bundle::{format, import as bundle_import, sign};
+use airlock::bundle::{format, import as bundle_import, sign, trust};
 
 use super::{BundleInput, DataArg, progress_bar};
 
@@ -13,10 +13,13 @@ use super::{BundleInput, DataArg, progress_bar};
 pub struct ImportArgs {
     #[command(flatten)]
     data: DataArg,
-    /// Armored public key file(s) trusted to sign bundles.
-    #[arg(long, required = true)]
-    keyring: PathBuf,
-    /// Bundle files, volumes in order (`NAME` finds `NAME.000`, `NAME.001`, ...), or `-` for stdin.
+    /// Armored public key file(s) trusted to sign bundles; not used (and
+    /// not needed) once the site holds a trust document.
+    #[arg(long)]
+    keyring: Option<PathBuf>,
+    /// Bundle files, volumes in order (`NAME` finds `NAME.000`, `NAME.001`, ...), or `-` for stdin;
+    /// or one signed trust document (`-----BEGIN PGP SIGNED MESSAGE-----`), which
+    /// becomes the site's (the first one, or a successor signed by the current root keys).
     #[arg(required = true)]
     bundles: Vec<PathBuf>,
     /// Verify everything and print what the import would change (tags
@@ -68,11 +71,23 @@ pub struct HistoryArgs {
 }
 
 pub async fn import(args: ImportArgs) -> Result<()> {
-    let keyring = sign::Keyring::load(&args.keyring)?;
-    let mut input = BundleInput::open(&args.bundles, Some(&keyring), args.volume_list.as_deref())?;
+    if let Some(armored) = trust_document(&args.bundles)? {
+        return import_trust(args, &armored).await;
+    }
+    let keyring = args
+        .keyring
+        .as_deref()
+        .map(sign::Keyring::load)
+        .transpose()?;
     let opened = args.data.open(true)?;
     opened.sweep_scratch().await;
     let state = airlock::state::StateStore::new(opened.blobstore());
+    let verifier = trust::verifier(&state, keyring).await?;
+    let mut input = BundleInput::open(
+        &args.bundles,
+        Some(verifier.keys()),
+        args.volume_list.as_deref(),
+    )?;
     let immutable_tags = match &args.config {
         Some(path) => airlock::config::load(path)?.registry.immutable_tags,
         None => Vec::new(),
@@ -93,7 +108,7 @@ pub async fn import(args: ImportArgs) -> Result<()> {
     let reader = std::mem::replace(&mut input.reader, Box::new(std::io::empty()));
     let report = bundle_import::import(
         &state,
-        keyring,
+        verifier,
         reader,
         &airlock::state::user_at_host(),
         pb.clone(),
@@ -122,6 +137,80 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         );
     } else {
         println!("{report}");
+    }
+    Ok(())
+}
+
+/// Largest trust document read, in bytes.
+const MAX_TRUST_DOCUMENT: u64 = 4 << 20;
+
+/// The text of `paths` when it is one file holding a cleartext-signed
+/// document (a trust document) rather than a bundle; `None` otherwise.
+fn trust_document(paths: &[PathBuf]) -> Result<Option<String>> {
+    use std::io::Read;
+    let [path] = paths else {
+        return Ok(None);
+    };
+    if path.as_os_str() == "-" || !path.is_file() {
+        return Ok(None);
+    }
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .with_context(|| path.display().to_string())?
+        .take(64)
+        .read_to_end(&mut head)?;
+    if !head.starts_with(b"-----BEGIN PGP SIGNED MESSAGE-----") {
+        return Ok(None);
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_TRUST_DOCUMENT + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("{}: not UTF-8 text", path.display()))?;
+    if text.len() as u64 > MAX_TRUST_DOCUMENT {
+        anyhow::bail!(
+            "{}: a trust document of more than {MAX_TRUST_DOCUMENT} bytes",
+            path.display()
+        );
+    }
+    Ok(Some(text))
+}
+
+/// `airlock import TRUST.asc`: installs (or with `--dry-run` checks) a
+/// trust document as the site's ([`trust::install`]).
+async fn import_trust(args: ImportArgs, armored: &str) -> Result<()> {
+    // A document that is not one is refused before the store is opened.
+    trust::TrustDoc::parse(&sign::unverified_text(armored)?)?;
+    let opened = args.data.open(true)?;
+    let state = airlock::state::StateStore::new(opened.blobstore());
+    if args.dry_run {
+        let snap = state.snapshot().await?;
+        let current = trust::load(&state, &snap).await?;
+        let (doc, signers) = trust::TrustDoc::check_successor(current.as_ref(), armored)?;
+        println!(
+            "dry run: trust document version {} verified (signed by {}); would replace {}; nothing changed",
+            doc.version,
+            signers.join(", "),
+            current.map_or("the flat keyring".into(), |c| format!(
+                "version {}",
+                c.version
+            ))
+        );
+        return Ok(());
+    }
+    let installed = trust::install(&state, armored, &airlock::state::user_at_host()).await?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "trust_version": installed.doc.version,
+                "previous": installed.previous,
+                "signers": installed.signers,
+                "generation": installed.generation,
+            }))?
+        );
+    } else {
+        println!("{installed}");
     }
     Ok(())
 }

@@ -67,7 +67,8 @@ forwarding_store!(Full {
 
 fn import_in_process(state: &airlock::state::StateStore, bundle: &Path) -> anyhow::Result<()> {
     let (_, keyring) = test_key();
-    let keyring = airlock::bundle::sign::Keyring::load(&keyring)?;
+    let keyring =
+        airlock::bundle::trust::Verifier::keyring(airlock::bundle::sign::Keyring::load(&keyring)?);
     let reader = Box::new(std::fs::File::open(bundle)?);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(airlock::bundle::import::import(

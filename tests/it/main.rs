@@ -61,5 +61,6 @@ mod state_pages;
 mod state_root_cache;
 mod store_suite;
 mod torcx;
+mod trust_document;
 mod ui_console;
 mod upload_sessions;

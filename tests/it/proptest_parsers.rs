@@ -139,7 +139,7 @@ proptest! {
     ]) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let verified = rt.block_on(airlock::bundle::import::verify(
-            keyring(),
+            airlock::bundle::trust::Verifier::keyring(keyring()),
             Box::new(std::io::Cursor::new(bytes)),
             indicatif::ProgressBar::hidden(),
         ));

@@ -1,8 +1,10 @@
 //! `airlock import` and `airlock bundle verify`: the streaming import pipeline.
 //!
 //! Owns: reading a bundle tar once, front to back, in constant memory:
-//! 1. the first entry must be the signed document; its signature is verified
-//!    against the admin's keyring before anything else is read;
+//! 1. the first entry must be the signed document; its signatures are
+//!    verified against the admin's keyring, or the site's trust document
+//!    (whose roles must let its signers bring in everything it touches:
+//!    [`super::trust`]), before anything else is read;
 //! 2. every later entry must be exactly `oci-layout`, `index.json` or a
 //!    listed `blobs/<alg>/<hex>`, a regular file, seen once, of the listed size;
 //!    each is hashed while it streams into the blobstore (a reader thread
@@ -33,7 +35,7 @@ use super::format::{
     BundleDoc, FORMAT_V1, INDEX_JSON, ImageEntry, MAX_LAYOUT_FILE, MAX_SIGNED_DOC, OCI_LAYOUT,
     SIGNED_DOC, parse_blob_path,
 };
-use super::sign::Keyring;
+use super::trust::Verifier;
 use crate::digest::{Digest, Hasher};
 use crate::oci::{self, Manifest};
 use crate::state::{ManifestInfo, Op, StateStore};
@@ -152,7 +154,7 @@ enum Msg {
 /// blobs the import wrote are removed again (also after a dry run).
 pub async fn import(
     state: &StateStore,
-    keyring: Keyring,
+    verifier: Verifier,
     reader: Box<dyn Read + Send>,
     who: &str,
     progress: indicatif::ProgressBar,
@@ -166,7 +168,7 @@ pub async fn import(
     let result = import_journaled(
         state,
         &journal,
-        keyring,
+        verifier,
         reader,
         who,
         progress,
@@ -242,7 +244,7 @@ type Imported = (
 async fn import_journaled(
     state: &StateStore,
     journal: &str,
-    keyring: Keyring,
+    verifier: Verifier,
     reader: Box<dyn Read + Send>,
     who: &str,
     progress: indicatif::ProgressBar,
@@ -251,10 +253,11 @@ async fn import_journaled(
 ) -> Result<Imported> {
     let store = state.blobstore().clone();
     let check = |doc: &BundleDoc| plan::check_access(doc, opts);
+    let trust_version = verifier.document().map(|d| d.version);
     let doc = run_pipeline(
         Some(store.clone()),
         Some(journal),
-        keyring,
+        verifier,
         reader,
         progress,
         &check,
@@ -268,7 +271,7 @@ async fn import_journaled(
     .await?;
     let mut repaired = None;
     let (tags, commit, feeds) = loop {
-        match plan_and_commit(state, &doc, who, opts).await {
+        match plan_and_commit(state, &doc, who, opts, trust_version).await {
             Err(e) if repaired.is_none() && repair::is_damage(&e) => {
                 repaired = Some(repair::repair(state, opts, who, e).await?);
             }
@@ -306,12 +309,15 @@ async fn import_journaled(
 
 /// Plans the tags of `doc` and commits its images, torcx contents, feeds
 /// and stack candidates on the current generation (the commit is `None`
-/// for a dry run); the feeds imported, to notify about once committed.
+/// for a dry run), refused when the site's trust document is no longer
+/// `trust_version` (the one `doc` was checked against); the feeds
+/// imported, to notify about once committed.
 async fn plan_and_commit(
     state: &StateStore,
     doc: &BundleDoc,
     who: &str,
     opts: &ImportOptions,
+    trust_version: Option<u64>,
 ) -> Result<(
     Vec<TagPlan>,
     Option<crate::state::Commit>,
@@ -336,6 +342,7 @@ async fn plan_and_commit(
         doc,
         std::time::SystemTime::now(),
     ));
+    ops.push(crate::bundle::trust::guard_op(trust_version));
     if opts.dry_run {
         return Ok((tags, None, feeds));
     }
@@ -358,17 +365,18 @@ async fn plan_and_commit(
     Ok((tags, Some(commit), feeds))
 }
 
-/// Verifies a bundle without a store: signature, every entry, every digest.
+/// Verifies a bundle without a store: signatures (and, with a trust
+/// document, its roles), every entry, every digest.
 /// Returns the verified document.
 pub async fn verify(
-    keyring: Keyring,
+    verifier: Verifier,
     reader: Box<dyn Read + Send>,
     progress: indicatif::ProgressBar,
 ) -> Result<BundleDoc> {
     run_pipeline(
         None,
         None,
-        keyring,
+        verifier,
         reader,
         progress,
         &|_| Ok(()),

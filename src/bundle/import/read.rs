@@ -124,7 +124,7 @@ impl<R: Read> Read for Counting<R> {
 /// The reader thread: parses, verifies and hashes; sends blob bytes to the writer.
 pub(super) fn read_bundle(
     reader: impl Read,
-    keyring: &Keyring,
+    verifier: &Verifier,
     tx: mpsc::Sender<Msg>,
     mut buffers: buffers::Buffers,
     progress: &indicatif::ProgressBar,
@@ -144,13 +144,16 @@ pub(super) fn read_bundle(
     let mut entries = archive.entries()?.raw(true);
     let armored =
         read_signed_doc(&mut entries).with_context(|| format!("at byte {} of the bundle", at()))?;
-    let verified = keyring
-        .verify_cleartext(&armored)
+    let verified = verifier
+        .verify(&armored)
         .map_err(|e| anyhow!("signature check failed: {e}"))?;
     let doc: BundleDoc = serde_json::from_str(&verified.text)
         .map_err(|e| anyhow!("signed document is not a bundle document: {e}"))?;
     check_doc(&doc)?;
-    tracing::info!(id = %doc.id, signer = %verified.signer, blobs = doc.blobs.len(), "bundle signature verified");
+    verifier
+        .authorize(&doc, &verified.signers)
+        .map_err(|e| anyhow!(Refused(e.to_string())))?;
+    tracing::info!(id = %doc.id, signers = %verified.signers.join(","), blobs = doc.blobs.len(), "bundle signature verified");
     progress.set_length(doc.blobs.iter().map(|b| b.size).sum());
 
     let (ptx, prx) = oneshot::channel();

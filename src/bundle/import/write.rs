@@ -197,7 +197,7 @@ pub(super) fn failpoint_after_bytes() -> Option<u64> {
 pub(super) async fn run_pipeline(
     store: Option<Arc<dyn Blobstore>>,
     journal: Option<&str>,
-    keyring: Keyring,
+    verifier: Verifier,
     reader: Box<dyn Read + Send>,
     progress: indicatif::ProgressBar,
     check_doc: &(dyn Fn(&BundleDoc) -> Result<()> + Send + Sync),
@@ -206,7 +206,7 @@ pub(super) async fn run_pipeline(
     let (tx, mut rx) = mpsc::channel(IN_FLIGHT);
     let (buffers, recycler) = buffers::pool();
     let handle =
-        tokio::task::spawn_blocking(move || read_bundle(reader, &keyring, tx, buffers, &progress));
+        tokio::task::spawn_blocking(move || read_bundle(reader, &verifier, tx, buffers, &progress));
     let wrote = write_blobs(
         store.as_deref(),
         journal,

@@ -10,9 +10,9 @@ use pgp::crypto::hash::HashAlgorithm;
 use pgp::packet::{SignatureConfig, SignatureType, Subpacket, SubpacketData};
 use pgp::types::{KeyDetails, KeyVersion, Password, SigningKey as PgpSigningKey, Timestamp};
 
-use super::cleartext::{SIGNATURE_END, canonical_text};
+use super::cleartext::{Framing, SIGNATURE_END, canonical_text, check_framing};
 use super::keyring::Cert;
-use super::{SignError, hex_fpr, key_err, one_line, parse_blocks, read};
+use super::{SignError, hex_fpr, key_err, one_line, parse_blocks, read, signature_failure};
 
 /// A freshly generated ed25519 signing key: one v4 EdDSA (legacy ed25519) primary key
 /// flagged certify+sign, no subkeys, user id `uid` (`"NAME <EMAIL>"`), no expiry, no passphrase.
@@ -189,23 +189,74 @@ impl SigningKey {
     /// The cleartext signature of `text`, with or without the armor's CRC24 line.
     fn clearsign_armored(&self, text: &str, include_checksum: bool) -> Result<String, SignError> {
         let text = canonical_text(text);
+        let msg = self.sign_canonical(&text)?;
+        armor(&msg, include_checksum)
+    }
+
+    /// A cleartext-signed message over `text`, already canonical, by this key alone.
+    fn sign_canonical(&self, text: &str) -> Result<CleartextSignedMessage, SignError> {
         let mut rng = rand::thread_rng();
-        let msg = match self.subkey()? {
-            None => sign_text(&mut rng, &text, &self.key.primary_key)?,
-            Some(sub) => sign_text(&mut rng, &text, &sub.key)?,
-        };
-        let armored = msg
-            .to_armored_string(ArmorOptions {
-                headers: None,
-                include_checksum,
-            })
-            .map_err(|e| SignError::Sign(one_line(&e)))?;
-        let armored = armored.trim_end();
-        if armored.ends_with(SIGNATURE_END) {
-            Ok(format!("{armored}\n"))
-        } else {
-            Err(SignError::Sign("armor writer produced no end line".into()))
+        match self.subkey()? {
+            None => sign_text(&mut rng, text, &self.key.primary_key),
+            Some(sub) => sign_text(&mut rng, text, &sub.key),
         }
+    }
+}
+
+/// One cleartext-signed document (RFC 9580 §7) over `text` with a
+/// signature by each of `keys`, in order, in one signature block: what
+/// `gpg --clearsign -u A -u B` writes, and what `gpg --verify` checks
+/// signature by signature. `text` is made canonical as in
+/// [`SigningKey::clearsign`]. With one key it equals `clearsign`.
+///
+/// Errors: [`SignError::Sign`] for no keys or a library failure.
+pub fn clearsign_all(keys: &[&SigningKey], text: &str) -> Result<String, SignError> {
+    let text = canonical_text(text);
+    let mut signatures = Vec::new();
+    for key in keys {
+        signatures.extend(key.sign_canonical(&text)?.signatures().iter().cloned());
+    }
+    if signatures.is_empty() {
+        return Err(SignError::Sign("no signing key given".into()));
+    }
+    let msg = CleartextSignedMessage::new_many(&text, |_| Ok(signatures))
+        .map_err(|e| SignError::Sign(one_line(&e)))?;
+    armor(&msg, false)
+}
+
+/// `armored` (a cleartext-signed document) with one more signature, by
+/// `key`, over the same text; the signatures already there are kept as
+/// they are and not checked (a second release engineer co-signs what the
+/// first one signed; the site checks them all).
+///
+/// Errors: [`SignError::NotCleartext`] / [`SignError::TrailingData`] for a
+/// document that is not one, [`SignError::Sign`] if the library fails.
+pub fn add_signature(armored: &str, key: &SigningKey) -> Result<String, SignError> {
+    let Framing { document, .. } = check_framing(armored)?;
+    let (msg, _) = CleartextSignedMessage::from_string(document)
+        .map_err(|e| SignError::NotCleartext(signature_failure(&e)))?;
+    let text = msg.signed_text().replace("\r\n", "\n");
+    let mut signatures: Vec<_> = msg.signatures().to_vec();
+    signatures.extend(key.sign_canonical(&text)?.signatures().iter().cloned());
+    let msg = CleartextSignedMessage::new_many(&text, |_| Ok(signatures))
+        .map_err(|e| SignError::Sign(one_line(&e)))?;
+    armor(&msg, false)
+}
+
+/// The armored form of `msg` with `\n` line endings, ending after the
+/// signature block's end line.
+fn armor(msg: &CleartextSignedMessage, include_checksum: bool) -> Result<String, SignError> {
+    let armored = msg
+        .to_armored_string(ArmorOptions {
+            headers: None,
+            include_checksum,
+        })
+        .map_err(|e| SignError::Sign(one_line(&e)))?;
+    let armored = armored.trim_end();
+    if armored.ends_with(SIGNATURE_END) {
+        Ok(format!("{armored}\n"))
+    } else {
+        Err(SignError::Sign("armor writer produced no end line".into()))
     }
 }
 

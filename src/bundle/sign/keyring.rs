@@ -31,8 +31,12 @@ pub struct Verified {
     /// `\n` line endings, no trailing spaces/tabs, no line ending before the signature block.
     pub text: String,
     /// Fingerprint (uppercase hex) of the keyring's primary key whose key (primary or
-    /// signing subkey) made the signature.
+    /// signing subkey) made the first signature that verifies.
     pub signer: String,
+    /// Every keyring key (primary fingerprint, uppercase hex) with a
+    /// signature that verifies, in signature order, each once: what a
+    /// threshold counts ([`crate::bundle::trust`]). Starts with `signer`.
+    pub signers: Vec<String>,
 }
 
 impl Keyring {
@@ -91,6 +95,31 @@ impl Keyring {
             .collect()
     }
 
+    /// Each key on its own, in file order: its primary fingerprint
+    /// (uppercase hex), its first user id (empty when none) and its
+    /// armored transferable public key (what a trust document's `keys` holds).
+    ///
+    /// Errors: [`SignError::Key`] if the armor writer fails.
+    pub fn each_key(&self) -> Result<Vec<(String, String, String)>, SignError> {
+        self.certs
+            .iter()
+            .map(|c| {
+                let armored = c
+                    .key
+                    .to_armored_string(pgp::composed::ArmorOptions::default())
+                    .map_err(key_err)?;
+                let uid = c
+                    .key
+                    .details
+                    .users
+                    .first()
+                    .map(|u| String::from_utf8_lossy(u.id.id()).into_owned())
+                    .unwrap_or_default();
+                Ok((hex_fpr(&c.key.fingerprint()), uid, armored))
+            })
+            .collect()
+    }
+
     /// Primary-key fingerprints, uppercase hex, in file order.
     pub fn fingerprints(&self) -> Vec<String> {
         self.certs
@@ -108,6 +137,9 @@ impl Keyring {
     /// Succeeds when at least one text-mode (0x01) signature verifies under a keyring key that
     /// was valid for signing when the signature was made (not revoked, not expired, flagged to
     /// sign; subkeys bound with a back-signature). MD5, SHA-1 and RIPEMD-160 are refused.
+    /// A document may carry several signatures (RFC 9580 §7: one block, several signature
+    /// packets); every one is checked, and those by keys outside the keyring or that do not
+    /// verify are not counted (as gpg reports them one by one).
     ///
     /// Returns the signed text in canonical form (dash-escaping removed; `\n` line endings;
     /// trailing spaces/tabs removed; the line ending before `-----BEGIN PGP SIGNATURE-----`
@@ -131,13 +163,13 @@ impl Keyring {
         let now = Timestamp::now().as_secs();
         let mut failure: Option<SignError> = None;
         let mut issuers: Vec<String> = Vec::new();
+        let mut signers: Vec<String> = Vec::new();
         for sig in msg.signatures() {
             match self.check_signature(sig, signed.as_bytes(), &hash_header, now) {
                 Ok(signer) => {
-                    return Ok(Verified {
-                        text: signed.replace("\r\n", "\n"),
-                        signer,
-                    });
+                    if !signers.contains(&signer) {
+                        signers.push(signer);
+                    }
                 }
                 Err(SignError::Untrusted { issuer }) => issuers.push(issuer),
                 Err(e) => {
@@ -145,9 +177,16 @@ impl Keyring {
                 }
             }
         }
-        Err(failure.unwrap_or(SignError::Untrusted {
-            issuer: issuers.join(", "),
-        }))
+        match signers.first() {
+            Some(first) => Ok(Verified {
+                text: signed.replace("\r\n", "\n"),
+                signer: first.clone(),
+                signers,
+            }),
+            None => Err(failure.unwrap_or(SignError::Untrusted {
+                issuer: issuers.join(", "),
+            })),
+        }
     }
 
     /// Verifies one signature; `Ok` carries the primary fingerprint of the signer.

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use pgp::types::Fingerprint;
 
 pub use cleartext::unverified_text;
-pub use key::{SigningKey, generate_key, generate_rsa_key};
+pub use key::{SigningKey, add_signature, clearsign_all, generate_key, generate_rsa_key};
 pub use keyring::{Keyring, Verified};
 
 /// Errors: one-line, user-facing causes.
