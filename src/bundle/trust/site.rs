@@ -12,8 +12,8 @@ use crate::state::{DocumentChange, Op, Snapshot, StateError, StateStore};
 /// The room document's name.
 pub const DOCUMENT: &str = "trust";
 
-/// The room document: the signed trust document as it came, so it can be
-/// checked again and handed out (`airlock trust show --armored`).
+/// The room document: the signed trust document as it came, so its
+/// signatures can be checked again and the next version checked against it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Stored {
     /// Its version (the same as inside `armored`).
