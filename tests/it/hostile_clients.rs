@@ -14,8 +14,8 @@ use airlock::registry::uploads::UploadLimits;
 use airlock::server::Limits;
 use common::backend::{Backend, on_backends};
 use common::listener::{
-    GET_HEALTHZ, closed_within, get_healthz, h2_healthz_then_closed, read_response, request, start,
-    start_on,
+    GET_HEALTHZ, Running, closed_within, get_healthz, h2_healthz_then_closed, read_response,
+    request, start, start_on,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -277,18 +277,33 @@ async fn upload_sessions_are_capped_per_client(b: Backend) {
         s.write_all(b"x").await.unwrap();
         busy.push(s);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    busy_until(&srv, |n| n == 2).await;
     let (head, body) = request(srv.addr, &post_session("cap/c")).await;
     assert!(head.starts_with("http/1.1 429"), "{head}");
     assert_eq!(error_code(&body), "TOOMANYREQUESTS");
-    // The client goes away: its sessions are idle, and the least recently
-    // active one makes room for the next.
+    // The client goes away: its sessions are idle (once the server has
+    // seen both bodies end and put their partial chunks away), and the
+    // least recently active one makes room for the next.
     drop(busy);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    busy_until(&srv, |n| n == 0).await;
     open_session(srv.addr, "cap/c").await;
     let status = format!("GET {first} HTTP/1.1\r\nHost: t\r\n\r\n");
     let (head, _) = request(srv.addr, status.as_bytes()).await;
     assert!(head.starts_with("http/1.1 404"), "{head}");
+}
+
+/// Waits (up to 20 s: a loaded machine, an object store's abort) until
+/// the number of sessions with a request in progress satisfies `ok`.
+async fn busy_until(srv: &Running, ok: impl Fn(usize) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !ok(srv.app.uploads.busy()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sessions busy: {}",
+            srv.app.uploads.busy()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn sweep_is_not_blocked_by_a_never_ending_patch(b: Backend) {
@@ -304,7 +319,7 @@ async fn sweep_is_not_blocked_by_a_never_ending_patch(b: Backend) {
     let busy = open_session(srv.addr, "sweep/b").await;
     let mut s = body_head(srv.addr, "PATCH", &busy, "application/octet-stream", 100).await;
     s.write_all(b"x").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    busy_until(&srv, |n| n == 1).await;
     let removed = tokio::time::timeout(Duration::from_millis(500), srv.app.uploads.sweep())
         .await
         .expect("sweep did not wait for the busy session")

@@ -284,6 +284,16 @@ impl Uploads {
         self.book.user_byte_cap()
     }
 
+    /// How many sessions have a request in progress on this replica (a
+    /// PATCH or PUT body still arriving, or waiting for one): the sessions
+    /// an eviction passes over.
+    pub fn busy(&self) -> usize {
+        let Ok(locks) = self.locks.lock() else {
+            return 0;
+        };
+        locks.values().filter(|l| l.try_lock().is_err()).count()
+    }
+
     /// The session's lock if no one holds it (sweeps and evictions never wait).
     fn try_lock(&self, id: &UploadId) -> Option<SessionGuard<'_>> {
         let lock = self
