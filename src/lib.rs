@@ -41,6 +41,7 @@ pub mod ops;
 pub mod registry;
 pub mod sbom;
 pub mod server;
+pub mod signatures;
 pub mod stacks;
 pub mod state;
 pub mod store;

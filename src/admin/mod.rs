@@ -45,6 +45,8 @@ pub trait Context: Send + Sync + 'static {
     fn import_keyring(&self) -> Option<PathBuf>;
     /// Immutable tag rules (`[registry] immutable_tags`).
     fn immutable_tags(&self) -> Vec<String>;
+    /// The site's upstream signature policy (`[[import.policy]]`).
+    fn signature_policy(&self) -> crate::signatures::SitePolicy;
 }
 
 /// The `/admin/v1` router.
@@ -82,6 +84,7 @@ fn options(req: &axum::extract::Request, ctx: &dyn Context) -> import::ImportOpt
         allow_expired: yes("allow_expired")
             .then(|| query.get("reason").cloned().unwrap_or_default()),
         immutable_tags: ctx.immutable_tags(),
+        signature_policy: ctx.signature_policy(),
         may_repair: grant.allows_everywhere(crate::auth::Permission::Admin),
         may_write: Some(Arc::new(move |r| {
             grant.allows(crate::auth::Permission::Admin, &[r.as_str()])

@@ -161,6 +161,11 @@ pub struct ImageSource {
     /// `true`; see [`crate::sbom::bundle`]).
     #[serde(default)]
     pub sbom: Option<bool>,
+    /// Who must have signed the image (cosign keys; see
+    /// [`crate::signatures::Policy`]); over its `[[registry]]`'s `policy`.
+    /// The signatures are carried in the bundle.
+    #[serde(default)]
+    pub policy: Option<crate::signatures::Policy>,
 }
 
 impl MirrorConfig {
@@ -317,6 +322,41 @@ fn find_root(layout: &Path, reference: Option<&str>) -> Result<Descriptor> {
             found.len()
         ),
     }
+}
+
+/// The image with ref name `name` in the OCI layout of `source`
+/// (`oci:PATH[:REF]`): (layout path, root descriptor); `None` when the
+/// layout has no such ref name, or `source` is not a layout.
+pub(super) fn find_root_named(
+    source: &str,
+    base: &Path,
+    name: &str,
+) -> Result<Option<(PathBuf, Descriptor)>> {
+    if !source.starts_with("oci:") {
+        return Ok(None);
+    }
+    let (layout, _) = parse_source(source, base)?;
+    let index_path = layout.join(INDEX_JSON);
+    let bytes =
+        std::fs::read(&index_path).with_context(|| format!("reading {}", index_path.display()))?;
+    let index = Manifest::parse(&bytes).with_context(|| index_path.display().to_string())?;
+    let found = index.manifests.into_iter().find(|d| {
+        d.annotations
+            .as_ref()
+            .and_then(|a| a.get(oci::REF_NAME))
+            .is_some_and(|r| r == name)
+    });
+    Ok(found.map(|d| (layout, d)))
+}
+
+/// [`walk`] for the callers beside `create` (signature images).
+pub(super) fn walk_layout(
+    layout: &Path,
+    root: &Descriptor,
+    out: &mut Vec<(BlobEntry, PathBuf)>,
+    seen: &mut HashSet<Digest>,
+) -> Result<()> {
+    walk(layout, root, out, seen)
 }
 
 /// Walks from `root` to every blob (child manifests, configs, layers), depth first, each once.
@@ -505,9 +545,26 @@ fn create_in(
             if img.sbom == Some(false) {
                 no_sbom.insert(img.repository.clone());
             }
+            let mut blobs = r.blobs;
+            if let Some(policy) = super::signed::policy_for(&one, &cfg.registry) {
+                progress.set_message(format!("checking signatures of {}", one.source));
+                let signed = super::signed::check_image(
+                    &one,
+                    &r.entry,
+                    &blobs,
+                    policy,
+                    base,
+                    remote.as_mut(),
+                    progress,
+                )?;
+                for c in signed {
+                    images.push(c.entry);
+                    blobs.extend(c.blobs);
+                }
+            }
             images.push(r.entry);
             images.extend(r.referrers);
-            for (blob, path) in r.blobs {
+            for (blob, path) in blobs {
                 local.0.insert(blob.digest.clone(), path.clone());
                 if have.contains(&blob.digest) {
                     required.insert((blob.digest, blob.size));

@@ -5,6 +5,7 @@
 //! `cosign` adds a signature to one,
 //! `import` verifies and imports them, `volume` splits and joins volumes,
 //! `volume_list` signs and checks the list of a bundle's volumes,
+//! `signed` checks and carries upstream cosign signatures at create,
 //! `sign` wraps OpenPGP (rPGP), `trust` decides which signers may bring
 //! in what (the site's trust document), `source` pulls `docker://` sources into a
 //! local cache.
@@ -16,6 +17,7 @@ pub mod freshness;
 pub mod import;
 pub mod journal;
 pub mod sign;
+mod signed;
 pub mod source;
 pub mod trust;
 pub mod volume;

@@ -39,7 +39,8 @@ pub struct ImportArgs {
     /// history).
     #[arg(long)]
     reason: Option<String>,
-    /// The serve config whose `[registry] immutable_tags` the import obeys.
+    /// The serve config whose `[registry] immutable_tags` and
+    /// `[[import.policy]]` (upstream signatures) the import obeys.
     #[arg(long, env = "AIRLOCK_CONFIG")]
     config: Option<PathBuf>,
     /// Print the report as JSON.
@@ -88,9 +89,14 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         Some(verifier.keys()),
         args.volume_list.as_deref(),
     )?;
-    let immutable_tags = match &args.config {
-        Some(path) => airlock::config::load(path)?.registry.immutable_tags,
-        None => Vec::new(),
+    let (immutable_tags, signature_policy) = match &args.config {
+        Some(path) => {
+            let cfg = airlock::config::load(path)?;
+            let policy = airlock::signatures::SitePolicy::load(&cfg.import.policy)
+                .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+            (cfg.registry.immutable_tags, policy)
+        }
+        None => Default::default(),
     };
     let opts = bundle_import::ImportOptions {
         dry_run: args.dry_run,
@@ -101,6 +107,7 @@ pub async fn import(args: ImportArgs) -> Result<()> {
             .allow_expired
             .then(|| args.reason.clone().unwrap_or_default()),
         immutable_tags,
+        signature_policy,
         may_write: None,
         may_repair: true,
     };

@@ -162,6 +162,8 @@ impl Reloader {
         if value(&old.import) != value(&new.import) {
             app.import_keyring
                 .store(std::sync::Arc::new(resolved.import_keyring));
+            app.signature_policy
+                .store(std::sync::Arc::new(resolved.signature_policy));
             app.max_staleness.store(
                 resolved.max_staleness.map_or(0, |d| d.as_secs()),
                 std::sync::atomic::Ordering::Relaxed,

@@ -44,6 +44,8 @@ pub struct Resolved {
     pub import_keyring: Option<PathBuf>,
     /// `[import] max_staleness` (`None`: off).
     pub max_staleness: Option<Duration>,
+    /// `[[import.policy]]`, keys read.
+    pub signature_policy: crate::signatures::SitePolicy,
     /// Where events are delivered (checked).
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
     /// Bytes of metadata pages kept in memory.
@@ -312,6 +314,9 @@ impl Settings {
             })?;
         }
 
+        let signature_policy = crate::signatures::SitePolicy::load(&self.import.policy)
+            .map_err(|e| ConfigError::value("import.policy", format!("{e:#}")))?;
+
         let duration = |key: &str, v: &Option<String>, default: &str| {
             crate::ops::parse_duration(v.as_deref().unwrap_or(default))
                 .map_err(|e| ConfigError::value(key, e))
@@ -414,6 +419,7 @@ impl Settings {
             policy,
             import_keyring: self.import.keyring,
             max_staleness,
+            signature_policy,
             webhooks: self.webhooks,
             root_refresh,
             gc,
@@ -439,6 +445,7 @@ impl Resolved {
         app.auth = arc_swap::ArcSwap::from_pointee(self.policy);
         app.import_keyring = arc_swap::ArcSwap::from_pointee(self.import_keyring);
         app.max_staleness = self.max_staleness.map_or(0, |d| d.as_secs()).into();
+        app.signature_policy = arc_swap::ArcSwap::from_pointee(self.signature_policy);
         app.ui = self.ui.map(|c| Arc::new(crate::ui::Console::new(c)));
         (app, self.limits, self.listen, self.tls)
     }

@@ -446,6 +446,14 @@ pub struct ImportSection {
     /// media keeps serving; it says so.
     #[arg(long = "import-max-staleness", env = "AIRLOCK_IMPORT_MAX_STALENESS")]
     pub max_staleness: Option<String>,
+    /// The site's upstream signature policy: `[[import.policy]]` rules,
+    /// each `repositories` (globs) and the cosign public `keys` (PEM) one
+    /// of which must have signed every image a bundle brings into them
+    /// (the signatures travel in the bundle; see docs/trust.md). Applies
+    /// to `airlock import --config` and `POST /admin/v1/imports`.
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy: Vec<crate::signatures::SiteRule>,
 }
 
 /// `[torcx]`: signing keys of the torcx remotes, and whether hosts fetch without credentials.

@@ -64,6 +64,9 @@ pub struct App {
     /// imported bundle may be before `/readyz`, the console and `airlock
     /// status` say the site is stale ([`crate::bundle::freshness`]).
     pub max_staleness: std::sync::atomic::AtomicU64,
+    /// `[[import.policy]]`: the upstream signatures imports over HTTP
+    /// require ([`crate::signatures::SitePolicy`]).
+    pub signature_policy: ArcSwap<crate::signatures::SitePolicy>,
     /// The web console (`/ui/`, `/api/v1/`); `None`: off (`[ui] enabled`).
     pub ui: Option<Arc<crate::ui::Console>>,
     /// Manifest GETs noted for `gc`'s `pulled_within_days`, written to the
@@ -100,6 +103,7 @@ impl App {
             auth: ArcSwap::from_pointee(crate::auth::Policy::open()),
             import_keyring: ArcSwap::from_pointee(None),
             max_staleness: Default::default(),
+            signature_policy: ArcSwap::from_pointee(Default::default()),
             ui: None,
             stopping: Default::default(),
         }
@@ -184,6 +188,10 @@ impl crate::admin::Context for App {
 
     fn immutable_tags(&self) -> Vec<String> {
         self.registry.load().immutable_tags.clone()
+    }
+
+    fn signature_policy(&self) -> crate::signatures::SitePolicy {
+        self.signature_policy.load().as_ref().clone()
     }
 }
 

@@ -426,6 +426,16 @@ pub fn http_body(
     Ok((status, headers, raw[split + 4..].to_vec()))
 }
 
+/// `POST /admin/v1/imports` of the bundle file `bundle` to `addr`:
+/// (status, the JSON body).
+pub fn post_import(addr: &str, bundle: &Path) -> (u16, serde_json::Value) {
+    let tar = std::fs::read(bundle).unwrap();
+    let (code, _, body) = http_body(addr, "POST", "/admin/v1/imports", &[], &tar).unwrap();
+    let body = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&body).into()));
+    (code, body)
+}
+
 /// The first header `name` (lower case) of a reply.
 pub fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
     h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())

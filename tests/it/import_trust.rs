@@ -323,10 +323,7 @@ fn an_expired_bundle_is_refused_unless_the_admin_allows_it() {
     // Over HTTP: 409 REFUSED with the same cause, nothing committed.
     let keyring = test_key().1;
     let server = common::serve(&data, &["--import-keyring", keyring.to_str().unwrap()]);
-    let tar = std::fs::read(&short).unwrap();
-    let (code, _, body) =
-        common::http_body(&server.addr, "POST", "/admin/v1/imports", &[], &tar).unwrap();
-    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let (code, body) = common::post_import(&server.addr, &short);
     assert_eq!(
         (code, body["code"].as_str()),
         (409, Some("REFUSED")),

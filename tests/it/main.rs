@@ -64,3 +64,4 @@ mod torcx;
 mod trust_document;
 mod ui_console;
 mod upload_sessions;
+mod upstream_signatures;

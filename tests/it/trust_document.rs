@@ -295,10 +295,7 @@ fn a_trust_document_scopes_thresholds_and_rotation() {
 
     // Over HTTP, with no [import] keyring: the trust document decides too.
     let server = common::serve(&data, &[]);
-    let tar = std::fs::read(&other).unwrap();
-    let (code, _, body) =
-        common::http_body(&server.addr, "POST", "/admin/v1/imports", &[], &tar).unwrap();
-    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let (code, body) = common::post_import(&server.addr, &other);
     assert_eq!(
         (code, body["code"].as_str()),
         (409, Some("REFUSED")),

@@ -11,7 +11,9 @@
 //!    hashes while the async side writes) and committed only if it matches;
 //! 3. when the tar ends, every listed blob must have been seen and every
 //!    required (delta) blob must already be in the store;
-//! 4. the images' manifests are walked from the store and linked into their
+//! 4. with a site signature policy, every image it covers must carry a
+//!    cosign signature by one of its keys ([`upstream`]);
+//! 5. the images' manifests are walked from the store and linked into their
 //!    repositories, and the bundle's stack candidates recorded in the stack
 //!    table, with one root swap.
 //!
@@ -47,6 +49,7 @@ mod plan;
 mod read;
 mod reclaim;
 mod repair;
+mod upstream;
 mod write;
 use ops::*;
 pub use plan::{AccessDenied, ImportOptions, Refused, TagPlan};
@@ -269,6 +272,7 @@ async fn import_journaled(
         &doc,
     )
     .await?;
+    upstream::check(&*store, &doc, &opts.signature_policy).await?;
     let mut repaired = None;
     let (tags, commit, feeds) = loop {
         match plan_and_commit(state, &doc, who, opts, trust_version).await {

@@ -39,6 +39,10 @@ pub struct ImportOptions {
     /// `airlock fsck --repair`): it changes every repository, so only an
     /// importer limited to no repository may ([`super::repair`]).
     pub may_repair: bool,
+    /// The site's upstream signature policy (`[[import.policy]]`): which
+    /// cosign keys must have signed the images of which repositories
+    /// ([`super::upstream`]); empty: none checked.
+    pub signature_policy: crate::signatures::SitePolicy,
 }
 
 impl std::fmt::Debug for ImportOptions {
@@ -50,6 +54,7 @@ impl std::fmt::Debug for ImportOptions {
             .field("immutable_tags", &self.immutable_tags)
             .field("may_write", &self.may_write.is_some())
             .field("may_repair", &self.may_repair)
+            .field("signature_policy", &self.signature_policy)
             .finish()
     }
 }

@@ -47,6 +47,10 @@ pub struct RegistryConfig {
     /// host does not speak TLS (skopeo's `--src-tls-verify=false`). Default `true`.
     #[serde(default = "yes")]
     pub tls_verify: bool,
+    /// Who must have signed every image from this host that has no
+    /// `policy` of its own ([`crate::signatures::Policy`]).
+    #[serde(default)]
+    pub policy: Option<crate::signatures::Policy>,
 }
 
 fn yes() -> bool {

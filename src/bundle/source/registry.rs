@@ -58,6 +58,13 @@ pub struct Pulled {
     pub absent: Vec<Digest>,
 }
 
+/// A registry answered 404 to a manifest GET (a tag or digest it does not
+/// hold); found in an error's chain by callers that treat absence apart
+/// (a signature tag that is not there).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ManifestNotFound(pub String);
+
 /// Registry sources of one `bundle create` run: settings, connections, cache.
 pub struct Remote {
     registries: Vec<RegistryConfig>,
@@ -351,11 +358,12 @@ impl Puller<'_> {
             .await?;
         let status = resp.status();
         if status == StatusCode::NOT_FOUND {
-            bail!(
+            return Err(ManifestNotFound(format!(
                 "manifest {reference} not found in {} on {}",
                 self.repo,
                 self.client.host()
-            );
+            ))
+            .into());
         }
         if !status.is_success() {
             bail!("GET {path} on {}: {status}", self.client.host());
