@@ -131,8 +131,8 @@ fn from_registry(
 }
 
 /// The signature image of `digest` from the OCI layout `img` names (ref
-/// name `sha256-<hex>.sig`, as `cosign save` and `skopeo copy` of the tag
-/// leave it); `None` when the layout has none.
+/// name `sha256-<hex>.sig`, as `skopeo copy` of the signature tag into
+/// the layout leaves it); `None` when the layout has none.
 fn from_layout(img: &ImageSource, digest: &Digest, base: &Path) -> Result<Option<Carried>> {
     let tag = signatures::signature_tag(digest);
     let Some((layout, root)) = find_root_named(&img.source, base, &tag)? else {
