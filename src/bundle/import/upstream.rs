@@ -27,8 +27,12 @@ pub(super) async fn check(
         return Ok(());
     }
     for img in doc.images.iter().filter(|i| is_subject(i)) {
-        for (each_platform, keys) in policy.rules_for(img.repository.as_str()) {
-            let manifest = store::get_verified(store, &img.digest).await?;
+        let mut rules = policy.rules_for(img.repository.as_str()).peekable();
+        if rules.peek().is_none() {
+            continue;
+        }
+        let manifest = store::get_verified(store, &img.digest).await?;
+        for (each_platform, keys) in rules {
             let wanted =
                 signatures::policy::to_sign(&img.digest, &manifest, each_platform, &img.absent)?;
             for digest in wanted {
