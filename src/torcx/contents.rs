@@ -80,7 +80,7 @@ pub fn contents_json(contents: &RemoteContents) -> String {
 ///
 /// Errors: signing failed.
 pub fn sign_contents(contents: &RemoteContents, key: &SigningKey) -> Result<String, SignError> {
-    key.clearsign_with_checksum(&contents_json(contents))
+    key.clearsign(&contents_json(contents))
 }
 
 /// The legacy package list for `target`; `base_url` (ending in `/`) makes

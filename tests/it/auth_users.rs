@@ -292,7 +292,10 @@ on_backends!([fs, s3s_fs] kpack_pull_secret_is_a_revocable_read_only_token_user)
 fn kpack_pull_secret_is_a_revocable_read_only_token_user(b: Backend) {
     require_tool("skopeo", "skopeo");
     require_tool("umoci", "umoci");
-    let site = site_on(Some(&b), "", "", "");
+    // The waits below for the server to see the token user (and its
+    // revocation) are failed logins for that name until it does: on S3
+    // under load more than the default throttle's 10 per minute.
+    let site = site_on(Some(&b), "", "", "[auth]\nmax_failures = 1000\n");
     let _server = site.start();
     let layout = copy_fixture_layout(&site.dir);
     let l = |tag: &str| format!("{}:{tag}", layout.display());

@@ -283,8 +283,14 @@ async fn upload_sessions_are_capped_per_client(b: Backend) {
     assert_eq!(error_code(&body), "TOOMANYREQUESTS");
     // The client goes away: its sessions are idle (once the server has
     // seen both bodies end and put their partial chunks away), and the
-    // least recently active one makes room for the next.
+    // least recently active one makes room for the next. The bodies end
+    // one after the other, more than a file-time tick (4 ms) apart, so
+    // the first is the least recently active on every store.
+    let second_body = busy.pop();
     drop(busy);
+    busy_until(&srv, |n| n == 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(second_body);
     busy_until(&srv, |n| n == 0).await;
     open_session(srv.addr, "cap/c").await;
     let status = format!("GET {first} HTTP/1.1\r\nHost: t\r\n\r\n");

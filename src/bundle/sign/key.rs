@@ -176,21 +176,16 @@ impl SigningKey {
     /// <canonical text, dash-escaped>
     /// -----BEGIN PGP SIGNATURE-----
     ///
-    /// <base64 signature packet, no CRC24 line>
+    /// <base64 signature packet>
+    /// =<CRC24 checksum>
     /// -----END PGP SIGNATURE-----
     /// ```
     ///
     /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
     pub fn clearsign(&self, text: &str) -> Result<String, SignError> {
-        // RFC 9580 §6.1: the CRC24 footer SHOULD NOT be emitted.
-        self.clearsign_armored(text, false)
-    }
-
-    /// The cleartext signature of `text`, with or without the armor's CRC24 line.
-    fn clearsign_armored(&self, text: &str, include_checksum: bool) -> Result<String, SignError> {
         let text = canonical_text(text);
         let msg = self.sign_canonical(&text)?;
-        armor(&msg, include_checksum)
+        armor(&msg)
     }
 
     /// A cleartext-signed message over `text`, already canonical, by this key alone.
@@ -221,7 +216,7 @@ pub fn clearsign_all(keys: &[&SigningKey], text: &str) -> Result<String, SignErr
     }
     let msg = CleartextSignedMessage::new_many(&text, |_| Ok(signatures))
         .map_err(|e| SignError::Sign(one_line(&e)))?;
-    armor(&msg, false)
+    armor(&msg)
 }
 
 /// `armored` (a cleartext-signed document) with one more signature, by
@@ -240,16 +235,25 @@ pub fn add_signature(armored: &str, key: &SigningKey) -> Result<String, SignErro
     signatures.extend(key.sign_canonical(&text)?.signatures().iter().cloned());
     let msg = CleartextSignedMessage::new_many(&text, |_| Ok(signatures))
         .map_err(|e| SignError::Sign(one_line(&e)))?;
-    armor(&msg, false)
+    armor(&msg)
 }
 
 /// The armored form of `msg` with `\n` line endings, ending after the
 /// signature block's end line.
-fn armor(msg: &CleartextSignedMessage, include_checksum: bool) -> Result<String, SignError> {
+///
+/// The armor always carries its CRC24 checksum line (`=XXXX`, RFC 4880
+/// §6.1). RFC 9580 §6.1 says not to emit it unless a reader that needs it
+/// matters, and two readers airlock serves do need it. The torcx client's
+/// golang.org/x/crypto/openpgp armor decoder (2018) requires it. GnuPG 2.2
+/// (Debian 12) misreads a checksum-less armor whose base64 ends without `=`
+/// padding: it takes the END line for data and exits 2, which happens when
+/// the signature packets' total length is a multiple of 3, e.g. for some
+/// pairs of Ed25519 signatures.
+fn armor(msg: &CleartextSignedMessage) -> Result<String, SignError> {
     let armored = msg
         .to_armored_string(ArmorOptions {
             headers: None,
-            include_checksum,
+            include_checksum: true,
         })
         .map_err(|e| SignError::Sign(one_line(&e)))?;
     let armored = armored.trim_end();
@@ -326,17 +330,6 @@ pub fn generate_rsa_key(uid: &str, bits: u32) -> Result<(String, String), SignEr
 }
 
 impl SigningKey {
-    /// [`SigningKey::clearsign`], but with the armor's CRC24 checksum line
-    /// (`=XXXX`, RFC 4880 §6.1) that old OpenPGP readers need: the torcx
-    /// client's golang.org/x/crypto/openpgp armor decoder (2018) requires it,
-    /// and GnuPG 2.2 misreads a checksum-less armor whose base64 ends without
-    /// `=` padding (it takes the END line for data and exits 2).
-    ///
-    /// Errors: [`SignError::Sign`] if the OpenPGP library fails.
-    pub fn clearsign_with_checksum(&self, text: &str) -> Result<String, SignError> {
-        self.clearsign_armored(text, true)
-    }
-
     /// An armored detached signature (RFC 9580 §10.4, `-----BEGIN PGP SIGNATURE-----`,
     /// with the CRC24 checksum line old readers need) over `data` as binary (type 0x00),
     /// SHA-256, with the same subpackets as [`SigningKey::clearsign`]; what `gpg --verify FILE.asc FILE` and
