@@ -11,6 +11,7 @@
 //! - `links/<repository>/_blobs/<alg>-<hex>`: blobs pushed into a repository
 //!   and not yet named by a committed manifest (`registry::links`),
 //! - `refs/root`: the digest of the current `State` document,
+//! - `refs/layout`: the layout version the store follows ([`layout`]),
 //! - `quarantine/<alg>/<first 2 hex>/<hex>`: blobs found corrupt, never
 //!   served ([`verify`]),
 //! - `imports/<id>`: the journal of an import in progress ([`journal_key`]),
@@ -20,6 +21,7 @@
 pub mod copies;
 pub mod fs;
 pub mod hot;
+pub mod layout;
 mod open;
 pub mod s3;
 pub mod space;
@@ -75,6 +77,10 @@ pub enum StoreError {
     /// to the quarantine prefix ([`verify`]) and reads as absent from now on.
     #[error("{0}")]
     Corrupt(String),
+    /// The store follows a layout this build does not read, or its
+    /// layout marker is not one ([`layout`]); nothing was written.
+    #[error("{0}")]
+    Layout(String),
 }
 
 impl StoreError {

@@ -157,8 +157,25 @@ impl OpenedStore {
 /// `metadata_copies` (1 or 2, [`super::copies`]) overrides the backend's
 /// default (2 on the filesystem, `s3.metadata_copies` on S3, default 1).
 ///
+/// Then the store's layout version is checked ([`super::layout::check`]):
+/// recorded when absent and `create`; a store of a newer layout than this
+/// build reads is refused before anything is written.
+///
 /// Errors: a one-line cause naming the directory or bucket.
 pub async fn open(
+    url: &StoreUrl,
+    s3: &S3Settings,
+    min_free: FreeSpaceFloor,
+    metadata_copies: Option<u8>,
+    create: bool,
+) -> Result<OpenedStore> {
+    let opened = open_backend(url, s3, min_free, metadata_copies, create).await?;
+    super::layout::check(&*opened.blobstore(), &url.to_string(), create).await?;
+    Ok(opened)
+}
+
+/// The backend of [`open`], before the layout check.
+async fn open_backend(
     url: &StoreUrl,
     s3: &S3Settings,
     min_free: FreeSpaceFloor,

@@ -64,7 +64,7 @@ fn write_v2(v1: &Path, root: &Path) {
 }
 
 /// One umoci image `LAYOUT:TAG` whose single layer is `tree`.
-fn umoci_image(layout: &Path, tag: &str, tree: &Path, work: &Path) {
+pub fn umoci_image(layout: &Path, tag: &str, tree: &Path, work: &Path) {
     let image = format!("{}:{tag}", layout.display());
     run_ok(Command::new("umoci").args(["new", "--image", &image]));
     let bundle = work.join(format!("bundle-{tag}"));

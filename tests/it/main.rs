@@ -59,6 +59,7 @@ mod stacks_lifecycle;
 mod state_commit;
 mod state_pages;
 mod state_root_cache;
+mod store_layout;
 mod store_suite;
 mod torcx;
 mod trust_document;
