@@ -72,10 +72,8 @@ pub async fn check(store: &dyn Blobstore, place: &str, write: bool) -> Result<u3
     let marker = match store.read_versioned(LAYOUT_KEY).await? {
         Some(found) => parse(&found.value, place)?,
         None if write => {
-            let text = format!(
-                "{}\n",
-                serde_json::to_string(&LayoutMarker::current()).unwrap_or_default()
-            );
+            // The backend ends the object with a newline.
+            let text = serde_json::to_string(&LayoutMarker::current()).unwrap_or_default();
             if store.swap(LAYOUT_KEY, None, &text).await? {
                 return Ok(LAYOUT_VERSION);
             }
@@ -133,6 +131,10 @@ mod tests {
         assert_eq!(check(&store, "d", true).await.unwrap(), LAYOUT_VERSION);
         let text = std::fs::read_to_string(dir.path().join(LAYOUT_KEY)).unwrap();
         let marker: LayoutMarker = serde_json::from_str(&text).unwrap();
+        assert!(
+            text.ends_with("}\n") && text.lines().count() == 1,
+            "{text:?}"
+        );
         assert_eq!(marker.layout, LAYOUT_VERSION);
         assert_eq!(
             marker.written_by,

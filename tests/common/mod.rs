@@ -675,3 +675,26 @@ pub fn hello_addon(dir: &Path) -> String {
         addon.to_str().unwrap()
     )
 }
+
+/// Asserts that the server at `addr` is ready (`/readyz` 200) and answers
+/// each `(repository, tag, digest)` with that digest; `what` starts every
+/// failure. HEAD requests: a GET would add to the pull record.
+pub fn assert_tags_served(addr: &str, tags: &[(String, String, String)], what: &str) {
+    let (status, _, body) = http(addr, "GET", "/readyz", &[]).unwrap();
+    assert_eq!(status, 200, "{what}: {}", String::from_utf8_lossy(&body));
+    for (repo, tag, digest) in tags {
+        let (status, headers, _) = http(
+            addr,
+            "HEAD",
+            &format!("/v2/{repo}/manifests/{tag}"),
+            &[("accept", "application/vnd.oci.image.manifest.v1+json")],
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{what}: {repo}:{tag}");
+        assert_eq!(
+            header(&headers, "docker-content-digest"),
+            Some(digest.as_str()),
+            "{what}: {repo}:{tag}"
+        );
+    }
+}

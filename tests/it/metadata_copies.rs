@@ -198,24 +198,7 @@ fn damage(o: &Objects, key: &str, how: &str) {
 /// them: each with its digest; and `/readyz` ready.
 fn assert_served(b: &Backend, acked: &[Acknowledged], what: &str) {
     let server = b.serve(&[]);
-    let (status, _, body) = common::http(&server.addr, "GET", "/readyz", &[]).unwrap();
-    assert_eq!(status, 200, "{what}: {}", String::from_utf8_lossy(&body));
-    for (repo, tag, digest) in acked {
-        // HEAD: a GET would add to the pull record.
-        let (status, headers, _) = common::http(
-            &server.addr,
-            "HEAD",
-            &format!("/v2/{repo}/manifests/{tag}"),
-            &[("accept", "application/vnd.oci.image.manifest.v1+json")],
-        )
-        .unwrap();
-        assert_eq!(status, 200, "{what}: {repo}:{tag}");
-        assert_eq!(
-            common::header(&headers, "docker-content-digest"),
-            Some(digest.as_str()),
-            "{what}: {repo}:{tag}"
-        );
-    }
+    common::assert_tags_served(&server.addr, acked, what);
     assert!(server.terminate().success());
 }
 

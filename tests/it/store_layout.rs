@@ -216,24 +216,16 @@ fn the_layout_1_fixture_store_reads() {
     assert!(ls["torcx"].to_string().contains("hello"), "{ls}");
 
     let server = b.serve(&[]);
-    let (status, _, _) = http(&server.addr, "GET", "/readyz", &[]).unwrap();
-    assert_eq!(status, 200);
-    for t in expect["tags"].as_array().unwrap() {
-        let (repo, tag, digest) = (t[0].as_str().unwrap(), t[1].as_str().unwrap(), &t[2]);
-        let (status, headers, _) = http(
-            &server.addr,
-            "HEAD",
-            &format!("/v2/{repo}/manifests/{tag}"),
-            &[("accept", "application/vnd.oci.image.manifest.v1+json")],
-        )
-        .unwrap();
-        assert_eq!(status, 200, "{repo}:{tag}");
-        assert_eq!(
-            header(&headers, "docker-content-digest"),
-            digest.as_str(),
-            "{repo}:{tag}"
-        );
-    }
+    let tags: Vec<(String, String, String)> = expect["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let s = |i: usize| t[i].as_str().unwrap().to_string();
+            (s(0), s(1), s(2))
+        })
+        .collect();
+    assert_tags_served(&server.addr, &tags, "layout 1 fixture");
     let promotions = stack(&server.addr)["promotions"].clone();
     let manifests: Vec<&serde_json::Value> = promotions
         .as_array()
