@@ -64,7 +64,7 @@ fn write_v2(v1: &Path, root: &Path) {
 }
 
 /// One umoci image `LAYOUT:TAG` whose single layer is `tree`.
-pub fn umoci_image(layout: &Path, tag: &str, tree: &Path, work: &Path) {
+fn umoci_image(layout: &Path, tag: &str, tree: &Path, work: &Path) {
     let image = format!("{}:{tag}", layout.display());
     run_ok(Command::new("umoci").args(["new", "--image", &image]));
     let bundle = work.join(format!("bundle-{tag}"));
@@ -86,6 +86,21 @@ pub fn umoci_image(layout: &Path, tag: &str, tree: &Path, work: &Path) {
     );
 }
 
+/// A new OCI layout `dir/layout` (`umoci init`) holding one image per
+/// `(tag, tree)`, each a single layer of its tree; returns the layout.
+pub fn umoci_layout(dir: &Path, images: &[(&str, &Path)]) -> PathBuf {
+    let layout = dir.join("layout");
+    run_ok(
+        Command::new("umoci")
+            .args(["init", "--layout"])
+            .arg(&layout),
+    );
+    for (tag, tree) in images {
+        umoci_image(&layout, tag, tree, dir);
+    }
+    layout
+}
+
 /// A signed bundle of `stacks/delta:v1` and `:v2`, built once per test binary.
 pub fn bundle() -> &'static Path {
     static B: OnceLock<PathBuf> = OnceLock::new();
@@ -97,14 +112,7 @@ pub fn bundle() -> &'static Path {
         let (v1, v2) = (dir.join("v1"), dir.join("v2"));
         write_v1(&v1);
         write_v2(&v1, &v2);
-        let layout = dir.join("layout");
-        run_ok(
-            Command::new("umoci")
-                .args(["init", "--layout"])
-                .arg(&layout),
-        );
-        umoci_image(&layout, "v1", &v1, &dir);
-        umoci_image(&layout, "v2", &v2, &dir);
+        let layout = umoci_layout(&dir, &[("v1", &v1), ("v2", &v2)]);
         let cfg = write_config(
             &dir,
             &layout,

@@ -21,7 +21,7 @@ use std::process::Command;
 use crate::common;
 
 use common::backend::{Backend, Kind};
-use common::deltas::umoci_image;
+use common::deltas::umoci_layout;
 use common::synth::text;
 use common::*;
 
@@ -91,14 +91,7 @@ fn write_fixture() {
     let dir = b.dir.path().join("work");
     std::fs::create_dir_all(&dir).unwrap();
     let (v1, v2) = trees(&dir);
-    let layout = dir.join("layout");
-    run_ok(
-        Command::new("umoci")
-            .args(["init", "--layout"])
-            .arg(&layout),
-    );
-    umoci_image(&layout, "v1", &v1, &dir);
-    umoci_image(&layout, "v2", &v2, &dir);
+    let layout = umoci_layout(&dir, &[("v1", &v1), ("v2", &v2)]);
     let mut toml = image_toml(
         &format!("oci:{}:v1", layout.display()),
         "stacks/fx",
