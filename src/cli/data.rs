@@ -81,6 +81,9 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         .map(sign::Keyring::load)
         .transpose()?;
     let opened = args.data.open(true)?;
+    if !args.dry_run {
+        airlock::ops::write_lock::refuse_if_locked(&*opened.blobstore()).await?;
+    }
     opened.sweep_scratch().await;
     let state = airlock::state::StateStore::new(opened.blobstore());
     let verifier = trust::verifier(&state, keyring).await?;

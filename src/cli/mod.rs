@@ -75,6 +75,7 @@ pub fn eprint_escaped(args: std::fmt::Arguments<'_>) {
         .write_all(escape_controls(&text).as_bytes());
 }
 
+mod backup;
 mod bundle;
 mod cell;
 mod chunk;
@@ -187,6 +188,14 @@ enum Command {
     Scrub(ops::ScrubArgs),
     /// Make an earlier generation current again (as a new generation).
     Rollback(ops::RollbackArgs),
+    /// Copy the current generation (metadata, and on a filesystem store every blob it reaches) into a directory, under the write lock.
+    Backup(backup::BackupArgs),
+    /// Make a backup's generation current in this store (empty or not), as a new generation.
+    Restore(backup::RestoreArgs),
+    /// Take the write lock: every server answers writes 503 until `unlock` or its ttl (bbr's pre-backup-lock).
+    Lock(backup::LockArgs),
+    /// Release the write lock (bbr's post-backup-unlock).
+    Unlock(backup::UnlockArgs),
     /// Serve the OCI distribution API (and stacks, torcx, admin) over HTTP or HTTPS.
     Serve(Box<serve::ServeArgs>),
     /// Users of the serve config: password hashes.
@@ -260,6 +269,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Fsck(args) => ops::fsck(args).await,
         Command::Scrub(args) => ops::scrub(args).await,
         Command::Rollback(args) => ops::rollback(args).await,
+        Command::Backup(args) => backup::backup(args).await,
+        Command::Restore(args) => backup::restore(args).await,
+        Command::Lock(args) => backup::lock(args).await,
+        Command::Unlock(args) => backup::unlock(args).await,
         Command::Torcx(cmd) => torcx::run(cmd).await,
     }
 }

@@ -10,6 +10,7 @@
 //! changes a generation: GC removes only what no kept generation reaches,
 //! rollback adds a generation.
 
+pub mod backup;
 pub mod fsck;
 pub mod gc;
 pub mod lease;
@@ -18,6 +19,7 @@ pub mod retention;
 pub mod rollback;
 pub mod rooms;
 pub mod scrub;
+pub mod write_lock;
 
 use std::time::{Duration, SystemTime};
 

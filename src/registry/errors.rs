@@ -60,6 +60,10 @@ pub enum ErrorCode {
     /// store's disk is full or below its free-space floor. Nothing was
     /// stored; reads still work.
     InsufficientStorage,
+    /// `UNAVAILABLE`, 503 (the reference registry's `errcode.ErrorCodeUnavailable`):
+    /// writes are paused while a backup holds the write lock
+    /// ([`crate::ops::write_lock`]), sent with `Retry-After`; reads go on.
+    Unavailable,
 }
 
 /// One row of the error code table.
@@ -96,6 +100,7 @@ impl ErrorCode {
             Unsupported =>         ("UNSUPPORTED",           StatusCode::METHOD_NOT_ALLOWED, "the operation is unsupported"),
             TooManyRequests =>     ("TOOMANYREQUESTS",       StatusCode::TOO_MANY_REQUESTS,  "too many requests"),
             InsufficientStorage => ("INSUFFICIENT_STORAGE",  StatusCode::INSUFFICIENT_STORAGE, "insufficient storage: the registry's disk is full"),
+            Unavailable =>         ("UNAVAILABLE",           StatusCode::SERVICE_UNAVAILABLE, "service unavailable"),
         };
         CodeInfo {
             code,
@@ -381,6 +386,7 @@ mod tests {
             (ErrorCode::Unsupported, "UNSUPPORTED", 405),
             (ErrorCode::TooManyRequests, "TOOMANYREQUESTS", 429),
             (ErrorCode::InsufficientStorage, "INSUFFICIENT_STORAGE", 507),
+            (ErrorCode::Unavailable, "UNAVAILABLE", 503),
         ];
         for (code, name, status) in rows {
             assert_eq!(code.info().code, name);

@@ -121,10 +121,10 @@ where
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     let policy = app.auth.load();
     let path = req.uri().path();
-    let (need, params) = match routes::find(req.method(), path) {
-        Found::Route(route, params) => (route.need, params),
+    let (need, params, writes) = match routes::find(req.method(), path) {
+        Found::Route(route, params) => (route.need, params, route.writes(req.method())),
         Found::Method(_, params) if path.starts_with("/v2/") => {
-            (routes::REGISTRY_OTHER_METHODS, params)
+            (routes::REGISTRY_OTHER_METHODS, params, false)
         }
         Found::Method(allow, _) => return finish(method_not_allowed(path, &allow), path),
         Found::None => return finish(no_route(path), path),
@@ -151,6 +151,9 @@ where
     };
     let address = client.map(|a| a.to_string());
     if policy.is_open() {
+        if let Some(res) = held_back(&app, writes) {
+            return finish(res, path);
+        }
         let actor = Actor {
             who: auth::OPEN_WHO.into(),
             address,
@@ -185,6 +188,9 @@ where
         if let Principal::User(u) = &principal {
             tracing::info!(user = %u.name, client = %ip, path = %req.uri().path(), "access denied");
         }
+        return finish(res, req.uri().path());
+    }
+    if let Some(res) = held_back(&app, writes) {
         return finish(res, req.uri().path());
     }
     let who = principal_name(&principal);
@@ -387,6 +393,28 @@ fn denied(grant: &Grant, t: &Target) -> Response {
         }),
     )
     .into_response()
+}
+
+/// 503 `UNAVAILABLE` with `Retry-After` for a write (`writes`, from the
+/// route's declaration: [`routes::Route::writes`]) while the store's write lock is
+/// held ([`crate::ops::write_lock`]); `None` otherwise. Checked after the
+/// caller is authorized, so a refusal tells nothing to who may not write.
+fn held_back(app: &App, writes: bool) -> Option<Response> {
+    if !writes {
+        return None;
+    }
+    let lock = app.write_lock.held()?;
+    let mut res = RegistryError::with_message(
+        ErrorCode::Unavailable,
+        "writes are paused while a backup holds the write lock; retry later",
+        json!({ "lock": lock.describe(), "holder": lock.holder, "reason": lock.reason, "since": lock.taken }),
+    )
+    .into_response();
+    res.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(crate::ops::write_lock::RETRY_AFTER_SECS),
+    );
+    Some(res)
 }
 
 fn internal(e: impl std::fmt::Display) -> Response {

@@ -76,6 +76,10 @@ pub struct App {
     /// that load balancers stop sending requests while they are still
     /// served (`[limits] shutdown_delay_secs`).
     pub stopping: std::sync::atomic::AtomicBool,
+    /// The store's write lock as this server last read it (every
+    /// [`crate::ops::write_lock::REFRESH`], [`spawn_lock_watch`]): while
+    /// held, the access layer answers writes 503 ([`access`]).
+    pub write_lock: crate::ops::write_lock::LockView,
 }
 
 impl App {
@@ -106,6 +110,7 @@ impl App {
             signature_policy: ArcSwap::from_pointee(Default::default()),
             ui: None,
             stopping: Default::default(),
+            write_lock: Default::default(),
         }
     }
 
@@ -274,6 +279,20 @@ pub fn spawn_pull_flusher(app: Arc<App>) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// Reads the store's write lock every [`crate::ops::write_lock::REFRESH`]
+/// into [`App::write_lock`] until the process ends; a failed read is
+/// logged and the view kept (a lock seen stays counted until its ttl).
+pub fn spawn_lock_watch(app: Arc<App>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = app.write_lock.refresh(&**app.state.blobstore()).await {
+                tracing::warn!(error = %e, "write lock not read; retried");
+            }
+            tokio::time::sleep(crate::ops::write_lock::REFRESH).await;
+        }
+    })
+}
+
 /// Writes the pulls noted so far to the store; a failure is logged.
 async fn flush_pulls(app: &App) {
     match app.pulls.flush(&**app.state.blobstore()).await {
@@ -424,6 +443,7 @@ pub async fn serve(
     let reloader = spawn_hangup(app.clone(), tls.clone(), hangup)?;
     let sweeper = spawn_upload_sweeper(app.clone());
     let flusher = spawn_pull_flusher(app.clone());
+    let lock_watch = spawn_lock_watch(app.clone());
     let sampler = crate::ui::spawn_sampler(app.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
@@ -458,6 +478,7 @@ pub async fn serve(
         }
     }
     flusher.abort();
+    lock_watch.abort();
     flush_pulls(&app).await;
     tracing::info!("server stopped");
     sweeper.abort();

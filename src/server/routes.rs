@@ -176,6 +176,23 @@ pub struct Route {
     pub what: &'static str,
 }
 
+impl Route {
+    /// Whether a request of `method` on this row is a write that the
+    /// store's write lock holds back ([`crate::ops::write_lock`]: 503
+    /// `UNAVAILABLE` while a backup runs): every method but `GET` and
+    /// `HEAD` on a row that needs a grant, except a cell's report (kept
+    /// beside generations, not in them: rollouts go on during a backup).
+    /// Public rows (the login form) are never held.
+    pub fn writes(&self, method: &Method) -> bool {
+        match self.need {
+            Need::Public => false,
+            Need::Grant { permission, .. } => {
+                !Methods::READ.contains(method) && permission != Permission::Stack
+            }
+        }
+    }
+}
+
 const fn grant(permission: Permission, touches: Touches) -> Need {
     Need::Grant {
         permission,
@@ -737,7 +754,7 @@ pub const REGISTRY_OTHER_METHODS: Need = grant(Push, Repository);
 /// with the roles that may, and what the check is made on.
 pub fn markdown() -> String {
     let mut out = String::from(
-        "| methods | path | what | needs | checked on |\n| --- | --- | --- | --- | --- |\n",
+        "| methods | path | what | needs | checked on | held by a write lock |\n| --- | --- | --- | --- | --- | --- |\n",
     );
     for r in ROUTES {
         let (needs, on) = match r.need {
@@ -772,8 +789,13 @@ pub fn markdown() -> String {
                 (needs, touches_text(touches).to_string())
             }
         };
+        let held = if r.writes(&r.methods.first()) {
+            "yes (503)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "| {} | `{}` | {} | {needs} | {on} |\n",
+            "| {} | `{}` | {} | {needs} | {on} | {held} |\n",
             r.methods.names().join(", "),
             r.path,
             r.what

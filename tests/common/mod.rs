@@ -348,6 +348,17 @@ fn start_serve(data: &Path, extra: &[&str], tls: bool) -> Server {
     )
 }
 
+/// `command` (an `airlock serve` listening on `addr`, e.g. as bpm would
+/// start it) spawned, once it answers 200 on `/v2/`; `data` is its store.
+pub fn spawn_server(command: &mut Command, addr: &str, data: &Path) -> Server {
+    wait_for_server(Server {
+        child: command.spawn().unwrap(),
+        addr: addr.to_string(),
+        data: data.to_path_buf(),
+        keep: None,
+    })
+}
+
 /// Waits until `server` answers 200 on `/v2/` (20 s at most).
 pub fn wait_for_server(server: Server) -> Server {
     wait_for_server_tls(server, false)

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use common::*;
 
-fn release() -> PathBuf {
+pub(crate) fn release() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("bosh-release")
 }
 
@@ -37,7 +37,7 @@ fn ruby(args: &[&str]) -> String {
 }
 
 /// A YAML file as JSON, read by Ruby's YAML (Psych).
-fn yaml_file(path: &Path) -> Value {
+pub(crate) fn yaml_file(path: &Path) -> Value {
     let out = ruby(&[
         "-ryaml",
         "-rjson",
@@ -56,7 +56,7 @@ fn yaml_text(text: &str, dir: &Path) -> Value {
 }
 
 /// Renders `jobs/JOB/templates/TEMPLATE` with `props` and `links`.
-fn render(job: &str, template: &str, props: &Value, links: &Value) -> String {
+pub(crate) fn render(job: &str, template: &str, props: &Value, links: &Value) -> String {
     try_render(job, template, props, links).unwrap_or_else(|e| panic!("{job}/{template}: {e}"))
 }
 
@@ -78,8 +78,22 @@ fn try_render(job: &str, template: &str, props: &Value, links: &Value) -> Result
     }
 }
 
-fn job_spec(job: &str) -> Value {
+pub(crate) fn job_spec(job: &str) -> Value {
     yaml_file(&release().join("jobs").join(job).join("spec"))
+}
+
+/// Every file under `dir`, as paths relative to it (`bbr/backup.erb`).
+fn template_files(dir: &Path, prefix: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for name in dir_names(dir) {
+        let path = dir.join(&name);
+        if path.is_dir() {
+            out.extend(template_files(&path, &format!("{prefix}{name}/")));
+        } else {
+            out.insert(format!("{prefix}{name}"));
+        }
+    }
+    out
 }
 
 fn dir_names(dir: &Path) -> Vec<String> {
@@ -250,7 +264,7 @@ fn specs_parse_and_name_files_that_exist() {
             );
             named.insert(src.clone());
         }
-        let present: BTreeSet<String> = dir_names(&dir.join("templates")).into_iter().collect();
+        let present = template_files(&dir.join("templates"), "");
         assert_eq!(present, named, "{job}: templates/ and the spec disagree");
         for p in spec["packages"].as_array().unwrap() {
             assert!(
@@ -282,6 +296,21 @@ fn specs_parse_and_name_files_that_exist() {
     let airlock = job_spec("airlock");
     assert_eq!(airlock["provides"][0]["name"], "airlock");
     assert!(airlock["templates"]["drain.erb"] == "bin/drain");
+    // bbr finds its scripts by these names (BOSH Backup and Restore
+    // developer's guide).
+    for script in [
+        "metadata",
+        "pre-backup-lock",
+        "backup",
+        "post-backup-unlock",
+        "restore",
+    ] {
+        assert_eq!(
+            airlock["templates"][format!("bbr/{script}.erb")],
+            format!("bin/bbr/{script}"),
+            "bbr {script}"
+        );
+    }
     let rootfs = job_spec("airlock-rootfs");
     assert_eq!(
         rootfs["consumes"][0]["type"],

@@ -17,6 +17,7 @@ mod auth_tls;
 mod auth_users;
 mod authz_matrix;
 mod authz_routes;
+mod backup_restore;
 mod bosh_release;
 mod bundle_import;
 mod bundle_volumes;
