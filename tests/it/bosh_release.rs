@@ -491,7 +491,7 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
     );
     // and the server's TMPDIR (bpm.yml), on the ephemeral disk.
     assert!(pre.contains("tmp_dir=/var/vcap/data/airlock/tmp\n"));
-    assert!(pre.contains("chown vcap:vcap \"$tmp_dir\""));
+    assert!(pre.contains("own vcap:vcap \"$tmp_dir\""));
     // A cert without its key is refused at render time.
     let half = json!({"airlock": {"tls": {"cert": cert}}});
     let err = try_render("airlock", "airlock.toml.erb", &half, &json!({})).unwrap_err();
