@@ -169,6 +169,8 @@ pub async fn backup(args: BackupArgs) -> Result<()> {
 }
 
 pub async fn restore(args: RestoreArgs) -> Result<()> {
+    // Not a backup: say so before creating the store.
+    backup::read_manifest(&args.dir)?;
     let (opened, _) = args.site.open(true).await?;
     let state = airlock::state::StateStore::new(opened.blobstore());
     let pb = progress_bar();

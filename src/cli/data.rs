@@ -292,11 +292,16 @@ pub async fn status(args: StatusArgs) -> Result<()> {
     let snap = state.snapshot().await?;
     let freshness::Report { newest, stale } = freshness::report(&state, &snap, max).await?;
     let doc = snap.state.as_ref();
+    let lock = airlock::ops::write_lock::read(&**state.blobstore())
+        .await?
+        .map(|(_, d)| d)
+        .filter(airlock::ops::write_lock::LockDoc::in_force);
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "generation": snap.generation(),
+                "write_lock": lock,
                 "time": doc.map(|d| &d.time),
                 "reason": doc.map(|d| &d.reason),
                 "newest_bundle": newest,
@@ -328,6 +333,10 @@ pub async fn status(args: StatusArgs) -> Result<()> {
             }
             (Some(_), Some(line)) => println!("staleness      {line}"),
             (Some(m), None) => println!("staleness      fresh (max_staleness {}s)", m.as_secs()),
+        }
+        match &lock {
+            Some(l) => println!("write lock     {}", l.describe()),
+            None => println!("write lock     none: writes are accepted"),
         }
     }
     match stale {

@@ -69,6 +69,12 @@ impl LockDoc {
         !self.holder.is_empty()
     }
 
+    /// Whether it is held and its `expires_unix` has not passed by this
+    /// host's clock (what a command outside a server goes by).
+    pub fn in_force(&self) -> bool {
+        self.is_held() && self.expires_unix > unix_now()
+    }
+
     /// One line for refusals: `writes are locked by bbr (backup) since T`.
     pub fn describe(&self) -> String {
         format!(
@@ -210,8 +216,7 @@ pub async fn release(store: &dyn Blobstore, holder: Option<&str>) -> Result<Opti
 /// Errors: the lock is held (one line naming it), the store failed.
 pub async fn refuse_if_locked(store: &dyn Blobstore) -> Result<()> {
     if let Some((_, doc)) = read(store).await?
-        && doc.is_held()
-        && doc.expires_unix > unix_now()
+        && doc.in_force()
     {
         bail!(
             "{}: nothing was written; run it again after the backup (post-backup-unlock, or airlock unlock)",

@@ -336,6 +336,14 @@ fn a_lock_whose_holder_died_ends_after_its_ttl_and_holds_cli_imports() {
         Pushed::Refused(s, r) => panic!("refused {s} {r:?}"),
         Pushed::Acked(_) => panic!("a push was accepted under the lock"),
     }
+    // `airlock status` names it.
+    let mut status = vec!["status"];
+    status.extend(&store);
+    let out = airlock_ok(&status);
+    assert!(
+        out.contains("write lock     writes are locked by gone"),
+        "{out}"
+    );
     // Reads go on.
     assert_eq!(
         http(&server.addr, "GET", "/v2/_catalog", &[]).unwrap().0,
@@ -384,6 +392,7 @@ fn a_lock_whose_holder_died_ends_after_its_ttl_and_holds_cli_imports() {
     let mut unlock = vec!["unlock"];
     unlock.extend(&store);
     assert!(airlock_ok(&unlock).contains("no write lock was held"));
+    assert!(airlock_ok(&status).contains("write lock     none: writes are accepted"));
     assert!(server.terminate().success());
 }
 
