@@ -138,6 +138,28 @@ impl PushLoops {
         }
     }
 
+    /// When the first refusal after `since` arrived (60 s at most).
+    fn first_refusal_after(&self, since: Instant) -> Instant {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let first = self
+                .refused
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|r| r.2)
+                .find(|at| *at > since);
+            if let Some(at) = first {
+                return at;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no push was refused under the lock"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn acked(&self) -> usize {
         self.acks.lock().unwrap().len()
     }
@@ -206,9 +228,9 @@ fn bbr_backs_up_a_site_under_push_load_and_restores_it_onto_a_fresh_store() {
     std::fs::create_dir_all(&art).unwrap();
     let out = vm.run_ok("bbr/pre-backup-lock", &[]);
     assert!(out.contains("write lock taken by bbr"), "{out}");
-    let locked = Instant::now();
-    // Pushes are refused while the backup runs: 503 with Retry-After.
-    std::thread::sleep(Duration::from_secs(2));
+    // Pushes are refused while the backup runs: 503 with Retry-After. Once
+    // the server refused one, it refuses every write that starts after.
+    let locked = loops.first_refusal_after(lock_started);
     let out = vm.run_ok("bbr/backup", &[("BBR_ARTIFACT_DIRECTORY", &art)]);
     assert!(out.contains("backed up generation"), "{out}");
     let unlocking = Instant::now();
@@ -219,7 +241,7 @@ fn bbr_backs_up_a_site_under_push_load_and_restores_it_onto_a_fresh_store() {
 
     let in_lock: Vec<_> = refused
         .iter()
-        .filter(|(_, _, at)| *at > locked && *at < unlocking)
+        .filter(|(_, _, at)| *at >= locked && *at < unlocking)
         .collect();
     assert!(!in_lock.is_empty(), "no push was refused under the lock");
     for (status, retry, _) in &refused {
@@ -327,7 +349,7 @@ fn a_lock_whose_holder_died_ends_after_its_ttl_and_holds_cli_imports() {
     let server = b.serve(&["--allow-push"]);
     let store = b.store_args();
     let store: Vec<&str> = store.iter().map(String::as_str).collect();
-    let mut args = vec!["lock", "--holder", "gone", "--ttl", "3s"];
+    let mut args = vec!["lock", "--holder", "gone", "--ttl", "8s"];
     args.extend(&store);
     let out = airlock_ok(&args);
     assert!(out.contains("write lock taken by gone"), "{out}");
@@ -361,7 +383,7 @@ fn a_lock_whose_holder_died_ends_after_its_ttl_and_holds_cli_imports() {
     );
     // The holder never renews or releases it: after its ttl (and one
     // refresh) writes are accepted again.
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(9));
     assert!(matches!(
         push_http(&server.addr, "held/app", "v1", 1),
         Pushed::Acked(_)
