@@ -130,10 +130,11 @@ pub async fn backup(args: BackupArgs) -> Result<()> {
     let (opened, url) = args.site.open(false).await?;
     let store = opened.blobstore();
     let state = airlock::state::StateStore::new(store.clone());
-    // Work under a lock held (bbr's pre-backup-lock), else take one.
+    // Work under a lock in force (bbr's pre-backup-lock), else take one
+    // (also over a lock past its expiry: its holder died).
     let held = write_lock::read(&*store)
         .await?
-        .filter(|(_, d)| d.is_held())
+        .filter(|(_, d)| d.in_force())
         .map(|(_, d)| d);
     let mut taken = None;
     let renewal = match (&held, args.no_lock) {

@@ -215,10 +215,15 @@ async fn copy_keyed(from: &dyn Blobstore, to: &dyn Blobstore) -> Result<(u64, u6
                 Err(StoreError::NotFound(_)) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let mut w = to.writer(&key).await?;
             bytes += data.len() as u64;
-            w.write(Bytes::from(data)).await?;
-            w.commit().await?;
+            if key.starts_with(crate::state::pulls::PREFIX) {
+                // With its second copy where the target keeps copies.
+                store::copies::put_keyed(to, &key, &data).await?;
+            } else {
+                let mut w = to.writer(&key).await?;
+                w.write(Bytes::from(data)).await?;
+                w.commit().await?;
+            }
             count += 1;
         }
     }

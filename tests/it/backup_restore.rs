@@ -492,3 +492,53 @@ fn an_s3_backup_holds_metadata_and_restores_onto_the_bucket_that_keeps_the_blobs
     let rows: Value = serde_json::from_slice(&o.stdout).unwrap_or(json!([]));
     assert_eq!(rows, json!([]), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn a_restore_carries_the_pull_record_with_its_second_copy() {
+    let b = Backend::start(Kind::Fs);
+    let server = b.serve(&["--allow-push", "--pull-record-interval", "1s"]);
+    let Pushed::Acked(d) = push_http(&server.addr, "pulled/app", "v1", 21) else {
+        panic!("push refused");
+    };
+    let (status, _, _) = http(
+        &server.addr,
+        "GET",
+        "/v2/pulled/app/manifests/v1",
+        &[("accept", OCI_MANIFEST)],
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    assert!(server.terminate().success(), "stops, writing its pulls");
+    let pulls = std::fs::read_dir(b.data_dir().join("pulls"))
+        .unwrap()
+        .count();
+    assert_eq!(pulls, 1);
+
+    let art = b.dir.path().join("artifact");
+    b.airlock_ok(&["backup"], &[art.to_str().unwrap()]);
+    let fresh = b.dir.path().join("fresh");
+    let fresh = fresh.to_str().unwrap();
+    airlock_ok(&["restore", "--data", fresh, art.to_str().unwrap()]);
+    let fsck = airlock_ok(&["fsck", "--deep", "--data", fresh]);
+    assert!(
+        fsck.contains("0 quarantined, 0 repaired from their second copies, 0 problems"),
+        "{fsck}"
+    );
+    // gc's retention reads the restored record: the tag was pulled today.
+    let out = airlock_ok(&[
+        "gc",
+        "--data",
+        fresh,
+        "--dry-run",
+        "--keep-tags",
+        "pulled/app:pulled-within-days=7",
+    ]);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("tag pulled/app:v1") && l.contains("pulled today")),
+        "{out}"
+    );
+    let restored = serve(Path::new(fresh), &[]);
+    let tags = [("pulled/app".to_string(), "v1".to_string(), d)];
+    assert_tags_served(&restored.addr, &tags, "restored");
+}
