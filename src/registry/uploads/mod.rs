@@ -530,11 +530,15 @@ impl Uploads {
         }
         let writer = self.store.writer(&id.part_key(offset)).await?;
         let mut sink = Sink::new(writer, None, max.saturating_sub(offset), max);
-        if let Err(e) = sink.copy_body(body, Some(self.expires_at(&info))).await {
+        let copied = sink.copy_body(body, Some(self.expires_at(&info))).await;
+        // The client was active until its body ended, also when it ended
+        // early (it went away): the session that went idle last is the
+        // most recently active, whatever order the requests started in.
+        self.book.touch(id, SystemTime::now());
+        if let Err(e) = copied {
             sink.cancel().await;
             return Err(e);
         }
-        self.book.touch(id, SystemTime::now());
         let count = sink.count;
         if let Some(expected) = expected
             && expected != count
