@@ -11,7 +11,7 @@
 #   scripts/install-test-deps.sh --if-missing  # only when a tool is missing
 set -euo pipefail
 
-APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby iproute2 casync python3-apt chromium chromium-driver ceph-mon ceph-mgr ceph-osd radosgw haproxy)
+APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby casync python3-apt chromium chromium-driver ceph-mon ceph-mgr ceph-osd radosgw haproxy)
 PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1 "moto[server]==5.2.5" spdx-tools==0.8.5 cyclonedx-python-lib==11.12.0 selenium==4.50.0)
 # moto 5.2.5, not 5.2.1: 5.2.1 answers CompleteMultipartUpload with a
 # <CompleteMultipartUploadResponse> root that aws-sdk-s3 rejects (moto
@@ -31,7 +31,7 @@ die() {
 }
 
 all_present() {
-    for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby ss moto_server s3s-fs casync chromium chromedriver ceph-mon ceph-mgr ceph-osd radosgw radosgw-admin haproxy; do
+    for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby moto_server s3s-fs casync chromium chromedriver ceph-mon ceph-mgr ceph-osd radosgw radosgw-admin haproxy; do
         command -v "$tool" >/dev/null 2>&1 || return 1
     done
     [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras, prometheus_client, spdx_tools, cyclonedx, selenium, boto3' 2>/dev/null &&

@@ -54,6 +54,7 @@ const CONNECTION_LIMITS: &[&str] = &[
     "max_response_buffer",
     "cache_size",
     "shutdown_delay_secs",
+    "shutdown_timeout_secs",
 ];
 
 fn value<T: serde::Serialize>(v: &T) -> toml::Value {
@@ -220,6 +221,7 @@ fn keep_connection_limits(new: &mut Settings, old: &Settings) {
     n.max_response_buffer = o.max_response_buffer;
     n.cache_size = o.cache_size;
     n.shutdown_delay_secs = o.shutdown_delay_secs;
+    n.shutdown_timeout_secs = o.shutdown_timeout_secs;
 }
 
 impl std::fmt::Display for Applied {

@@ -286,8 +286,8 @@ impl Settings {
                 .clamp(8 << 10, 64 << 20) as usize,
             max_response_buffer: l.max_response_buffer.map_or(256 << 20, |s| s.0),
             shutdown_delay: Duration::from_secs(l.shutdown_delay_secs.unwrap_or(0)),
+            shutdown_timeout: Duration::from_secs(get(l.shutdown_timeout_secs, 30)),
             workers: self.workers.map(|n| n as usize),
-            ..Limits::default()
         };
         let stacks = StacksConfig {
             allow_admin: self.stacks.allow_admin.unwrap_or(false),

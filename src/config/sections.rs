@@ -415,6 +415,14 @@ pub struct LimitsSection {
     /// `inter 2s fall 2`). A second signal ends the wait [default: 0].
     #[arg(long, env = "AIRLOCK_SHUTDOWN_DELAY")]
     pub shutdown_delay_secs: Option<u64>,
+    /// After the shutdown delay, the listeners close and requests already
+    /// in flight (a pull's body still being sent, a push's still being
+    /// received) get this many seconds to finish before the process exits
+    /// anyway; a second signal does not shorten it. The BOSH job sets it to
+    /// `airlock.drain.timeout_secs`, since its drain script waits that long
+    /// [default: 30].
+    #[arg(long, env = "AIRLOCK_SHUTDOWN_TIMEOUT")]
+    pub shutdown_timeout_secs: Option<NonZeroU64>,
 }
 
 /// `[stacks]`: the `/stacks/v1` API.

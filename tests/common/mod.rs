@@ -282,6 +282,18 @@ impl Server {
     pub fn terminate(mut self) -> std::process::ExitStatus {
         terminate(&mut self.child, Duration::from_secs(20))
     }
+
+    /// The exit status of a server something else stopped (within `within`).
+    pub fn wait_exit(mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "still running after {within:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// Sends SIGTERM to `child` and waits (at most `within`) for its exit status.
@@ -348,15 +360,19 @@ fn start_serve(data: &Path, extra: &[&str], tls: bool) -> Server {
     )
 }
 
-/// `command` (an `airlock serve` listening on `addr`, e.g. as bpm would
-/// start it) spawned, once it answers 200 on `/v2/`; `data` is its store.
-pub fn spawn_server(command: &mut Command, addr: &str, data: &Path) -> Server {
-    wait_for_server(Server {
-        child: command.spawn().unwrap(),
-        addr: addr.to_string(),
-        data: data.to_path_buf(),
-        keep: None,
-    })
+/// `child` (an `airlock serve` listening on `addr`, e.g. started as bpm
+/// would start it) once it answers 200 on `/v2/`, or with `tls` once it
+/// accepts connections; `data` is its store.
+pub fn adopt_server(child: Child, addr: &str, data: &Path, tls: bool) -> Server {
+    wait_for_server_tls(
+        Server {
+            child,
+            addr: addr.to_string(),
+            data: data.to_path_buf(),
+            keep: None,
+        },
+        tls,
+    )
 }
 
 /// Waits until `server` answers 200 on `/v2/` (20 s at most).

@@ -12,13 +12,13 @@
 
 use crate::common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use common::ca::{SERVER_EXT, issue, make_ca};
 use common::*;
 
 pub(crate) fn release() -> PathBuf {
@@ -58,6 +58,27 @@ fn yaml_text(text: &str, dir: &Path) -> Value {
 /// Renders `jobs/JOB/templates/TEMPLATE` with `props` and `links`.
 pub(crate) fn render(job: &str, template: &str, props: &Value, links: &Value) -> String {
     try_render(job, template, props, links).unwrap_or_else(|e| panic!("{job}/{template}: {e}"))
+}
+
+/// Every template of `job` rendered as a director renders them (each on
+/// its own; every failure kept): destination path -> text or error.
+pub(crate) fn render_all(
+    job: &str,
+    props: &Value,
+    links: &Value,
+) -> BTreeMap<String, Result<String, String>> {
+    let text = try_render(job, "--all", props, links).unwrap_or_else(|e| panic!("{job}: {e}"));
+    let out: BTreeMap<String, Value> = serde_json::from_str(&text).unwrap();
+    out.into_iter()
+        .map(|(dst, r)| {
+            let r = match (r["text"].as_str(), r["error"].as_str()) {
+                (Some(t), _) => Ok(t.to_string()),
+                (None, Some(e)) => Err(e.to_string()),
+                _ => panic!("{job}/{dst}: {r}"),
+            };
+            (dst, r)
+        })
+        .collect()
 }
 
 fn try_render(job: &str, template: &str, props: &Value, links: &Value) -> Result<String, String> {
@@ -134,6 +155,7 @@ const CONTRACT_KEYS: &[&str] = &[
     "limits.header_timeout_secs",
     "limits.idle_timeout_secs",
     "limits.shutdown_delay_secs",
+    "limits.shutdown_timeout_secs",
     "stacks.allow_admin",
     "import.keyring",
     "torcx.keys",
@@ -213,11 +235,10 @@ fn check_serve_config(path: &Path, check: Check) -> toml::Table {
 /// /var/vcap/jobs/airlock would hold them), rewrites the config's job paths
 /// to `root`, and checks it. Returns (config, bpm.yml as JSON).
 fn render_airlock(props: &Value, root: &Path, check: Check) -> (toml::Table, Value) {
-    let spec = job_spec("airlock");
     let job_dir = root.join("jobs/airlock");
-    for (src, dst) in spec["templates"].as_object().unwrap() {
-        let text = render("airlock", src, props, &json!({}));
-        let out = job_dir.join(dst.as_str().unwrap());
+    for (dst, text) in render_all("airlock", props, &json!({})) {
+        let text = text.unwrap_or_else(|e| panic!("{e}"));
+        let out = job_dir.join(&dst);
         std::fs::create_dir_all(out.parent().unwrap()).unwrap();
         // The config names files the job renders: point it at these copies.
         let text = if dst == "config/airlock.toml" {
@@ -229,7 +250,7 @@ fn render_airlock(props: &Value, root: &Path, check: Check) -> (toml::Table, Val
             text
         };
         std::fs::write(&out, text).unwrap();
-        if dst.as_str().unwrap().starts_with("bin/") {
+        if dst.starts_with("bin/") {
             run_ok(Command::new("bash").arg("-n").arg(&out));
         }
     }
@@ -360,12 +381,18 @@ fn specs_parse_and_name_files_that_exist() {
 #[test]
 fn airlock_job_renders_with_defaults() {
     let tmp = tempfile::tempdir().unwrap();
-    // No TLS and a public address: airlock refuses to serve plain HTTP
-    // there unless the operator says so (airlock.plain_http).
+    // No TLS and a public address: the render refuses to serve plain HTTP
+    // there unless the operator says so (airlock.plain_http), as airlock
+    // itself would.
+    let err = try_render("airlock", "airlock.toml.erb", &json!({}), &json!({})).unwrap_err();
+    assert!(
+        err.contains("airlock.plain_http must be true to serve plain HTTP on 0.0.0.0"),
+        "{err}"
+    );
     let (config, bpm) = render_airlock(
-        &json!({}),
+        &json!({"airlock": {"plain_http": true}}),
         tmp.path(),
-        Check::RefusedWith("is not a loopback address: configure [tls]"),
+        Check::Accepted,
     );
     assert_eq!(config["listen"].as_str(), Some("0.0.0.0:443"));
     assert_eq!(
@@ -395,12 +422,10 @@ fn airlock_job_renders_with_defaults() {
     assert_eq!(p["limits"]["memory"], "2G");
     assert_eq!(p["limits"]["open_files"], 65536);
     assert_eq!(p["capabilities"], json!(["NET_BIND_SERVICE"]));
-    // With plain HTTP allowed explicitly, the same config is accepted.
-    let plain = tempfile::tempdir().unwrap();
-    render_airlock(
-        &json!({"airlock": {"plain_http": true}}),
-        plain.path(),
-        Check::Accepted,
+    // The server waits for requests in flight as long as drain does.
+    assert_eq!(
+        config["limits"]["shutdown_timeout_secs"].as_integer(),
+        Some(600)
     );
 }
 
@@ -418,7 +443,7 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
         "users": [{"name": "ops", "password_hash": "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA", "roles": ["admin"]},
                   {"name": "cell", "password_hash": "$argon2id$x", "roles": ["cell"], "repositories": ["stacks/"]}],
         "import": {"keyring": "-----BEGIN PGP PUBLIC KEY BLOCK-----\n...\n"},
-        "torcx": {"keys": {"stable": "-----BEGIN PGP PRIVATE KEY BLOCK-----\n...\n", "beta": "K"}},
+        "torcx": {"keys": {"stable": "-----BEGIN PGP PRIVATE KEY BLOCK-----\n...\n", "beta": "-----BEGIN PGP PRIVATE KEY BLOCK-----\nK\n"}},
         "gc": {"keep_generations": 10, "interval": "12h"},
         "registry": {"mirror_namespace": "docker.io", "allow_push": true, "blob_redirect": true},
         "bpm": {"memory_limit": "8G"},
@@ -503,7 +528,7 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
     let long = json!({"airlock": {"limits": {"shutdown_delay_secs": 20}}});
     let err = try_render("airlock", "airlock.toml.erb", &long, &json!({})).unwrap_err();
     assert!(
-        err.contains("airlock.limits.shutdown_delay_secs must be 0 to 19"),
+        err.contains("airlock.limits.shutdown_delay_secs must be an integer from 0 to 19 (bpm kills the process 20 s after SIGTERM), not 20"),
         "{err}"
     );
 }
@@ -534,8 +559,12 @@ fn link() -> Value {
 #[test]
 fn airlock_rootfs_job_renders() {
     let tmp = tempfile::tempdir().unwrap();
-    let props = json!({"airlock_rootfs": {"stacks": ["cflinuxfs4", "bookworm"], "trusted_certs": ["CA ONE", "CA TWO\n"],
-        "username": "cell", "password": "pw d", "tls": {"cert": "C", "key": "K"}}});
+    let pem =
+        |kind: &str, body: &str| format!("-----BEGIN {kind}-----\n{body}\n-----END {kind}-----");
+    let (one, two) = (pem("CERTIFICATE", "ONE"), pem("CERTIFICATE", "TWO") + "\n");
+    let props = json!({"airlock_rootfs": {"stacks": ["cflinuxfs4", "bookworm"], "trusted_certs": [one, two],
+        "username": "cell", "password": "pw d",
+        "tls": {"cert": pem("CERTIFICATE", "C"), "key": pem("PRIVATE KEY", "K")}}});
     let spec = job_spec("airlock-rootfs");
     for (src, dst) in spec["templates"].as_object().unwrap() {
         let text = render("airlock-rootfs", src, &props, &link());
@@ -580,7 +609,7 @@ fn airlock_rootfs_job_renders() {
     .to_vec();
     assert_eq!(words, want);
     let certs = std::fs::read_to_string(tmp.path().join("config/certs/trusted_certs.crt")).unwrap();
-    assert_eq!(certs.trim_end(), "CA ONE\nCA TWO");
+    assert_eq!(certs.trim_end(), format!("{one}\n{}", two.trim_end()));
     assert_eq!(
         std::fs::read_to_string(tmp.path().join("config/certs/airlock_ca.crt"))
             .unwrap()
@@ -644,30 +673,6 @@ fn airlock_rootfs_job_renders() {
 }
 
 #[test]
-fn drain_waits_for_quiet_connections_and_prints_zero() {
-    require_tool("ss", "iproute2");
-    let tmp = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let props = json!({"airlock": {"port": port, "drain": {"timeout_secs": 20}}});
-    let script = tmp.path().join("drain");
-    std::fs::write(&script, render("airlock", "drain.erb", &props, &json!({}))).unwrap();
-    let start = Instant::now();
-    let o = Command::new("bash")
-        .arg(&script)
-        .arg("job_changed")
-        .arg("hash_changed")
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n");
-    let took = start.elapsed();
-    assert!(
-        took >= Duration::from_secs(3) && took < Duration::from_secs(10),
-        "{took:?}"
-    );
-}
-
-#[test]
 fn example_manifest_and_ops_file() {
     let rel = release();
     let tmp = tempfile::tempdir().unwrap();
@@ -679,13 +684,47 @@ fn example_manifest_and_ops_file() {
         .find(|j| j["name"] == "airlock")
         .unwrap();
     assert_eq!(job["provides"]["airlock"]["shared"], true);
-    // The manifest's properties are declared ones and render.
-    // Its TLS values are CredHub placeholders, not PEM.
-    let (config, _) = render_airlock(
-        &job["properties"],
+    // The manifest's properties are declared ones and render, with its
+    // variables interpolated as the director does (CredHub certificates,
+    // the -v hashes, the --var-file keyring), and airlock accepts them.
+    make_ca(tmp.path(), "airlock_ca");
+    issue(
         tmp.path(),
-        Check::RefusedWith("no PEM certificate found"),
+        "airlock_ca",
+        "airlock_tls",
+        "airlock",
+        SERVER_EXT,
     );
+    let read = |f: &str| std::fs::read_to_string(tmp.path().join(f)).unwrap();
+    let (_, public) = test_key();
+    let vars = [
+        ("((airlock_tls.certificate))", read("airlock_tls.crt")),
+        ("((airlock_tls.private_key))", read("airlock_tls.key")),
+        ("((airlock_tls.ca))", read("airlock_ca.crt")),
+        (
+            "((airlock_ops_password_hash))",
+            airlock::auth::password::hash("ops pw").unwrap(),
+        ),
+        (
+            "((airlock_cell_password_hash))",
+            airlock::auth::password::hash("cell pw").unwrap(),
+        ),
+        (
+            "((airlock_import_keyring))",
+            std::fs::read_to_string(&public).unwrap(),
+        ),
+    ];
+    let mut text = job["properties"].to_string();
+    for (var, value) in &vars {
+        assert!(text.contains(var), "the manifest uses {var}");
+        text = text.replace(
+            &format!("\"{var}\""),
+            &Value::from(value.as_str()).to_string(),
+        );
+    }
+    assert!(!text.contains("(("), "uninterpolated: {text}");
+    let props: Value = serde_json::from_str(&text).unwrap();
+    let (config, _) = render_airlock(&props, tmp.path(), Check::Accepted);
     assert_eq!(config["user"].as_array().unwrap().len(), 2);
 
     let ops = yaml_file(&rel.join("manifests/operations/add-airlock-rootfs.yml"));
@@ -721,12 +760,17 @@ fn example_manifest_and_ops_file() {
     );
     let job = value_at("/instance_groups/name=diego-cell/jobs/name=airlock-rootfs?").unwrap();
     assert_eq!(job["release"], "airlock");
-    let sync = render("airlock-rootfs", "sync.erb", &job["properties"], &link());
+    // ((airlock_stack)) as the director interpolates it.
+    let props: Value = serde_json::from_str(
+        &job["properties"]
+            .to_string()
+            .replace("((airlock_stack))", "cflinuxfs4"),
+    )
+    .unwrap();
+    let sync = render("airlock-rootfs", "sync.erb", &props, &link());
     let words = sync_words(&sync);
     assert!(
-        words
-            .windows(2)
-            .any(|w| w == ["--stack", "((airlock_stack))"]),
+        words.windows(2).any(|w| w == ["--stack", "cflinuxfs4"]),
         "{words:?}"
     );
 }

@@ -571,3 +571,86 @@ roles = ["cell"]
     // Nothing changed: the second pass downloads nothing.
     assert!(sync_ok(&url, &cells, &ok).contains("bb: up to date"));
 }
+
+/// The airlock-rootfs job as a BOSH director runs it on a cell (issue 42
+/// §1), on a VM's `/var/vcap` in a temp dir: `pre-start` installs the
+/// promoted rootfs before garden and rep would start, the process started
+/// as bpm starts it installs the next promotion within its poll interval,
+/// stops on SIGTERM (bpm stop) with the rootfs whole, and a restart keeps
+/// the installed rootfs: no download when nothing changed, and when
+/// airlock cannot be reached pre-start keeps it (a stack with nothing
+/// installed fails, naming it).
+#[test]
+fn airlock_rootfs_job_installs_at_pre_start_follows_promotions_and_keeps_its_rootfs_across_restarts()
+ {
+    use crate::bosh_vm::Vm;
+    use std::os::unix::fs::MetadataExt;
+    let (store, server, url) = setup("latest");
+    let props = |url: &str, stacks: &[&str]| {
+        serde_json::json!({"airlock_rootfs": {
+            "stacks": stacks, "url": url, "interval_secs": 1, "cell_id": "diego-cell/0a",
+            "pre_start_timeout_secs": 5}})
+    };
+    let vm = Vm::with_job(
+        "airlock-rootfs",
+        &props(&url, &["bb"]),
+        &serde_json::json!({}),
+    );
+    let rootfs = vm.path().join("data/airlock-rootfs/bb/rootfs.tar");
+    let (v1, _) = assigned(&server.addr);
+
+    vm.run_ok("pre-start", &[]);
+    assert_eq!(
+        sha256sum(&rootfs),
+        v1,
+        "pre-start installed the promoted rootfs"
+    );
+
+    let mut process = vm.spawn();
+    stack(&store, &["promote", "bb", "--image", "stacks/bb:v2"]);
+    let v2 = assigned_rootfs_after(&store, &server.addr, &v1);
+    let installed = settled(Duration::from_secs(30), &v2, || sha256sum(&rootfs));
+    assert_eq!(installed, v2, "the bpm process installed the promotion");
+    assert_eq!(tar_cat(&rootfs, "etc/stack-version"), b"2\n");
+    terminate(&mut process, Duration::from_secs(20));
+    assert_eq!(sha256sum(&rootfs), v2, "whole after bpm stop");
+
+    // Restart with nothing changed: the same file, not downloaded again.
+    let before = std::fs::metadata(&rootfs).unwrap();
+    let out = vm.run_ok("pre-start", &[]);
+    assert!(out.contains("bb: up to date"), "{out}");
+    let after = std::fs::metadata(&rootfs).unwrap();
+    assert_eq!(
+        (before.ino(), before.mtime_nsec()),
+        (after.ino(), after.mtime_nsec())
+    );
+
+    // Restart while airlock is down: the installed rootfs is kept.
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let vm_down = Vm::with_job(
+        "airlock-rootfs",
+        &props(&down, &["bb"]),
+        &serde_json::json!({}),
+    );
+    let dir = vm_down.path().join("data/airlock-rootfs/bb");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&rootfs, dir.join("rootfs.tar")).unwrap();
+    let o = vm_down.run("pre-start", &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("keeping the installed rootfs of every stack"),
+        "{err}"
+    );
+    assert_eq!(sha256sum(&dir.join("rootfs.tar")), v2);
+    // A stack with nothing installed fails the deploy, naming it.
+    let vm_new = Vm::with_job(
+        "airlock-rootfs",
+        &props(&down, &["bb"]),
+        &serde_json::json!({}),
+    );
+    let o = vm_new.run("pre-start", &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("no rootfs installed for bb"), "{err}");
+}

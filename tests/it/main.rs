@@ -19,6 +19,7 @@ mod authz_matrix;
 mod authz_routes;
 mod backup_restore;
 mod bosh_lifecycle;
+mod bosh_properties;
 mod bosh_release;
 mod bosh_vm;
 mod bundle_import;

@@ -6,8 +6,9 @@
 //! read it: `fsck --deep` finds nothing, a server answers every tag with
 //! its digest, both promotions of the stack with their rootfs, and the
 //! promotion's patch rebuilds the new rootfs from the old one with the
-//! stock `zstd --patch-from`; the torcx addon, the pull record and the
-//! history are there. A store of a newer layout is refused by `serve`,
+//! stock `zstd --patch-from`; the torcx addon, the pull record, the
+//! history and a token user (its token pulls under `stacks/` only) are
+//! there. A store of a newer layout is refused by `serve`,
 //! `import`, `ls`, `fsck` and `gc` with one line naming both versions, and
 //! is left byte for byte as it was.
 //!
@@ -27,6 +28,8 @@ use common::*;
 
 /// The stack the fixture promotes twice.
 const STACK: &str = "fx";
+/// The fixture's token user.
+const TOKEN_USER: &str = "fx-kpack";
 
 fn fixture(ext: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/store-layout-1.{ext}"))
@@ -148,8 +151,28 @@ fn write_fixture() {
         .collect();
     assert!(server.terminate().success());
 
+    // A token user (as `stack kpack --pull-secret` creates for kpack):
+    // a reader limited to stacks/, its token kept in the expectations.
+    let token = {
+        let store = std::sync::Arc::new(airlock::store::fs::FsStore::open(&b.data_dir()).unwrap());
+        let state = airlock::state::StateStore::new(store);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (token, _) = rt
+            .block_on(airlock::auth::tokens::create(
+                &state,
+                TOKEN_USER,
+                vec![airlock::auth::Role::Reader],
+                vec!["stacks/".into()],
+                "the layout 1 fixture's pull credential",
+                "fixture@writer",
+            ))
+            .unwrap();
+        token
+    };
+
     let d = |tag| layout_ref_digest(&layout, tag);
     let expect = serde_json::json!({
+        "token_user": [TOKEN_USER, token],
         "written_by": format!("airlock {}", env!("CARGO_PKG_VERSION")),
         "tags": [["stacks/fx", "v1", d("v1")], ["stacks/fx", "v2", d("v2")], ["app/pushed", "v1", d("v1")]],
         "promotions": [d("v1"), d("v2")],
@@ -257,6 +280,57 @@ fn the_layout_1_fixture_store_reads() {
             .arg(&patched),
     );
     assert_eq!(sha256sum(&patched), sha256sum(&tars[1]));
+    assert!(server.terminate().success());
+
+    // The token user: with users configured (no anonymous reads), its
+    // token pulls under stacks/ and nothing else; a wrong token is refused.
+    let config = dir.join("users.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[user]]\nname = \"ops\"\npassword_hash = {:?}\nroles = [\"admin\"]\n",
+            airlock::auth::password::hash("ops pw").unwrap()
+        ),
+    )
+    .unwrap();
+    // /v2/ answers 401 without credentials: wait for the listener only.
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = b
+        .command(
+            &["serve"],
+            &["--listen", &addr, "--config", config.to_str().unwrap()],
+        )
+        .spawn()
+        .unwrap();
+    let server = adopt_server(child, &addr, &b.data_dir(), true);
+    let user = expect["token_user"][0].as_str().unwrap();
+    let token = expect["token_user"][1].as_str().unwrap();
+    let basic = |secret: &str| {
+        use base64::Engine as _;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}"))
+        )
+    };
+    let status = |path: &str, secret: &str| {
+        let auth = basic(secret);
+        http(
+            &server.addr,
+            "GET",
+            path,
+            &[("authorization", auth.as_str())],
+        )
+        .unwrap()
+        .0
+    };
+    assert_eq!(status("/v2/stacks/fx/manifests/v1", token), 200);
+    assert_eq!(status("/v2/app/pushed/manifests/v1", token), 403);
+    assert_eq!(status("/v2/stacks/fx/manifests/v1", "not-the-token"), 401);
+    let listed = b.airlock_ok(&["user", "list"], &["--json"]);
+    assert!(
+        listed.contains(user) && listed.contains("\"token\""),
+        "{listed}"
+    );
     assert!(server.terminate().success());
 
     let store = airlock::store::fs::FsStore::open(&b.data_dir()).unwrap();
