@@ -350,6 +350,22 @@ fn every_invalid_airlock_property_fails_at_render_naming_it() {
     for (props, property) in &cases {
         assert_refused("airlock", props, &json!({}), property);
     }
+    // A secret's value is never echoed by the refusal.
+    let secret = with(
+        &with(&base, "airlock.tls.cert", json!(cert)),
+        "airlock.tls.key",
+        json!("s3cr3t-key-material"),
+    );
+    assert_not_echoed("airlock", &secret, "airlock.tls.key", "s3cr3t");
+}
+
+/// Renders `job` with `props`: a failure names `property`, none shows
+/// `secret`.
+fn assert_not_echoed(job: &str, props: &Value, property: &str, secret: &str) {
+    assert_refused(job, props, &json!({}), property);
+    for e in render_all(job, props, &json!({})).into_values().filter_map(Result::err) {
+        assert!(!e.contains(secret), "{job}: a refusal echoes a secret: {e}");
+    }
 }
 
 #[test]
@@ -452,6 +468,12 @@ fn every_invalid_airlock_rootfs_property_fails_at_render_naming_it() {
     for (props, property) in &cases {
         assert_refused("airlock-rootfs", props, &json!({}), property);
     }
+    let secret = with(
+        &with(&base, "airlock_rootfs.tls.cert", json!(cert)),
+        "airlock_rootfs.tls.key",
+        json!("s3cr3t-key-material"),
+    );
+    assert_not_echoed("airlock-rootfs", &secret, "airlock_rootfs.tls.key", "s3cr3t");
 }
 
 #[test]
