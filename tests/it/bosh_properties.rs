@@ -363,7 +363,10 @@ fn every_invalid_airlock_property_fails_at_render_naming_it() {
 /// `secret`.
 fn assert_not_echoed(job: &str, props: &Value, property: &str, secret: &str) {
     assert_refused(job, props, &json!({}), property);
-    for e in render_all(job, props, &json!({})).into_values().filter_map(Result::err) {
+    for e in render_all(job, props, &json!({}))
+        .into_values()
+        .filter_map(Result::err)
+    {
         assert!(!e.contains(secret), "{job}: a refusal echoes a secret: {e}");
     }
 }
@@ -473,7 +476,12 @@ fn every_invalid_airlock_rootfs_property_fails_at_render_naming_it() {
         "airlock_rootfs.tls.key",
         json!("s3cr3t-key-material"),
     );
-    assert_not_echoed("airlock-rootfs", &secret, "airlock_rootfs.tls.key", "s3cr3t");
+    assert_not_echoed(
+        "airlock-rootfs",
+        &secret,
+        "airlock_rootfs.tls.key",
+        "s3cr3t",
+    );
 }
 
 #[test]
