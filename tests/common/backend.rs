@@ -264,15 +264,10 @@ impl Backend {
 
     /// As [`Backend::airlock`], asserting success; returns stdout.
     pub fn airlock_ok(&self, subcommand: &[&str], args: &[&str]) -> String {
-        let o = self.airlock(subcommand, args);
-        assert!(
-            o.status.success(),
-            "{:?}: airlock {subcommand:?} {args:?} failed: {}{}",
-            self.kind,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        super::stdout_ok(
+            &self.airlock(subcommand, args),
+            &format!("{:?}: airlock {subcommand:?} {args:?} failed", self.kind),
+        )
     }
 
     /// `airlock import` of `bundle` trusting `keyring`; returns stdout.

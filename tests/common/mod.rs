@@ -143,10 +143,15 @@ pub fn airlock(args: &[&str]) -> Output {
 
 /// Runs airlock and asserts success; returns stdout.
 pub fn airlock_ok(args: &[&str]) -> String {
-    let o = airlock(args);
+    stdout_ok(&airlock(args), &format!("airlock {args:?} failed"))
+}
+
+/// The stdout of a finished command, asserting it succeeded (`what`, its
+/// stdout and stderr otherwise).
+pub fn stdout_ok(o: &Output, what: &str) -> String {
     assert!(
         o.status.success(),
-        "airlock {args:?} failed: {}{}",
+        "{what}: {}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );

@@ -174,14 +174,7 @@ fn curl_status(certs: &Path, args: &[&str]) -> (String, String) {
 
 /// Waits for `c` and asserts it succeeded; returns its stdout.
 fn finished(c: Child, what: &str) -> String {
-    let o = c.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    stdout_ok(&c.wait_with_output().unwrap(), what)
 }
 
 fn lifecycle(kind: Kind) {

@@ -77,14 +77,7 @@ impl Vm {
 
     /// [`Vm::run`], asserting success; returns stdout.
     pub(crate) fn run_ok(&self, script: &str, env: &[(&str, &Path)]) -> String {
-        let o = self.run(script, env);
-        assert!(
-            o.status.success(),
-            "bin/{script}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        stdout_ok(&self.run(script, env), &format!("bin/{script}"))
     }
 
     /// The job's process as bpm starts it (executable, args and env from
