@@ -88,6 +88,20 @@ pub struct StackSource {
     /// Builders' run image, with `build_image`.
     #[serde(default)]
     pub run_image: Option<String>,
+    /// Who must have signed the stack's images (`image`, `build_image`,
+    /// `run_image`), checked as an `[[image]]`'s policy is and in addition
+    /// to it ([`crate::signatures::Policy`]).
+    #[serde(default)]
+    pub policy: Option<crate::signatures::Policy>,
+}
+
+impl StackSource {
+    /// Whether `REPOSITORY:TAG` is one of this stack's images.
+    fn names(&self, reference: &str) -> bool {
+        self.image == reference
+            || self.build_image.as_deref() == Some(reference)
+            || self.run_image.as_deref() == Some(reference)
+    }
 }
 
 /// Pins `REPOSITORY:TAG` to the digest of an image of this bundle.
@@ -546,20 +560,38 @@ fn create_in(
                 no_sbom.insert(img.repository.clone());
             }
             let mut blobs = r.blobs;
-            if let Some(policy) = super::signed::policy_for(&one, &cfg.registry) {
+            // Every policy covering the image must hold: its own (or its
+            // registry's), and each of the stacks it is an image of.
+            let policies = super::signed::policy_for(&one, &cfg.registry)
+                .into_iter()
+                .chain(
+                    cfg.stack
+                        .iter()
+                        .filter(|s| {
+                            one.tags
+                                .iter()
+                                .any(|t| s.names(&format!("{}:{t}", one.repository)))
+                        })
+                        .filter_map(|s| s.policy.as_ref()),
+                );
+            let mut signatures_carried = HashSet::new();
+            for policy in policies {
                 progress.set_message(format!("checking signatures of {}", one.source));
                 let signed = super::signed::check_image(
                     &one,
                     &r.entry,
                     &blobs,
+                    &r.referrers,
                     policy,
                     base,
                     remote.as_mut(),
                     progress,
                 )?;
                 for c in signed {
-                    images.push(c.entry);
-                    blobs.extend(c.blobs);
+                    if signatures_carried.insert(c.entry.digest.clone()) {
+                        images.push(c.entry);
+                        blobs.extend(c.blobs);
+                    }
                 }
             }
             images.push(r.entry);

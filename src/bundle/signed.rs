@@ -42,13 +42,16 @@ pub(super) fn policy_for<'a>(
     })
 }
 
-/// Checks `entry` (resolved from `img`, whose files are in `blobs`) against
-/// `policy` and returns the signature images to carry. Errors: one line,
+/// Checks `entry` (resolved from `img`, whose files are in `blobs`, with
+/// the referrers `referrers` carried too) against `policy` and returns the
+/// signature images to carry. Errors: one line,
 /// `REPOSITORY:TAG (DIGEST): CAUSE`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn check_image(
     img: &ImageSource,
     entry: &ImageEntry,
     blobs: &[(BlobEntry, PathBuf)],
+    referrers: &[ImageEntry],
     policy: &Policy,
     base: &Path,
     mut remote: Option<&mut source::Remote>,
@@ -64,8 +67,8 @@ pub(super) fn check_image(
             .unwrap_or_default(),
         entry.digest
     );
-    let keys = policy
-        .load_keys(base)
+    let signers = policy
+        .load(base)
         .with_context(|| format!("{name}: policy"))?;
     let root = file_of(blobs, &entry.digest)?;
     let manifest = read_limited(&root, crate::oci::MAX_MANIFEST_SIZE)?;
@@ -83,13 +86,16 @@ pub(super) fn check_image(
             }
             _ => from_layout(img, &digest, base)?,
         };
-        let sigs = found.as_ref().map(read_signatures).transpose()?;
+        let sigs = signatures::Found {
+            simple: found.as_ref().map(read_signatures).transpose()?,
+            bundles: bundles_of(&digest, referrers, blobs)?,
+        };
         let which = if digest == entry.digest {
             name.clone()
         } else {
             format!("{name}, platform manifest {digest}")
         };
-        signatures::check(&digest, &keys, sigs.as_ref()).map_err(|e| anyhow!("{which}: {e}"))?;
+        signatures::check(&digest, &signers, &sigs).map_err(|e| anyhow!("{which}: {e}"))?;
         if let Some(c) = found {
             carried.push(c);
         }
@@ -161,6 +167,26 @@ fn sig_entry(
         size,
         absent: Vec::new(),
     })
+}
+
+/// The sigstore bundles of the referrers of `digest` among `referrers`
+/// (their files in `blobs`; [`signatures::sigstore`]).
+fn bundles_of(
+    digest: &Digest,
+    referrers: &[ImageEntry],
+    blobs: &[(BlobEntry, PathBuf)],
+) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for r in referrers {
+        let bytes = read_limited(&file_of(blobs, &r.digest)?, crate::oci::MAX_MANIFEST_SIZE)?;
+        for l in signatures::sigstore::bundle_layers(&bytes, digest) {
+            out.push(read_limited(
+                &file_of(blobs, &l.digest)?,
+                signatures::sigstore::MAX_BUNDLE,
+            )?);
+        }
+    }
+    Ok(out)
 }
 
 /// The manifest and payloads of a signature image, from its files.

@@ -49,7 +49,14 @@ impl PublicKey {
                 path.display()
             )
         })?;
-        let der = doc.as_bytes();
+        PublicKey::from_der(doc.as_bytes(), path)
+    }
+
+    /// A key from its DER SubjectPublicKeyInfo (a certificate's key, a
+    /// transparency log's key in a trusted root); `path` names where it
+    /// came from. Errors: not ECDSA P-256 or Ed25519.
+    pub fn from_der(der: &[u8], path: &Path) -> Result<PublicKey> {
+        use p256::pkcs8::DecodePublicKey;
         let kind = if let Ok(k) = p256::ecdsa::VerifyingKey::from_public_key_der(der) {
             Kind::P256(k)
         } else if let Ok(k) = ed25519_dalek::VerifyingKey::from_public_key_der(der) {
@@ -66,6 +73,21 @@ impl PublicKey {
             id: format!("sha256:{}", &hex[..16]),
             kind,
         })
+    }
+
+    /// Whether `signature` (ECDSA P-256, DER) is this key's over the
+    /// SHA-256 digest `prehash` of a message (a sigstore bundle's
+    /// `messageSignature`, RFC 6979 §2.4 over the digest). An Ed25519 key
+    /// signs messages, not digests: false.
+    pub fn verifies_prehash(&self, prehash: &[u8], signature: &[u8]) -> bool {
+        match &self.kind {
+            Kind::P256(k) => {
+                use p256::ecdsa::signature::hazmat::PrehashVerifier;
+                p256::ecdsa::DerSignature::from_bytes(signature)
+                    .is_ok_and(|s| k.verify_prehash(prehash, &s).is_ok())
+            }
+            Kind::Ed25519(_) => false,
+        }
     }
 
     /// Whether `signature` is this key's signature of `payload`, as cosign

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use super::PublicKey;
+use super::{Keyless, PublicKey, Signers, TrustedRoot};
 use crate::digest::Digest;
 use crate::oci::Manifest;
 
@@ -21,14 +21,30 @@ use crate::oci::Manifest;
 /// ```
 /// The image (and with `each_platform`, every platform manifest of an
 /// index that the bundle carries) must carry a cosign signature by one of
-/// `keys` ([`super::check`]); a relative path is resolved against the
-/// config file's directory.
+/// `keys`, or a keyless one by one of `identities` checked against
+/// `trusted_root` ([`super::check`]); a relative path is resolved against
+/// the config file's directory. Keyless:
+///
+/// ```toml
+/// policy = { trusted_root = "trusted_root.json", identities = [
+///   { subject = "https://github.com/example/base/.github/workflows/release.yml@refs/heads/main",
+///     issuer = "https://token.actions.githubusercontent.com" } ] }
+/// ```
 #[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Cosign public keys (PEM `PUBLIC KEY`, ECDSA P-256 or Ed25519); a
     /// signature by any one of them counts.
+    #[serde(default)]
     pub keys: Vec<PathBuf>,
+    /// Keyless signers ([`super::Identity`]: certificate subject and OIDC
+    /// issuer, exact or regex); needs `trusted_root`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identities: Vec<super::Identity>,
+    /// A sigstore `trusted_root.json` (Fulcio CAs, Rekor keys) that keyless
+    /// signatures are checked against, offline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_root: Option<PathBuf>,
     /// Of an index: each platform manifest carried needs its own
     /// signature, not only the index (`cosign sign --recursive`)
     /// [default: false].
@@ -37,16 +53,39 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// The policy's keys, read (paths relative to `base`). Errors name the
-    /// file; a policy without keys is refused.
-    pub fn load_keys(&self, base: &Path) -> Result<Vec<PublicKey>> {
-        if self.keys.is_empty() {
-            bail!("policy has no keys");
+    /// The policy's signers, read (paths relative to `base`). Errors name
+    /// the file; a policy with neither keys nor identities, identities
+    /// without a trusted root (or a root without identities), an identity
+    /// that is not one subject and one issuer, are refused.
+    pub fn load(&self, base: &Path) -> Result<Signers> {
+        if self.keys.is_empty() && self.identities.is_empty() {
+            bail!("policy has no keys and no identities");
         }
-        self.keys
+        let keys = self
+            .keys
             .iter()
             .map(|p| PublicKey::load(&base.join(p)))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        let keyless = match (&self.trusted_root, self.identities.is_empty()) {
+            (None, true) => None,
+            (Some(_), true) => bail!("policy has a trusted_root but no identities"),
+            (None, false) => {
+                bail!("policy has identities but no trusted_root to check them against")
+            }
+            (Some(root), false) => {
+                let identities = self
+                    .identities
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| id.compile().with_context(|| format!("identities[{i}]")))
+                    .collect::<Result<Vec<_>>>()?;
+                Some(Keyless {
+                    identities,
+                    root: std::sync::Arc::new(TrustedRoot::load(&base.join(root))?),
+                })
+            }
+        };
+        Ok(Signers { keys, keyless })
     }
 }
 
@@ -67,7 +106,14 @@ pub struct SiteRule {
     /// Cosign public keys (PEM `PUBLIC KEY`, ECDSA P-256 or Ed25519); a
     /// signature by any one of them counts. Paths as given (absolute, or
     /// relative to the directory airlock runs in).
+    #[serde(default)]
     pub keys: Vec<PathBuf>,
+    /// Keyless signers, as in the mirror config's [`Policy::identities`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identities: Vec<super::Identity>,
+    /// The `trusted_root.json` keyless signatures are checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_root: Option<PathBuf>,
     /// Of an index: each platform manifest carried needs its own
     /// signature, not only the index [default: false].
     #[serde(default)]
@@ -78,7 +124,7 @@ pub struct SiteRule {
 /// upstream signatures.
 #[derive(Debug, Clone, Default)]
 pub struct SitePolicy {
-    rules: Vec<(SiteRule, Vec<PublicKey>)>,
+    rules: Vec<(SiteRule, Signers)>,
 }
 
 impl SitePolicy {
@@ -87,16 +133,18 @@ impl SitePolicy {
     pub fn load(rules: &[SiteRule]) -> Result<SitePolicy> {
         let mut loaded = Vec::new();
         for (i, r) in rules.iter().enumerate() {
-            let keys = Policy {
+            let signers = Policy {
                 keys: r.keys.clone(),
+                identities: r.identities.clone(),
+                trusted_root: r.trusted_root.clone(),
                 each_platform: r.each_platform,
             }
-            .load_keys(Path::new(""))
+            .load(Path::new(""))
             .with_context(|| format!("import.policy[{i}]"))?;
             if r.repositories.is_empty() {
                 bail!("import.policy[{i}]: no repositories");
             }
-            loaded.push((r.clone(), keys));
+            loaded.push((r.clone(), signers));
         }
         Ok(SitePolicy { rules: loaded })
     }
@@ -106,11 +154,11 @@ impl SitePolicy {
         self.rules.is_empty()
     }
 
-    /// The rules covering `repository`: (each_platform, keys) of each.
+    /// The rules covering `repository`: (each_platform, signers) of each.
     pub fn rules_for<'a>(
         &'a self,
         repository: &'a str,
-    ) -> impl Iterator<Item = (bool, &'a [PublicKey])> + 'a {
+    ) -> impl Iterator<Item = (bool, &'a Signers)> + 'a {
         self.rules
             .iter()
             .filter(move |(r, _)| {
@@ -118,7 +166,7 @@ impl SitePolicy {
                     .iter()
                     .any(|g| crate::names::glob_match(g, repository))
             })
-            .map(|(r, keys)| (r.each_platform, keys.as_slice()))
+            .map(|(r, signers)| (r.each_platform, signers))
     }
 }
 

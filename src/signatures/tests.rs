@@ -43,6 +43,20 @@ fn signatures(payload: &[u8], sig: &[u8]) -> Signatures {
     }
 }
 
+fn keys(k: &[PublicKey]) -> Signers {
+    Signers {
+        keys: k.to_vec(),
+        keyless: None,
+    }
+}
+
+fn simple(s: Signatures) -> Found {
+    Found {
+        simple: Some(s),
+        bundles: Vec::new(),
+    }
+}
+
 fn p256_sign(sk: &p256::ecdsa::SigningKey, msg: &[u8]) -> Vec<u8> {
     use p256::ecdsa::signature::Signer;
     let s: p256::ecdsa::DerSignature = sk.sign(msg);
@@ -56,8 +70,8 @@ fn a_signature_by_a_trusted_key_over_the_digest_counts() {
     let p = payload(&d);
     let got = check(
         &d,
-        std::slice::from_ref(&pk),
-        Some(&signatures(&p, &p256_sign(&sk, &p))),
+        &keys(std::slice::from_ref(&pk)),
+        &simple(signatures(&p, &p256_sign(&sk, &p))),
     );
     assert_eq!(got, Ok(pk.id.clone()));
     assert!(pk.id.starts_with("sha256:") && pk.id.len() == 23);
@@ -76,7 +90,7 @@ fn ed25519_keys_sign_the_payload_itself() {
     let pk = PublicKey::parse(&pem, Path::new("ed.pub")).unwrap();
     let p = payload(&d);
     let sig = sk.sign(&p).to_bytes();
-    assert!(check(&d, &[pk], Some(&signatures(&p, &sig))).is_ok());
+    assert!(check(&d, &keys(&[pk]), &simple(signatures(&p, &sig))).is_ok());
 }
 
 #[test]
@@ -85,8 +99,17 @@ fn each_way_of_failing_names_what_was_found() {
     let (sk, pk) = p256_key(7);
     let (other_sk, _) = p256_key(9);
     let p = payload(&d);
-    let keys = [pk];
-    let err = |found: Option<&Signatures>| check(&d, &keys, found).unwrap_err().0;
+    let signers = keys(&[pk]);
+    let err = |found: Option<&Signatures>| {
+        let found = Found {
+            simple: found.map(|f| Signatures {
+                manifest: f.manifest.clone(),
+                payloads: f.payloads.clone(),
+            }),
+            bundles: Vec::new(),
+        };
+        check(&d, &signers, &found).unwrap_err().0
+    };
     assert!(err(None).contains(&signature_tag(&d)), "{}", err(None));
     let wrong_key = signatures(&p, &p256_sign(&other_sk, &p));
     assert!(err(Some(&wrong_key)).contains("no trusted key verifies"));
@@ -129,6 +152,7 @@ fn site_rules_cover_repositories_by_glob() {
         repositories: vec!["stacks/**".into()],
         keys: vec![path],
         each_platform: false,
+        ..Default::default()
     }];
     let policy = SitePolicy::load(&rules).unwrap();
     assert_eq!(policy.rules_for("stacks/cflinuxfs4").count(), 1);
@@ -137,10 +161,137 @@ fn site_rules_cover_repositories_by_glob() {
         repositories: vec!["**".into()],
         keys: vec![dir.path().join("absent.pub")],
         each_platform: false,
+        ..Default::default()
     }];
     let e = format!("{:#}", SitePolicy::load(&missing).unwrap_err());
     assert!(
         e.contains("import.policy[0]") && e.contains("absent.pub"),
         "{e}"
     );
+}
+
+/// A cosign v3 bundle (DSSE, in-toto statement of predicate type
+/// [`sigstore::SIGN_PREDICATE`] over `subject`), signed by `sk`, with a
+/// public key hint as `cosign sign --key` writes it.
+fn dsse_bundle(sk: &p256::ecdsa::SigningKey, subject: &Digest, predicate: &str) -> Vec<u8> {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let statement = serde_json::json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "example.org/app", "digest": {"sha256": subject.hex()}}],
+        "predicateType": predicate, "predicate": {}
+    });
+    let payload = serde_json::to_vec(&statement).unwrap();
+    let t = "application/vnd.in-toto+json";
+    let mut pae = format!("DSSEv1 {} {t} {} ", t.len(), payload.len()).into_bytes();
+    pae.extend_from_slice(&payload);
+    serde_json::to_vec(&serde_json::json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"publicKey": {"hint": "k"}, "tlogEntries": []},
+        "dsseEnvelope": {"payload": b64(&payload), "payloadType": t,
+                         "signatures": [{"sig": b64(&p256_sign(sk, &pae)), "keyid": ""}]}
+    }))
+    .unwrap()
+}
+
+fn bundles(b: Vec<u8>) -> Found {
+    Found {
+        simple: None,
+        bundles: vec![b],
+    }
+}
+
+#[test]
+fn a_sigstore_bundle_signed_by_a_trusted_key_counts_and_others_name_what_they_are() {
+    use sha2::Digest as _;
+    let d = Digest::sha256_of(b"image");
+    let (sk, pk) = p256_key(7);
+    let (other, _) = p256_key(9);
+    let signers = keys(std::slice::from_ref(&pk));
+    let ok = dsse_bundle(&sk, &d, sigstore::SIGN_PREDICATE);
+    assert_eq!(check(&d, &signers, &bundles(ok.clone())), Ok(pk.id.clone()));
+    let err = |b: Vec<u8>| check(&d, &signers, &bundles(b)).unwrap_err().0;
+    assert!(err(dsse_bundle(&other, &d, sigstore::SIGN_PREDICATE)).contains("no trusted key"));
+    let e = err(dsse_bundle(
+        &sk,
+        &Digest::sha256_of(b"x"),
+        sigstore::SIGN_PREDICATE,
+    ));
+    assert!(e.contains("over another digest"), "{e}");
+    let e = err(dsse_bundle(&sk, &d, "https://slsa.dev/provenance/v1"));
+    assert!(
+        e.contains("an attestation (https://slsa.dev/provenance/v1)"),
+        "{e}"
+    );
+    // The payload changed after signing: the envelope's signature fails.
+    let mut v: serde_json::Value = serde_json::from_slice(&ok).unwrap();
+    let p = v["dsseEnvelope"]["payload"].as_str().unwrap().to_string();
+    let mut raw = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
+    raw.push(b' ');
+    v["dsseEnvelope"]["payload"] = base64::engine::general_purpose::STANDARD
+        .encode(&raw)
+        .into();
+    assert!(err(serde_json::to_vec(&v).unwrap()).contains("no trusted key"));
+    // A message signature over the digest (ECDSA over the prehash).
+    use p256::ecdsa::signature::hazmat::PrehashSigner;
+    let prehash = sha2::Sha256::digest(b"image");
+    let sig: p256::ecdsa::Signature = sk.sign_prehash(&prehash).unwrap();
+    let ms = serde_json::json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle+json;version=0.2",
+        "verificationMaterial": {"publicKey": {"hint": "k"}},
+        "messageSignature": {"messageDigest": {"algorithm": "SHA2_256",
+            "digest": base64::engine::general_purpose::STANDARD.encode(prehash)},
+            "signature": base64::engine::general_purpose::STANDARD.encode(sig.to_der().as_bytes())}
+    });
+    assert_eq!(
+        check(&d, &signers, &bundles(serde_json::to_vec(&ms).unwrap())),
+        Ok(pk.id.clone())
+    );
+    // A keyless bundle where the policy names only keys.
+    let mut keyless = ok.clone();
+    let mut v: serde_json::Value = serde_json::from_slice(&keyless).unwrap();
+    v["verificationMaterial"] = serde_json::json!({"certificate": {"rawBytes": "AAAA"}});
+    keyless = serde_json::to_vec(&v).unwrap();
+    assert!(err(keyless).contains("where the policy names only keys"));
+    assert!(err(b"{".to_vec()).contains("does not parse"));
+}
+
+#[test]
+fn keyless_policies_need_a_trusted_root_and_one_subject_and_one_issuer() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = |subject: Option<&str>, subject_regex: Option<&str>| Identity {
+        subject: subject.map(str::to_string),
+        subject_regex: subject_regex.map(str::to_string),
+        issuer: Some("https://issuer.example.org".into()),
+        issuer_regex: None,
+    };
+    let err = |p: Policy| format!("{:#}", p.load(dir.path()).unwrap_err());
+    let no_root = Policy {
+        identities: vec![id(Some("a@example.org"), None)],
+        ..Default::default()
+    };
+    assert!(err(no_root).contains("no trusted_root"));
+    let root = dir.path().join("trusted_root.json");
+    std::fs::write(&root, r#"{"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1", "tlogs": [], "certificateAuthorities": []}"#).unwrap();
+    let empty_root = Policy {
+        identities: vec![id(Some("a@example.org"), None)],
+        trusted_root: Some(root.clone()),
+        ..Default::default()
+    };
+    let e = err(empty_root);
+    assert!(
+        e.contains("trusted_root.json") && e.contains("at least one"),
+        "{e}"
+    );
+    let both = Policy {
+        identities: vec![id(Some("a@example.org"), Some("^a"))],
+        trusted_root: Some(root.clone()),
+        ..Default::default()
+    };
+    assert!(err(both).contains("identities[0]: give exactly one of subject and subject_regex"));
+    let bad_regex = id(None, Some("(")).compile().unwrap_err();
+    assert!(
+        bad_regex.to_string().contains("subject_regex"),
+        "{bad_regex}"
+    );
+    assert!(err(Policy::default()).contains("no keys and no identities"));
 }

@@ -69,4 +69,5 @@ mod torcx;
 mod trust_document;
 mod ui_console;
 mod upload_sessions;
+mod upstream_keyless;
 mod upstream_signatures;

@@ -17,7 +17,7 @@ use std::process::Command;
 
 use common::*;
 
-fn openssl(args: &[&str]) -> Vec<u8> {
+pub(crate) fn openssl(args: &[&str]) -> Vec<u8> {
     require_tool("openssl", "openssl");
     let o = Command::new("openssl").args(args).output().unwrap();
     assert!(
@@ -30,7 +30,7 @@ fn openssl(args: &[&str]) -> Vec<u8> {
 
 /// An ECDSA P-256 key pair by openssl, as `cosign generate-key-pair`
 /// makes (PEM SubjectPublicKeyInfo): (secret, public).
-fn p256_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn p256_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let (sec, public) = (
         dir.join(format!("{name}.pem")),
         dir.join(format!("{name}.pub")),
@@ -54,7 +54,7 @@ fn ed25519_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 }
 
 /// cosign's simple-signing payload for the manifest `digest`.
-fn payload(digest: &str) -> Vec<u8> {
+pub(crate) fn payload(digest: &str) -> Vec<u8> {
     format!(
         r#"{{"critical":{{"identity":{{"docker-reference":"example.org/app"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
     )
@@ -62,7 +62,7 @@ fn payload(digest: &str) -> Vec<u8> {
 }
 
 /// The signature of `payload` by the openssl key `sec`, base64 by coreutils.
-fn sign(dir: &Path, sec: &Path, payload: &[u8], ed25519: bool) -> String {
+pub(crate) fn sign(dir: &Path, sec: &Path, payload: &[u8], ed25519: bool) -> String {
     let p = dir.join("payload.json");
     let sig = dir.join("payload.sig");
     std::fs::write(&p, payload).unwrap();
@@ -88,7 +88,7 @@ fn sign(dir: &Path, sec: &Path, payload: &[u8], ed25519: bool) -> String {
 
 /// Pushes `bytes` as a blob of `repo` (POST, then PUT with the digest
 /// `sha256sum` computes); returns the digest.
-fn push_blob(dir: &Path, addr: &str, repo: &str, bytes: &[u8]) -> String {
+pub(crate) fn push_blob(dir: &Path, addr: &str, repo: &str, bytes: &[u8]) -> String {
     let f = dir.join("blob.bin");
     std::fs::write(&f, bytes).unwrap();
     let digest = sha256sum(&f);
@@ -111,23 +111,44 @@ fn push_blob(dir: &Path, addr: &str, repo: &str, bytes: &[u8]) -> String {
 /// Pushes the signature image of `digest` to `repo` on `addr` as cosign
 /// does (tag `sha256-<hex>.sig`), with one payload layer per
 /// (payload, base64 signature); returns the manifest bytes.
-fn push_signature(
+pub(crate) fn push_signature(
     dir: &Path,
     addr: &str,
     repo: &str,
     digest: &str,
     layers: &[(Vec<u8>, String)],
 ) -> Vec<u8> {
+    let annotated: Vec<(Vec<u8>, serde_json::Value)> = layers
+        .iter()
+        .map(|(p, sig)| {
+            (
+                p.clone(),
+                serde_json::json!({"dev.cosignproject.cosign/signature": sig}),
+            )
+        })
+        .collect();
+    push_signature_annotated(dir, addr, repo, digest, &annotated)
+}
+
+/// [`push_signature`] with each payload layer's annotations given whole
+/// (cosign's keyless layers carry a certificate and a log entry too).
+pub(crate) fn push_signature_annotated(
+    dir: &Path,
+    addr: &str,
+    repo: &str,
+    digest: &str,
+    layers: &[(Vec<u8>, serde_json::Value)],
+) -> Vec<u8> {
     let mut descs = Vec::new();
     let mut diff_ids = Vec::new();
-    for (payload, sig) in layers {
+    for (payload, annotations) in layers {
         let d = push_blob(dir, addr, repo, payload);
         diff_ids.push(d.clone());
         descs.push(serde_json::json!({
             "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
             "size": payload.len(),
             "digest": d,
-            "annotations": {"dev.cosignproject.cosign/signature": sig}
+            "annotations": annotations
         }));
     }
     let config = serde_json::to_vec(&serde_json::json!({
@@ -146,21 +167,26 @@ fn push_signature(
     }))
     .unwrap();
     let tag = format!("sha256-{}.sig", digest.strip_prefix("sha256:").unwrap());
+    put_manifest(addr, repo, &tag, &manifest);
+    manifest
+}
+
+/// PUTs the OCI image manifest `manifest` as `repo:reference`, asserting 201.
+pub(crate) fn put_manifest(addr: &str, repo: &str, reference: &str, manifest: &[u8]) {
     let (status, _, body) = http_body(
         addr,
         "PUT",
-        &format!("/v2/{repo}/manifests/{tag}"),
+        &format!("/v2/{repo}/manifests/{reference}"),
         &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
-        &manifest,
+        manifest,
     )
     .unwrap();
     assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-    manifest
 }
 
 /// skopeo copies the fixture's `r` to `docker://ADDR/DEST`; returns the
 /// manifest digest by `sha256sum` of what `skopeo inspect --raw` reads.
-fn push_image(dir: &Path, addr: &str, r: &str, dest: &str) -> String {
+pub(crate) fn push_image(dir: &Path, addr: &str, r: &str, dest: &str) -> String {
     let src = format!("oci:{}:{r}", fixture_layout().display());
     let dst = format!("docker://{addr}/{dest}");
     skopeo(&["copy", "--all", "--dest-tls-verify=false", &src, &dst]);
@@ -171,7 +197,12 @@ fn push_image(dir: &Path, addr: &str, r: &str, dest: &str) -> String {
 }
 
 /// `bundle create` of one mirror config; (success, stderr).
-fn create(dir: &Path, name: &str, addr: &str, images: &[String]) -> (bool, String, PathBuf) {
+pub(crate) fn create(
+    dir: &Path,
+    name: &str,
+    addr: &str,
+    images: &[String],
+) -> (bool, String, PathBuf) {
     let config = mirror_config(&dir.join(format!("{name}.toml")), &[addr], images);
     let out = dir.join(format!("{name}.bundle"));
     let o = create_env_plain(&config, &out, &dir.join("cache"));
@@ -226,7 +257,7 @@ fn site_config(dir: &Path, name: &str, repositories: &[&str], keys: &[&Path]) ->
     p
 }
 
-fn import_with(data: &Path, config: &Path, bundle: &Path) -> std::process::Output {
+pub(crate) fn import_with(data: &Path, config: &Path, bundle: &Path) -> std::process::Output {
     let (_, keyring) = test_key();
     airlock(&[
         "import",

@@ -12,7 +12,7 @@ use anyhow::Result;
 
 use super::plan::Refused;
 use crate::bundle::format::{BundleDoc, ImageEntry};
-use crate::signatures::{self, Signatures, SitePolicy};
+use crate::signatures::{self, Found, Signatures, SitePolicy};
 use crate::store::{self, Blobstore};
 
 /// Checks every image of `doc` against `policy` (blobs read from `store`,
@@ -32,12 +32,12 @@ pub(super) async fn check(
             continue;
         }
         let manifest = store::get_verified(store, &img.digest).await?;
-        for (each_platform, keys) in rules {
+        for (each_platform, signers) in rules {
             let wanted =
                 signatures::policy::to_sign(&img.digest, &manifest, each_platform, &img.absent)?;
             for digest in wanted {
                 let found = signatures_of(store, doc, img, &digest).await?;
-                if let Err(e) = signatures::check(&digest, keys, found.as_ref()) {
+                if let Err(e) = signatures::check(&digest, signers, &found) {
                     let tag = img.tags.first().map(|t| t.to_string()).unwrap_or_default();
                     let which = if digest == img.digest {
                         format!("{}:{tag} ({digest})", img.repository)
@@ -72,28 +72,43 @@ fn is_signature_tag(tag: &str) -> bool {
         })
 }
 
-/// The signature image of `digest` the bundle carries in `img`'s
-/// repository, read from the store; `None` when it carries none.
+/// The signatures of `digest` the bundle carries in `img`'s repository,
+/// read from the store: the signature image tagged `sha256-<hex>.sig`, and
+/// the sigstore bundles of its referrers (untagged manifests whose subject
+/// is `digest`).
 async fn signatures_of(
     store: &dyn Blobstore,
     doc: &BundleDoc,
     img: &ImageEntry,
     digest: &crate::digest::Digest,
-) -> Result<Option<Signatures>> {
+) -> Result<Found> {
     let tag = signatures::signature_tag(digest);
-    let Some(sig) = doc
+    let mut found = Found::default();
+    if let Some(sig) = doc
         .images
         .iter()
         .find(|i| i.repository == img.repository && i.tags.iter().any(|t| t.to_string() == tag))
-    else {
-        return Ok(None);
-    };
-    let manifest = store::get_verified(store, &sig.digest).await?;
-    let mut payloads = BTreeMap::new();
-    // A manifest that does not parse has no payloads; `check` names it.
-    for l in signatures::payload_layers(&manifest).unwrap_or_default() {
-        let bytes = store::get_verified(store, &l.digest).await?;
-        payloads.insert(l.digest, bytes);
+    {
+        let manifest = store::get_verified(store, &sig.digest).await?;
+        let mut payloads = BTreeMap::new();
+        // A manifest that does not parse has no payloads; `check` names it.
+        for l in signatures::payload_layers(&manifest).unwrap_or_default() {
+            let bytes = store::get_verified(store, &l.digest).await?;
+            payloads.insert(l.digest, bytes);
+        }
+        found.simple = Some(Signatures { manifest, payloads });
     }
-    Ok(Some(Signatures { manifest, payloads }))
+    for r in doc
+        .images
+        .iter()
+        .filter(|i| i.repository == img.repository && i.tags.is_empty())
+    {
+        let manifest = store::get_verified(store, &r.digest).await?;
+        for l in signatures::sigstore::bundle_layers(&manifest, digest) {
+            found
+                .bundles
+                .push(store::get_verified(store, &l.digest).await?);
+        }
+    }
+    Ok(found)
 }
