@@ -3,6 +3,7 @@
 //!
 //! | request | answer |
 //! | --- | --- |
+//! | `GET`, `POST /admin/v1/trust` | the site's trust document ([`trust_doc`]) |
 //! | `POST /admin/v1/imports[?dry_run=true][&allow_downgrade=true][&allow_expired=true][&reason=TEXT]` (body: the bundle, a tar stream; volumes concatenated in order) | 200 JSON `{id, created, images, blobs_new, blobs_skipped, bytes_new, bytes_read, generation, changed, dry_run, repaired?, tags: [{repository, tag, old?, new, action, downgrade?}], elapsed_secs, message}` (`repaired`: the damaged generation the import restored first, as `airlock fsck --repair`; 403 for an admin limited to repository prefixes), as `airlock import` prints |
 //!
 //! Errors are `{"code","message"}`: 400 `BUNDLE_INVALID` (bad signature,
@@ -29,11 +30,13 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use futures_util::TryStreamExt;
 use serde_json::json;
 
 use crate::bundle::{import, sign, trust};
+
+mod trust_doc;
 use crate::state::StateStore;
 
 /// What the admin API needs from the composition root.
@@ -53,6 +56,10 @@ pub trait Context: Send + Sync + 'static {
 pub fn router(ctx: Arc<dyn Context>) -> Router {
     Router::new()
         .route("/admin/v1/imports", post(import_bundle))
+        .route(
+            "/admin/v1/trust",
+            get(trust_doc::show).post(trust_doc::install),
+        )
         .with_state(ctx)
 }
 

@@ -151,8 +151,7 @@ pub async fn import(args: ImportArgs) -> Result<()> {
     Ok(())
 }
 
-/// Largest trust document read, in bytes.
-const MAX_TRUST_DOCUMENT: u64 = 4 << 20;
+use trust::MAX_DOCUMENT as MAX_TRUST_DOCUMENT;
 
 /// The text of `paths` when it is one file holding a cleartext-signed
 /// document (a trust document) rather than a bundle; `None` otherwise.

@@ -431,6 +431,18 @@ pub const ROUTES: &[Route] = &[
         grant(Admin, Named),
         "import a bundle (every repository it writes; a repair: every repository)",
     ),
+    row(
+        Methods::READ,
+        "/admin/v1/trust",
+        grant(Permission::Pull, Nothing),
+        "the site's trust document",
+    ),
+    row(
+        Methods::POST,
+        "/admin/v1/trust",
+        grant(Admin, Everything),
+        "install or rotate the trust document",
+    ),
     // Console: pages and their JSON.
     row(Methods::GET, "/ui", Need::Public, "redirect to /ui/"),
     row(Methods::GET_POST, "/ui/login", Need::Public, "login form"),

@@ -89,6 +89,8 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ("POST", "/stacks/v1/{stack}/default", "pa", "a"),
     ("POST", "/stacks/v1/{stack}/register", "pa", "a"),
     ("POST", "/admin/v1/imports", "pa", "a"),
+    ("GET HEAD", "/admin/v1/trust", "rcpa", "rcpa"),
+    ("POST", "/admin/v1/trust", "a", "a"),
     ("GET", "/ui", "rcpamnN", "rcpamnN"),
     ("GET POST", "/ui/login", "rcpamnN", "rcpamnN"),
     ("POST", "/ui/logout", "rcpamnN", "rcpamnN"),

@@ -398,3 +398,108 @@ fn a_trust_document_scopes_thresholds_and_rotation() {
         "{shown}"
     );
 }
+
+/// `POST /admin/v1/trust` installs and rotates the document as `airlock
+/// import` does (same checks, same refusals), `GET` shows the one in force.
+#[test]
+fn a_trust_document_is_installed_over_http() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let pairs: Vec<(PathBuf, PathBuf)> =
+        ["r0", "r1", "r2"].iter().map(|n| keypair(dir, n)).collect();
+    let public: Vec<&Path> = pairs.iter().map(|(_, p)| p.as_path()).collect();
+    let (keys, fpr) = key_objects(&public);
+    let doc_json = dir.join("trust.json");
+    std::fs::write(
+        &doc_json,
+        serde_json::to_string_pretty(&serde_json::json!({
+            "format": "airlock-trust/v1", "version": 1, "keys": keys,
+            "root": {"keys": &fpr, "threshold": 2},
+            "roles": [{"name": "apps", "keys": [&fpr[2]], "threshold": 1, "repositories": ["apps/**"]}]
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let signed = dir.join("trust.json.asc");
+    let sign = |verb: &str, key: &Path, input: &Path| {
+        airlock_ok(&[
+            "keys",
+            verb,
+            "--key",
+            key.to_str().unwrap(),
+            input.to_str().unwrap(),
+            "-o",
+            signed.to_str().unwrap(),
+        ]);
+    };
+    sign("sign", &pairs[0].0, &doc_json);
+    let server = common::serve(&data, &[]);
+    let post = |q: &str, body: &[u8]| {
+        let (code, _, body) = common::http_body(
+            &server.addr,
+            "POST",
+            &format!("/admin/v1/trust{q}"),
+            &[],
+            body,
+        )
+        .unwrap();
+        (
+            code,
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+        )
+    };
+    let get = || {
+        let (code, _, body) = common::http(&server.addr, "GET", "/admin/v1/trust", &[]).unwrap();
+        assert_eq!(code, 200);
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+    };
+    assert_eq!(get()["version"], serde_json::Value::Null);
+    let before = root_of(&data);
+
+    // One root signature of the two needed: 409, nothing committed.
+    let (code, r) = post("", &std::fs::read(&signed).unwrap());
+    assert_eq!((code, r["code"].as_str()), (409, Some("REFUSED")), "{r}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("needs 2 signatures"),
+        "{r}"
+    );
+    // Not a trust document: 400.
+    let (code, r) = post("", b"hello");
+    assert_eq!(
+        (code, r["code"].as_str()),
+        (400, Some("TRUST_INVALID")),
+        "{r}"
+    );
+    assert_eq!(root_of(&data), before, "a refusal committed");
+
+    // Co-signed: a dry run checks and changes nothing; then it is installed.
+    sign("cosign", &pairs[1].0, &signed);
+    let text = std::fs::read(&signed).unwrap();
+    let (code, r) = post("?dry_run=true", &text);
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(
+        (r["dry_run"].as_bool(), r["trust_version"].as_u64()),
+        (Some(true), Some(1))
+    );
+    assert_eq!(root_of(&data), before, "a dry run committed");
+    let (code, r) = post("", &text);
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(r["trust_version"], 1);
+    assert_eq!(r["previous"], serde_json::Value::Null);
+    assert_eq!(r["signers"], serde_json::json!(&fpr[..2]));
+    let shown = get();
+    assert_eq!(shown["version"], 1);
+    assert_eq!(shown["root"]["threshold"], 2);
+    assert_eq!(shown["roles"][0]["name"], "apps");
+    assert_eq!(shown["armored"].as_str().unwrap().as_bytes(), &text[..]);
+    // The same version again does not move forward: 409.
+    let (code, r) = post("", &text);
+    assert_eq!((code, r["code"].as_str()), (409, Some("REFUSED")), "{r}");
+    // History records it as `airlock import` does.
+    let history = airlock_ok(&["history", "--data", data.to_str().unwrap()]);
+    assert!(history.contains("trust document version 1"), "{history}");
+}

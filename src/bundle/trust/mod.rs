@@ -48,6 +48,10 @@ use time::format_description::well_known::Rfc3339;
 use super::format::BundleDoc;
 use super::sign::{Keyring, SignError, Verified};
 
+/// Largest trust document read (a file for `airlock import`, a body for
+/// `POST /admin/v1/trust`), in bytes.
+pub const MAX_DOCUMENT: u64 = 4 << 20;
+
 pub use site::{DOCUMENT, Installed, Stored, guard_op, install, load, verifier};
 
 /// The `format` of a trust document.
