@@ -291,6 +291,7 @@ pub async fn status(args: StatusArgs) -> Result<()> {
     let snap = state.snapshot().await?;
     let freshness::Report { newest, stale } = freshness::report(&state, &snap, max).await?;
     let doc = snap.state.as_ref();
+    let trust_doc = trust::load(&state, &snap).await?;
     let lock = airlock::ops::write_lock::read(&**state.blobstore())
         .await?
         .map(|(_, d)| d)
@@ -306,6 +307,7 @@ pub async fn status(args: StatusArgs) -> Result<()> {
                 "newest_bundle": newest,
                 "max_staleness_secs": max.map(|d| d.as_secs()),
                 "stale": stale,
+                "trust_version": trust_doc.as_ref().map(|t| t.version),
             }))?
         );
     } else {
@@ -332,6 +334,10 @@ pub async fn status(args: StatusArgs) -> Result<()> {
             }
             (Some(_), Some(line)) => println!("staleness      {line}"),
             (Some(m), None) => println!("staleness      fresh (max_staleness {}s)", m.as_secs()),
+        }
+        match &trust_doc {
+            Some(t) => println!("trust          document {}", t.summary()),
+            None => println!("trust          no trust document: the import keyring decides"),
         }
         match &lock {
             Some(l) => println!("write lock     {}", l.describe()),

@@ -434,7 +434,9 @@ fn a_trust_document_is_installed_over_http() {
         ]);
     };
     sign("sign", &pairs[0].0, &doc_json);
-    let server = common::serve(&data, &[]);
+    let ui = dir.join("ui.toml");
+    std::fs::write(&ui, "[ui]\nenabled = true\n").unwrap();
+    let server = common::serve(&data, &["--config", ui.to_str().unwrap()]);
     let post = |q: &str, body: &[u8]| {
         let (code, _, body) = common::http_body(
             &server.addr,
@@ -455,6 +457,12 @@ fn a_trust_document_is_installed_over_http() {
         serde_json::from_slice::<serde_json::Value>(&body).unwrap()
     };
     assert_eq!(get()["version"], serde_json::Value::Null);
+    let status = || airlock_ok(&["status", "--data", data.to_str().unwrap()]);
+    assert!(
+        status().contains("trust          no trust document: the import keyring decides"),
+        "{}",
+        status()
+    );
     let before = root_of(&data);
 
     // One root signature of the two needed: 409, nothing committed.
@@ -496,6 +504,23 @@ fn a_trust_document_is_installed_over_http() {
     assert_eq!(shown["root"]["threshold"], 2);
     assert_eq!(shown["roles"][0]["name"], "apps");
     assert_eq!(shown["armored"].as_str().unwrap().as_bytes(), &text[..]);
+    // `airlock status` and the console's overview say which one is in force.
+    let line = "version 1 (root 2 of 3, 1 roles, 3 keys)";
+    assert!(
+        status().contains(&format!("trust          document {line}")),
+        "{}",
+        status()
+    );
+    let (code, _, body) = common::http(&server.addr, "GET", "/api/v1/overview", &[]).unwrap();
+    assert_eq!(code, 200);
+    let overview: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(overview["trust"], line);
+    let (code, _, page) = common::http(&server.addr, "GET", "/ui/", &[]).unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        String::from_utf8_lossy(&page).contains(&format!("trust document {line}")),
+        "the overview page does not show the trust document"
+    );
     // The same version again does not move forward: 409.
     let (code, r) = post("", &text);
     assert_eq!((code, r["code"].as_str()), (409, Some("REFUSED")), "{r}");

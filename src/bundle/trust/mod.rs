@@ -139,6 +139,26 @@ pub struct TrustDoc {
     pub roles: Vec<TrustRole>,
 }
 
+impl TrustDoc {
+    /// One line for `airlock status` and the console: `version N (root T
+    /// of K, R roles, K keys[, expires …])`.
+    pub fn summary(&self) -> String {
+        let expires = self
+            .expires
+            .as_deref()
+            .map(|e| format!(", expires {e}"))
+            .unwrap_or_default();
+        format!(
+            "version {} (root {} of {}, {} roles, {} keys{expires})",
+            self.version,
+            self.root.threshold,
+            self.root.keys.len(),
+            self.roles.len(),
+            self.keys.len()
+        )
+    }
+}
+
 /// The kinds of entries a bundle touches, as roles name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

@@ -24,6 +24,9 @@ pub struct Overview {
     /// The newest bundle imported, by its creation time
     /// ([`crate::bundle::freshness`]).
     pub newest_bundle: Option<crate::bundle::freshness::Newest>,
+    /// The site's trust document, as [`crate::bundle::trust::TrustDoc::summary`]
+    /// says (`None`: the site has none; its import keyring decides).
+    pub trust: Option<String>,
     /// The last `airlock gc` (CLI or the server's periodic one).
     pub last_gc: Option<crate::ops::reports::LastReport>,
     /// The last `airlock fsck`.
@@ -161,6 +164,14 @@ pub async fn build(ctx: &dyn Context, viewer: &Viewer) -> Result<Overview> {
         None => Default::default(),
     };
     health.problems.extend(freshness.stale);
+    let trust = match &snap {
+        Some(snap) => crate::bundle::trust::load(state, snap)
+            .await
+            .ok()
+            .flatten()
+            .map(|t| t.summary()),
+        None => None,
+    };
     if let Some(free) = free_bytes
         && everything
         && free < 1 << 30
@@ -192,6 +203,7 @@ pub async fn build(ctx: &dyn Context, viewer: &Viewer) -> Result<Overview> {
         current,
         last_import,
         newest_bundle: freshness.newest,
+        trust,
         last_gc,
         last_fsck,
         counts,

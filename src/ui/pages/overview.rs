@@ -64,6 +64,11 @@ pub fn page(viewer: &Viewer, o: &Overview) -> Markup {
                     @if let Some(e) = &n.expires { " · expires " (e) }
                 } @else { span.muted { "none recorded" } }
             }
+            dt { "Trust" }
+            dd {
+                @if let Some(t) = &o.trust { "trust document " (t) }
+                @else { span.muted { "no trust document: the import keyring decides" } }
+            }
             dt { "Last gc" }
             dd {
                 @if let Some(r) = &o.last_gc {
