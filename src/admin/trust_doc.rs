@@ -4,7 +4,7 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `GET /admin/v1/trust` | 200 JSON `{version, expires?, root: {threshold, keys}, keys: [{fingerprint, name}], roles: [{name, threshold, keys, repositories, stacks, torcx, feeds}], armored}`; `{version: null}` when the site has none (its flat keyring decides) |
+//! | `GET /admin/v1/trust` | 200 JSON: the document in force as it was signed (`{format, version, expires?, keys: {FINGERPRINT: armored key}, root: {keys, threshold}, roles: [{name, keys, threshold, repositories?, stacks?, torcx?, feeds?}]}`) and `armored`, the signed text; `{version: null}` when the site has none (its flat keyring decides) |
 //! | `POST /admin/v1/trust[?dry_run=true]` (body: the cleartext-signed trust document) | 200 JSON `{trust_version, previous, signers, generation, dry_run, message}`, as `airlock import TRUST.asc --json` prints |
 //!
 //! Errors are `{"code","message"}`: 400 `TRUST_INVALID` (not a trust
@@ -28,26 +28,23 @@ const MAX_TRUST_DOCUMENT: usize = trust::MAX_DOCUMENT as usize;
 
 /// `GET /admin/v1/trust`.
 pub(super) async fn show(State(ctx): State<Arc<dyn Context>>) -> Response {
-    let stored = async {
+    let shown = async {
         let snap = ctx.state().snapshot().await?;
-        trust::site::stored(ctx.state(), &snap).await
+        let Some(stored) = trust::site::stored(ctx.state(), &snap).await? else {
+            return Ok(json!({ "version": null }));
+        };
+        let doc = trust::TrustDoc::parse(&sign::unverified_text(&stored.armored)?)?;
+        let mut out = serde_json::to_value(&doc)?;
+        out["armored"] = stored.armored.into();
+        Ok::<_, anyhow::Error>(out)
     };
-    match stored.await {
-        Ok(None) => axum::Json(json!({ "version": null })).into_response(),
-        Ok(Some(s)) => {
-            let doc = sign::unverified_text(&s.armored)
-                .ok()
-                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                .unwrap_or_default();
-            let mut out = json!({ "version": s.version, "armored": s.armored });
-            for k in ["expires", "root", "keys", "roles"] {
-                if let Some(v) = doc.get(k) {
-                    out[k] = v.clone();
-                }
-            }
-            axum::Json(out).into_response()
-        }
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", e.to_string()),
+    match shown.await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "UNKNOWN",
+            format!("{e:#}"),
+        ),
     }
 }
 
@@ -84,20 +81,25 @@ pub(super) async fn install(
     let who =
         crate::state::audit::current().map_or_else(|| crate::auth::OPEN_WHO.into(), |a| a.who);
     let result = if dry_run {
-        check(&*ctx, &armored).await
+        trust::check(ctx.state(), &armored).await.map(|c| {
+            json!({
+                "trust_version": c.doc.version,
+                "previous": c.previous,
+                "signers": c.signers,
+                "generation": null,
+                "dry_run": true,
+                "message": c.to_string(),
+            })
+        })
     } else {
         trust::install(ctx.state(), &armored, &who)
             .await
             .map(|i| {
                 tracing::info!(who = %who, version = i.doc.version, generation = i.generation, "trust document installed over HTTP");
-                json!({
-                    "trust_version": i.doc.version,
-                    "previous": i.previous,
-                    "signers": i.signers,
-                    "generation": i.generation,
-                    "dry_run": false,
-                    "message": i.to_string(),
-                })
+                let mut out = i.to_json();
+                out["dry_run"] = false.into();
+                out["message"] = i.to_string().into();
+                out
             })
     };
     match result {
@@ -119,25 +121,4 @@ pub(super) async fn install(
             }
         }
     }
-}
-
-/// `dry_run`: the checks [`trust::install`] makes, without the commit.
-async fn check(ctx: &dyn Context, armored: &str) -> anyhow::Result<serde_json::Value> {
-    let snap = ctx.state().snapshot().await?;
-    let current = trust::load(ctx.state(), &snap).await?;
-    let (doc, signers) = trust::TrustDoc::check_successor(current.as_ref(), armored)?;
-    let previous = current.map(|c| c.version);
-    Ok(json!({
-        "trust_version": doc.version,
-        "previous": previous,
-        "signers": signers,
-        "generation": null,
-        "dry_run": true,
-        "message": format!(
-            "dry run: trust document version {} verified (signed by {}); would replace {}; nothing changed",
-            doc.version,
-            signers.join(", "),
-            previous.map_or("the flat keyring".into(), |v| format!("version {v}"))
-        ),
-    }))
 }

@@ -193,31 +193,12 @@ async fn import_trust(args: ImportArgs, armored: &str) -> Result<()> {
     let opened = args.data.open(true)?;
     let state = airlock::state::StateStore::new(opened.blobstore());
     if args.dry_run {
-        let snap = state.snapshot().await?;
-        let current = trust::load(&state, &snap).await?;
-        let (doc, signers) = trust::TrustDoc::check_successor(current.as_ref(), armored)?;
-        println!(
-            "dry run: trust document version {} verified (signed by {}); would replace {}; nothing changed",
-            doc.version,
-            signers.join(", "),
-            current.map_or("the flat keyring".into(), |c| format!(
-                "version {}",
-                c.version
-            ))
-        );
+        println!("{}", trust::check(&state, armored).await?);
         return Ok(());
     }
     let installed = trust::install(&state, armored, &airlock::state::user_at_host()).await?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "trust_version": installed.doc.version,
-                "previous": installed.previous,
-                "signers": installed.signers,
-                "generation": installed.generation,
-            }))?
-        );
+        println!("{}", serde_json::to_string_pretty(&installed.to_json())?);
     } else {
         println!("{installed}");
     }

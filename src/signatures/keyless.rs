@@ -33,7 +33,8 @@ const ISSUER_V2: &str = "1.3.6.1.4.1.57264.1.8";
 /// Fulcio's first OIDC issuer extension (the raw string).
 const ISSUER_V1: &str = "1.3.6.1.4.1.57264.1.1";
 
-fn b64(s: &str) -> Result<Vec<u8>, String> {
+/// Standard base64, as protobuf JSON and cosign's annotations write bytes.
+pub(super) fn b64(s: &str) -> Result<Vec<u8>, String> {
     base64::engine::general_purpose::STANDARD
         .decode(s.trim())
         .map_err(|e| format!("not base64: {e}"))
@@ -160,8 +161,9 @@ impl Window {
     }
 }
 
-mod json {
-    //! The parts of sigstore's `TrustedRoot` (protobuf JSON) read here.
+pub(super) mod json {
+    //! The parts of sigstore's `TrustedRoot` (protobuf JSON) read here;
+    //! [`Raw`] and [`Chain`] are the bundle's shapes too.
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
     pub struct Root {
@@ -489,6 +491,37 @@ pub fn binds(
     }
 }
 
+/// The key of the certificate `der`, to verify the signature it made.
+/// Errors: the certificate does not parse, or its key is not ECDSA P-256
+/// or Ed25519.
+pub fn certificate_key(der: &[u8], root: &TrustedRoot) -> Result<PublicKey, String> {
+    X509Certificate::from_der(der)
+        .map_err(|e| e.to_string())
+        .and_then(|(_, c)| {
+            PublicKey::from_der(c.public_key().raw, &root.path).map_err(|e| e.to_string())
+        })
+        .map_err(|e| format!("a certificate whose key cannot be used: {e}"))
+}
+
+impl super::Keyless {
+    /// Who made `signature` over `what` with the certificate `der`, by the
+    /// log entry `entry`: the log dates it ([`TrustedRoot::log_time`]), the
+    /// entry records it ([`binds`]), and the certificate was good then and
+    /// names a trusted identity ([`TrustedRoot::certificate`]). The
+    /// signature itself is verified by the caller ([`certificate_key`]).
+    pub fn signer(
+        &self,
+        entry: &LogEntry,
+        what: Signed,
+        signature: &[u8],
+        der: &[u8],
+    ) -> Result<String, String> {
+        let at = self.root.log_time(entry)?;
+        binds(&entry.body, what, signature, der)?;
+        self.root.certificate(der, at, &self.identities)
+    }
+}
+
 /// A keyless signature in cosign's tag layout (before bundles): the
 /// payload layer's `dev.sigstore.cosign/certificate` (PEM) and
 /// `dev.sigstore.cosign/bundle` (its log entry) annotations, `sig` being
@@ -519,12 +552,7 @@ pub fn legacy(
     let der = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes())
         .map(|(_, p)| p.contents)
         .map_err(|e| format!("a certificate annotation that is not PEM: {e}"))?;
-    let key = X509Certificate::from_der(&der)
-        .map_err(|e| e.to_string())
-        .and_then(|(_, c)| {
-            PublicKey::from_der(c.public_key().raw, &keyless.root.path).map_err(|e| e.to_string())
-        })
-        .map_err(|e| format!("a certificate whose key cannot be used: {e}"))?;
+    let key = certificate_key(&der, &keyless.root)?;
     if !key.verifies(payload, sig) {
         return Err(
             "a signature its certificate's key does not verify (a payload changed after signing)"
@@ -543,8 +571,6 @@ pub fn legacy(
         log_id: hex::decode(&b.payload.log_id).map_err(|_| "a log id that is not hex")?,
         set: b64(&b.signed_entry_timestamp)?,
     };
-    let at = keyless.root.log_time(&entry)?;
     let hash = crate::digest::Digest::sha256_of(payload);
-    binds(&entry.body, Signed::Hashed(hash.hex()), sig, &der)?;
-    keyless.root.certificate(&der, at, &keyless.identities)
+    keyless.signer(&entry, Signed::Hashed(hash.hex()), sig, &der)
 }

@@ -110,6 +110,7 @@ pub struct Found {
 /// A signature manifest and the payloads its layers name, read by the
 /// caller: payload digest → bytes (a payload missing from the map counts
 /// as absent).
+#[derive(Clone)]
 pub struct Signatures {
     /// The manifest the `sha256-<hex>.sig` tag names, as stored.
     pub manifest: Vec<u8>,

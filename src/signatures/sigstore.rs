@@ -19,8 +19,6 @@
 //! (`certificate`, or the first of `x509CertificateChain`) checked as a
 //! keyless signature ([`super::keyless`]) with the bundle's log entries.
 
-use base64::Engine as _;
-
 use super::keyless::{LogEntry, Signed};
 use super::{Signers, Unsigned};
 use crate::digest::Digest;
@@ -83,15 +81,7 @@ mod json {
         #[serde(default)]
         pub tlog_entries: Vec<Tlog>,
     }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    pub struct Raw {
-        pub raw_bytes: String,
-    }
-    #[derive(Deserialize)]
-    pub struct Chain {
-        pub certificates: Vec<Raw>,
-    }
+    pub use super::super::keyless::json::{Chain, LogId, Raw};
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     pub struct Tlog {
@@ -101,11 +91,6 @@ mod json {
         #[serde(default)]
         pub inclusion_promise: Option<Promise>,
         pub canonicalized_body: String,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    pub struct LogId {
-        pub key_id: String,
     }
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -166,9 +151,7 @@ mod json {
 }
 
 fn b64(s: &str) -> Option<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD
-        .decode(s.trim())
-        .ok()
+    super::keyless::b64(s).ok()
 }
 
 /// DSSE's pre-authentication encoding (DSSE v1 protocol):
@@ -326,13 +309,7 @@ fn by_certificate(
             "a keyless signature (a certificate) where the policy names only keys".into(),
         ));
     };
-    let key = x509_parser::parse_x509_certificate(der)
-        .map_err(|e| e.to_string())
-        .and_then(|(_, c)| {
-            super::PublicKey::from_der(c.public_key().raw, &keyless.root.path)
-                .map_err(|e| e.to_string())
-        })
-        .map_err(|e| Unsigned(format!("a certificate whose key cannot be used: {e}")))?;
+    let key = super::keyless::certificate_key(der, &keyless.root).map_err(Unsigned)?;
     let Some(sig) = verified_by(content, digest, &key) else {
         return Err(Unsigned(
             "a signature its certificate's key does not verify (content changed after signing)"
@@ -352,15 +329,7 @@ fn by_certificate(
                 continue;
             }
         };
-        let checked = keyless
-            .root
-            .log_time(&entry)
-            .and_then(|at| {
-                super::keyless::binds(&entry.body, signed, &sig, der)?;
-                Ok(at)
-            })
-            .and_then(|at| keyless.root.certificate(der, at, &keyless.identities));
-        match checked {
+        match keyless.signer(&entry, signed, &sig, der) {
             Ok(who) => return Ok(who),
             Err(w) => why.push(w),
         }

@@ -102,10 +102,7 @@ fn each_way_of_failing_names_what_was_found() {
     let signers = keys(&[pk]);
     let err = |found: Option<&Signatures>| {
         let found = Found {
-            simple: found.map(|f| Signatures {
-                manifest: f.manifest.clone(),
-                payloads: f.payloads.clone(),
-            }),
+            simple: found.cloned(),
             bundles: Vec::new(),
         };
         check(&d, &signers, &found).unwrap_err().0

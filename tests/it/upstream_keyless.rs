@@ -112,7 +112,7 @@ impl Sigstore {
             &s(&rekor_der),
         ]);
         let rekor_der = std::fs::read(rekor_der).unwrap();
-        let log_id = hex_to_bytes(&sha256_hex(dir, &rekor_der));
+        let log_id = hex::decode(sha256_hex(dir, &rekor_der)).unwrap();
         let root = dir.join("trusted_root.json");
         let doc = serde_json::json!({
             "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
@@ -167,7 +167,7 @@ impl Sigstore {
         let body = b64(&serde_json::to_vec(body).unwrap());
         let canonical = format!(
             r#"{{"body":"{body}","integratedTime":{time},"logID":"{}","logIndex":42}}"#,
-            bytes_to_hex(&self.log_id)
+            hex::encode(&self.log_id)
         );
         let set = sign(
             &self.dir,
@@ -235,17 +235,6 @@ impl Sigstore {
     }
 }
 
-fn hex_to_bytes(h: &str) -> Vec<u8> {
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn bytes_to_hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// Pushes `bundle` to `repo` as cosign v3 does: the bundle blob, the
 /// empty config, and a manifest whose subject is `subject` (a manifest of
 /// media type `subject_type`), PUT by digest. Returns its digest.
@@ -293,23 +282,11 @@ fn site_config(
         format!(
             "[[import.policy]]\nrepositories = {repositories:?}\ntrusted_root = {:?}\nidentities = [{{ subject_regex = {:?}, issuer = {ISSUER:?} }}]\n",
             s(root),
-            format!("^{}$", regex_escape(subject))
+            format!("^{}$", regex::escape(subject))
         ),
     )
     .unwrap();
     p
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if ".+*?()|[]{}^$\\/".contains(c) {
-                vec!['\\', c]
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }
 
 #[test]
@@ -456,7 +433,7 @@ fn keyless_signatures_and_bundle_referrers_are_checked_offline_at_create_and_at_
         "signature": {"content": psig, "publicKey": {"content": b64(leaf.pem.as_bytes())}}}});
     let (body_b64, set) = sig.entry(&body, t, None);
     let rekor_bundle = serde_json::json!({"SignedEntryTimestamp": set, "Payload": {
-        "body": body_b64, "integratedTime": t, "logIndex": 42, "logID": bytes_to_hex(&sig.log_id)}});
+        "body": body_b64, "integratedTime": t, "logIndex": 42, "logID": hex::encode(&sig.log_id)}});
     push_signature_annotated(
         dir,
         &a,

@@ -52,7 +52,7 @@ use super::sign::{Keyring, SignError, Verified};
 /// `POST /admin/v1/trust`), in bytes.
 pub const MAX_DOCUMENT: u64 = 4 << 20;
 
-pub use site::{DOCUMENT, Installed, Stored, guard_op, install, load, verifier};
+pub use site::{Checked, DOCUMENT, Installed, Stored, check, guard_op, install, load, verifier};
 
 /// The `format` of a trust document.
 pub const FORMAT: &str = "airlock-trust/v1";

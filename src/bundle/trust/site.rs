@@ -55,6 +55,56 @@ impl std::fmt::Display for Installed {
     }
 }
 
+impl Installed {
+    /// `{trust_version, previous, signers, generation}`: what `airlock
+    /// import TRUST.asc --json` prints and `POST /admin/v1/trust` answers.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "trust_version": self.doc.version,
+            "previous": self.previous,
+            "signers": self.signers,
+            "generation": self.generation,
+        })
+    }
+}
+
+/// What [`check`] found: the document would be installed.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The document checked.
+    pub doc: TrustDoc,
+    /// Every key whose signature on it verified.
+    pub signers: Vec<String>,
+    /// The version it would replace (`None`: the flat keyring decides now).
+    pub previous: Option<u64>,
+}
+
+impl std::fmt::Display for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "dry run: trust document version {} verified (signed by {}); would replace {}; nothing changed",
+            self.doc.version,
+            self.signers.join(", "),
+            self.previous
+                .map_or("the flat keyring".into(), |v| format!("version {v}"))
+        )
+    }
+}
+
+/// The checks [`install`] makes of `armored` on the current generation,
+/// without committing (a dry run). Errors: as [`install`]'s.
+pub async fn check(state: &StateStore, armored: &str) -> Result<Checked> {
+    let snap = state.snapshot().await?;
+    let current = load(state, &snap).await?;
+    let (doc, signers) = TrustDoc::check_successor(current.as_ref(), armored)?;
+    Ok(Checked {
+        doc,
+        signers,
+        previous: current.map(|c| c.version),
+    })
+}
+
 /// The stored document of `snap`, if the site has one.
 ///
 /// Errors: the room document cannot be read.
