@@ -3,7 +3,8 @@
 # oras client (tests/it/push_clients.rs), the Prometheus text-format parser
 # (tests/metrics.rs), moto's S3 server (tests/it/s3_backends.rs), the SPDX
 # and CycloneDX validators (tests/it/sbom_inventory.rs) and selenium
-# (tests/it/ui_console.rs drives Debian's chromium with it) with pip,
+# (tests/it/ui_console.rs drives Debian's chromium with it) and sigstore-python
+# (tests/it/upstream_keyless.rs verifies keyless bundles with it) with pip,
 # and the s3s-fs S3 server (tests/it/s3_backends.rs) with cargo install. The
 # one list of test dependencies: .ci/run and scripts/test.sh both call this.
 #
@@ -12,7 +13,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(skopeo umoci gnupg busybox-static debootstrap jq curl time ca-certificates python3-pip openssl nginx-light docker-registry zstd ruby casync python3-apt chromium chromium-driver ceph-mon ceph-mgr ceph-osd radosgw haproxy)
-PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1 "moto[server]==5.2.5" spdx-tools==0.8.5 cyclonedx-python-lib==11.12.0 selenium==4.50.0)
+PIP_PACKAGES=(oras==0.2.43 prometheus-client==0.21.1 "moto[server]==5.2.5" spdx-tools==0.8.5 cyclonedx-python-lib==11.12.0 selenium==4.50.0 sigstore==4.5.1)
 # moto 5.2.5, not 5.2.1: 5.2.1 answers CompleteMultipartUpload with a
 # <CompleteMultipartUploadResponse> root that aws-sdk-s3 rejects (moto
 # issue 10055, fixed by its PR 10056).
@@ -34,7 +35,7 @@ all_present() {
     for tool in skopeo umoci gpg jq curl debootstrap python3 openssl nginx docker-registry zstd ruby moto_server s3s-fs casync chromium chromedriver ceph-mon ceph-mgr ceph-osd radosgw radosgw-admin haproxy; do
         command -v "$tool" >/dev/null 2>&1 || return 1
     done
-    [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras, prometheus_client, spdx_tools, cyclonedx, selenium, boto3' 2>/dev/null &&
+    [ -x /bin/busybox ] && [ -x /usr/bin/time ] && python3 -c 'import oras, prometheus_client, spdx_tools, cyclonedx, selenium, boto3, sigstore' 2>/dev/null &&
         /usr/bin/python3 -c 'import apt_pkg' 2>/dev/null &&
         [ "$(python3 -c 'import moto; print(moto.__version__)' 2>/dev/null)" = 5.2.5 ]
 }

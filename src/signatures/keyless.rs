@@ -13,11 +13,13 @@
 //! [`binds`]). The signature itself is verified by the caller with the
 //! certificate's key ([`super::PublicKey::from_der`]).
 //!
-//! Not checked: the certificate's embedded SCTs (the CT logs of the trusted
-//! root), a log entry's inclusion proof and checkpoint, and RFC 3161
-//! timestamps: the log's signed entry timestamp (its inclusion promise) is
-//! what dates the signature here, as cosign's offline verification of a
-//! bundle does.
+//! A bundle's inclusion proof and the log's checkpoint are checked too
+//! ([`super::tlog`]), and so is the certificate's embedded SCT when the
+//! trusted root lists certificate transparency logs ([`super::sct`]).
+//!
+//! Not checked: RFC 3161 timestamps: the log's signed entry timestamp (its
+//! inclusion promise) is what dates the signature here, so an entry
+//! without one (Rekor v2) is refused.
 
 use std::path::{Path, PathBuf};
 
@@ -133,6 +135,9 @@ pub struct TrustedRoot {
     pub path: PathBuf,
     cas: Vec<Ca>,
     logs: Vec<Log>,
+    /// Certificate transparency logs (`ctlogs`): when there are any, a
+    /// certificate must carry an SCT by one of them ([`super::sct`]).
+    ct_logs: Vec<Log>,
 }
 
 #[derive(Debug, Clone)]
@@ -173,6 +178,8 @@ pub(super) mod json {
         pub tlogs: Vec<Tlog>,
         #[serde(default)]
         pub certificate_authorities: Vec<Ca>,
+        #[serde(default)]
+        pub ctlogs: Vec<Tlog>,
     }
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -217,6 +224,21 @@ pub(super) mod json {
     }
 }
 
+/// The logs `list` (the trusted root's field `field`), keys parsed.
+fn parse_logs(list: &[json::Tlog], field: &str, path: &Path) -> Result<Vec<Log>> {
+    let mut logs = Vec::new();
+    for (i, t) in list.iter().enumerate() {
+        let der = b64(&t.public_key.raw_bytes).map_err(|e| anyhow!("{field}[{i}]: {e}"))?;
+        let key = PublicKey::from_der(&der, &path.join(format!("{field}[{i}]")))?;
+        logs.push(Log {
+            key_id: b64(&t.log_id.key_id).map_err(|e| anyhow!("{field}[{i}].logId: {e}"))?,
+            key,
+            window: window(t.public_key.valid_for.as_ref())?,
+        });
+    }
+    Ok(logs)
+}
+
 fn window(v: Option<&json::ValidFor>) -> Result<Window> {
     let parse = |s: &Option<String>| -> Result<Option<OffsetDateTime>> {
         s.as_deref()
@@ -253,6 +275,9 @@ pub struct LogEntry {
     pub log_id: Vec<u8>,
     /// The signed entry timestamp (DER signature).
     pub set: Vec<u8>,
+    /// The entry's inclusion proof with the log's checkpoint, when the
+    /// signature carries one (a sigstore bundle v0.2 or later must).
+    pub proof: Option<super::tlog::InclusionProof>,
 }
 
 impl TrustedRoot {
@@ -291,16 +316,8 @@ impl TrustedRoot {
                 window: window(ca.valid_for.as_ref())?,
             });
         }
-        let mut logs = Vec::new();
-        for (i, t) in root.tlogs.iter().enumerate() {
-            let der = b64(&t.public_key.raw_bytes).map_err(|e| anyhow!("tlogs[{i}]: {e}"))?;
-            let key = PublicKey::from_der(&der, &path.join(format!("tlogs[{i}]")))?;
-            logs.push(Log {
-                key_id: b64(&t.log_id.key_id).map_err(|e| anyhow!("tlogs[{i}].logId: {e}"))?,
-                key,
-                window: window(t.public_key.valid_for.as_ref())?,
-            });
-        }
+        let logs = parse_logs(&root.tlogs, "tlogs", path)?;
+        let ct_logs = parse_logs(&root.ctlogs, "ctlogs", path)?;
         if cas.is_empty() || logs.is_empty() {
             bail!("needs at least one certificate authority and one transparency log");
         }
@@ -308,13 +325,16 @@ impl TrustedRoot {
             path: path.to_path_buf(),
             cas,
             logs,
+            ct_logs,
         })
     }
 
     /// When the log entry `e` was integrated, checked: a log of this root
     /// signed it (its signed entry timestamp over the canonical JSON
     /// `{"body":…,"integratedTime":…,"logID":"<hex>","logIndex":…}`, as
-    /// Rekor signs it) within that log key's validity. Errors: why not.
+    /// Rekor signs it) within that log key's validity, and, when `e`
+    /// carries an inclusion proof, the log's checkpoint shows the entry in
+    /// its tree ([`super::tlog::InclusionProof::check`]). Errors: why not.
     pub fn log_time(&self, e: &LogEntry) -> Result<OffsetDateTime, String> {
         let Some(log) = self.logs.iter().find(|l| l.key_id == e.log_id) else {
             return Err(format!(
@@ -349,12 +369,17 @@ impl TrustedRoot {
                 "a log entry at {t}, outside its log key's validity"
             ));
         }
+        if let Some(p) = &e.proof {
+            let body = b64(&e.body).map_err(|_| "a log entry whose body is not base64")?;
+            p.check(&body, &log.key, &log.key_id)?;
+        }
         Ok(t)
     }
 
     /// Checks the leaf certificate `der` at time `at` (the log's): issued
     /// by one of this root's certificate authorities valid then, valid
-    /// itself then, for code signing, naming one of `identities`. Returns
+    /// itself then, logged by one of its CT logs when it lists any (an
+    /// embedded SCT), for code signing, naming one of `identities`. Returns
     /// `SUBJECT from ISSUER`; errors say what did not hold.
     pub fn certificate(
         &self,
@@ -371,19 +396,30 @@ impl TrustedRoot {
                 v.not_before, v.not_after
             ));
         }
-        let issued = self.cas.iter().any(|ca| {
-            ca.window.contains(at)
-                && X509Certificate::from_der(&ca.chain[0]).is_ok_and(|(_, issuer)| {
-                    leaf.issuer() == issuer.subject()
-                        && leaf.verify_signature(Some(issuer.public_key())).is_ok()
-                        && issuer.validity().is_valid_at(at.into())
-                })
+        let issuer = self.cas.iter().find_map(|ca| {
+            let (_, issuer) = X509Certificate::from_der(&ca.chain[0]).ok()?;
+            (ca.window.contains(at)
+                && leaf.issuer() == issuer.subject()
+                && leaf.verify_signature(Some(issuer.public_key())).is_ok()
+                && issuer.validity().is_valid_at(at.into()))
+            .then_some(issuer)
         });
-        if !issued {
+        let Some(issuer) = issuer else {
             return Err(format!(
                 "a certificate (issuer {}) no certificate authority of the trusted root issued",
                 leaf.issuer()
             ));
+        };
+        if !self.ct_logs.is_empty() {
+            let logs: Vec<super::sct::CtLog> = self
+                .ct_logs
+                .iter()
+                .map(|l| super::sct::CtLog {
+                    id: &l.key_id,
+                    key: &l.key,
+                })
+                .collect();
+            super::sct::check(&leaf, issuer.public_key().raw, &logs)?;
         }
         let code_signing = leaf
             .extended_key_usage()
@@ -570,6 +606,7 @@ pub fn legacy(
         log_index: b.payload.log_index,
         log_id: hex::decode(&b.payload.log_id).map_err(|_| "a log id that is not hex")?,
         set: b64(&b.signed_entry_timestamp)?,
+        proof: None,
     };
     let hash = crate::digest::Digest::sha256_of(payload);
     keyless.signer(&entry, Signed::Hashed(hash.hex()), sig, &der)

@@ -28,7 +28,9 @@
 pub mod key;
 pub mod keyless;
 pub mod policy;
+pub mod sct;
 pub mod sigstore;
+pub mod tlog;
 
 use std::collections::BTreeMap;
 

@@ -20,6 +20,7 @@
 //! keyless signature ([`super::keyless`]) with the bundle's log entries.
 
 use super::keyless::{LogEntry, Signed};
+use super::tlog::InclusionProof;
 use super::{Signers, Unsigned};
 use crate::digest::Digest;
 
@@ -90,7 +91,24 @@ mod json {
         pub integrated_time: Int,
         #[serde(default)]
         pub inclusion_promise: Option<Promise>,
+        #[serde(default)]
+        pub inclusion_proof: Option<Proof>,
         pub canonicalized_body: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Proof {
+        pub log_index: Int,
+        pub root_hash: String,
+        pub tree_size: Int,
+        #[serde(default)]
+        pub hashes: Vec<String>,
+        #[serde(default)]
+        pub checkpoint: Option<Checkpoint>,
+    }
+    #[derive(Deserialize)]
+    pub struct Checkpoint {
+        pub envelope: String,
     }
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -204,7 +222,15 @@ pub fn check(bytes: &[u8], digest: &Digest, signers: &Signers) -> Result<String,
         Some(c) => {
             let der = b64(&c.raw_bytes)
                 .ok_or_else(|| Unsigned("a bundle whose certificate is not base64".into()))?;
-            by_certificate(&content, digest, &der, &m.tlog_entries, signers)
+            let needs_proof = !bundle.media_type.ends_with(";version=0.1");
+            by_certificate(
+                &content,
+                digest,
+                &der,
+                &m.tlog_entries,
+                needs_proof,
+                signers,
+            )
         }
     }
 }
@@ -302,6 +328,7 @@ fn by_certificate(
     digest: &Digest,
     der: &[u8],
     entries: &[json::Tlog],
+    needs_proof: bool,
     signers: &Signers,
 ) -> Result<String, Unsigned> {
     let Some(keyless) = &signers.keyless else {
@@ -322,7 +349,7 @@ fn by_certificate(
     };
     let mut why = Vec::new();
     for e in entries {
-        let entry = match log_entry(e) {
+        let entry = match log_entry(e, needs_proof) {
             Ok(entry) => entry,
             Err(w) => {
                 why.push(w);
@@ -340,11 +367,22 @@ fn by_certificate(
     Err(Unsigned(why.join("; ")))
 }
 
-fn log_entry(e: &json::Tlog) -> Result<LogEntry, String> {
+/// The log entry `e` of a bundle; `needs_proof`: the bundle's version
+/// (0.2 and later) requires an inclusion proof with a checkpoint.
+fn log_entry(e: &json::Tlog, needs_proof: bool) -> Result<LogEntry, String> {
     let promise = e
         .inclusion_promise
         .as_ref()
         .ok_or("a log entry without an inclusion promise (signed entry timestamp)")?;
+    let proof = match &e.inclusion_proof {
+        Some(p) => Some(proof(p)?),
+        None if needs_proof => {
+            return Err(
+                "a log entry without an inclusion proof (a bundle v0.2 or later needs one)".into(),
+            );
+        }
+        None => None,
+    };
     Ok(LogEntry {
         body: e.canonicalized_body.clone(),
         integrated_time: e
@@ -355,5 +393,28 @@ fn log_entry(e: &json::Tlog) -> Result<LogEntry, String> {
         log_id: b64(&e.log_id.key_id).ok_or("a log id that is not base64")?,
         set: b64(&promise.signed_entry_timestamp)
             .ok_or("a signed entry timestamp that is not base64")?,
+        proof,
+    })
+}
+
+/// The inclusion proof `p`, decoded; it must carry a checkpoint.
+fn proof(p: &json::Proof) -> Result<InclusionProof, String> {
+    let bad = |what: &str| format!("a log entry whose inclusion proof {what}");
+    let int = |i: &json::Int| i.get().and_then(|n| u64::try_from(n).ok());
+    Ok(InclusionProof {
+        log_index: int(&p.log_index).ok_or_else(|| bad("has no index"))?,
+        tree_size: int(&p.tree_size).ok_or_else(|| bad("has no tree size"))?,
+        root_hash: b64(&p.root_hash).ok_or_else(|| bad("has a root hash that is not base64"))?,
+        hashes: p
+            .hashes
+            .iter()
+            .map(|h| b64(h))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("has a hash that is not base64"))?,
+        checkpoint: p
+            .checkpoint
+            .as_ref()
+            .map(|c| c.envelope.clone())
+            .ok_or_else(|| bad("has no checkpoint"))?,
     })
 }

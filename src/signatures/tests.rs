@@ -292,3 +292,74 @@ fn keyless_policies_need_a_trusted_root_and_one_subject_and_one_issuer() {
     );
     assert!(err(Policy::default()).contains("no keys and no identities"));
 }
+
+/// RFC 6962 §2.1's recursive definitions: the tree hash of leaf hashes
+/// and the audit path of leaf `m`, to check [`tlog::root_from_path`]
+/// (RFC 9162's iterative verification) against.
+fn mth(leaves: &[[u8; 32]]) -> [u8; 32] {
+    if leaves.len() == 1 {
+        return leaves[0];
+    }
+    let k = leaves.len().next_power_of_two() / 2;
+    let mut h = <sha2::Sha256 as sha2::Digest>::new();
+    sha2::Digest::update(&mut h, [1u8]);
+    sha2::Digest::update(&mut h, mth(&leaves[..k]));
+    sha2::Digest::update(&mut h, mth(&leaves[k..]));
+    sha2::Digest::finalize(h).into()
+}
+
+fn audit_path(m: usize, leaves: &[[u8; 32]]) -> Vec<Vec<u8>> {
+    if leaves.len() == 1 {
+        return vec![];
+    }
+    let k = leaves.len().next_power_of_two() / 2;
+    if m < k {
+        let mut p = audit_path(m, &leaves[..k]);
+        p.push(mth(&leaves[k..]).to_vec());
+        p
+    } else {
+        let mut p = audit_path(m - k, &leaves[k..]);
+        p.push(mth(&leaves[..k]).to_vec());
+        p
+    }
+}
+
+#[test]
+fn inclusion_proofs_lead_to_the_root_for_every_leaf_of_every_small_tree() {
+    use sha2::Digest as _;
+    for size in 1..=17usize {
+        let leaves: Vec<[u8; 32]> = (0..size)
+            .map(|i| tlog::leaf_hash(format!("entry {i}").as_bytes()))
+            .collect();
+        let root = mth(&leaves);
+        for m in 0..size {
+            let path = audit_path(m, &leaves);
+            let (i, n) = (m as u64, size as u64);
+            assert_eq!(
+                tlog::root_from_path(i, n, leaves[m], &path),
+                Some(root),
+                "{m} of {size}"
+            );
+            // Another leaf, index, size or a path one hash short or long does not.
+            let other = sha2::Sha256::digest(b"other").into();
+            assert_ne!(tlog::root_from_path(i, n, other, &path), Some(root));
+            assert_eq!(tlog::root_from_path(n, n, leaves[m], &path), None);
+            if !path.is_empty() {
+                assert_ne!(
+                    tlog::root_from_path(i, n, leaves[m], &path[1..]),
+                    Some(root)
+                );
+            }
+            let mut long = path.clone();
+            long.push(root.to_vec());
+            assert_ne!(tlog::root_from_path(i, n, leaves[m], &long), Some(root));
+            if size > 1 && m + 1 < size {
+                assert_ne!(
+                    tlog::root_from_path(i + 1, n, leaves[m], &path),
+                    Some(root),
+                    "{m}+1 of {size}"
+                );
+            }
+        }
+    }
+}

@@ -40,6 +40,19 @@ pub fn require_installed(tool: &str, install: &str) {
     assert!(found, "`{tool}` is required by this test: {install}");
 }
 
+/// Fails (never skips) when the Python module `module` cannot be imported
+/// by `python3`, naming what to `pip install`.
+pub fn require_python(module: &str, install: &str) {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "the Python package {module} is required by this test: pip install {install}"
+    );
+}
+
 /// A directory that lives for the whole test binary.
 pub fn shared_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();

@@ -205,17 +205,6 @@ print(found[0]["digest"])
 print(c.pull(target=f"{addr}/{repo}@{found[0]['digest']}", outdir=out)[0])
 "#;
 
-fn require_python(module: &str, install: &str) {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "the Python package {module} is required by this test: pip install {install}"
-    );
-}
-
 #[test]
 fn spdx_and_cyclonedx_validate_and_oras_reads_the_referrer() {
     require_python("spdx_tools", "spdx-tools==0.8.5");

@@ -7,7 +7,7 @@
 //!   envelope of an in-toto statement (predicate type
 //!   `https://sigstore.dev/cosign/sign/v1`, subject the image digest), the
 //!   signer's certificate, and a Rekor `dsse` log entry with its signed
-//!   entry timestamp;
+//!   entry timestamp and its inclusion proof with the log's checkpoint;
 //! - cosign 2's keyless tag layout: the `sha256-<hex>.sig` image whose
 //!   payload layer carries `dev.sigstore.cosign/certificate` and
 //!   `dev.sigstore.cosign/bundle` (a `hashedrekord` entry).
@@ -178,6 +178,29 @@ impl Sigstore {
         (body, set)
     }
 
+    /// An inclusion proof of the entry `body` (base64) as the second of two
+    /// entries of the log's tree, with its checkpoint signed by the log key
+    /// (or by `forger`); RFC 6962 leaf and node hashes by `sha256sum`.
+    fn proof(&self, body: &str, forger: Option<&Path>) -> serde_json::Value {
+        let hash = |prefix: u8, parts: &[&[u8]]| {
+            let mut v = vec![prefix];
+            for p in parts {
+                v.extend_from_slice(p);
+            }
+            hex::decode(sha256_hex(&self.dir, &v)).unwrap()
+        };
+        let ours = hash(0, &[&unb64(body)]);
+        let other = hash(0, &[b"another entry"]);
+        let root = hash(1, &[&other, &ours]);
+        let note = format!("rekor.example.org - 1\n2\n{}\n", b64(&root));
+        let mut sig = self.log_id[..4].to_vec();
+        let key = forger.unwrap_or(&self.rekor_key);
+        sig.extend(unb64(&sign(&self.dir, key, note.as_bytes(), false)));
+        serde_json::json!({"logIndex": "1", "treeSize": "2", "rootHash": b64(&root),
+            "hashes": [b64(&other)],
+            "checkpoint": {"envelope": format!("{note}\n\u{2014} rekor.example.org {}\n", b64(&sig))}})
+    }
+
     /// cosign v3's bundle: `leaf` signs an in-toto statement over
     /// `subject` (a digest `sha256:…`) with `predicate`; logged at `time`.
     /// `tamper` changes the payload after signing.
@@ -219,6 +242,7 @@ impl Sigstore {
                     "kindVersion": {"kind": "dsse", "version": "0.0.1"},
                     "integratedTime": time.to_string(),
                     "inclusionPromise": {"signedEntryTimestamp": set},
+                    "inclusionProof": self.proof(&body, None),
                     "canonicalizedBody": body}]},
             "dsseEnvelope": {"payload": b64(&payload), "payloadType": t,
                              "signatures": [{"sig": envelope["signatures"][0]["sig"], "keyid": ""}]}
@@ -313,8 +337,16 @@ fn keyless_signatures_and_bundle_referrers_are_checked_offline_at_create_and_at_
     let index_type = "application/vnd.oci.image.index.v1+json";
     let ib = sig.dsse_bundle(&leaf, &index, SIGN_PREDICATE, t, false);
     push_bundle(dir, &a, "app/index", &index, index_type, &ib);
+    // A good bundle with its log entry changed by `f`.
+    let changed = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&sig.dsse_bundle(&leaf, &good, SIGN_PREDICATE, t, false))
+                .unwrap();
+        f(&mut v["verificationMaterial"]["tlogEntries"][0]);
+        serde_json::to_vec(&v).unwrap()
+    };
     // Each way a keyless signature fails.
-    let cases: [(&str, &str, Vec<u8>); 6] = [
+    let cases: [(&str, &str, Vec<u8>); 9] = [
         (
             "app/rogue",
             "no certificate authority of the trusted root issued",
@@ -343,24 +375,34 @@ fn keyless_signatures_and_bundle_referrers_are_checked_offline_at_create_and_at_
         (
             "app/forged",
             "signed entry timestamp the log's key does not verify",
-            {
-                // The log entry's timestamp signed by the signer, not the log.
-                let mut v: serde_json::Value = serde_json::from_slice(&sig.dsse_bundle(
-                    &leaf,
-                    &good,
-                    SIGN_PREDICATE,
-                    t,
-                    false,
-                ))
-                .unwrap();
-                let e = &mut v["verificationMaterial"]["tlogEntries"][0];
+            // The log entry's timestamp signed by the signer, not the log.
+            changed(&|e| {
                 let body: serde_json::Value =
                     serde_json::from_slice(&unb64(e["canonicalizedBody"].as_str().unwrap()))
                         .unwrap();
                 e["inclusionPromise"]["signedEntryTimestamp"] =
                     sig.entry(&body, t, Some(&leaf.key)).1.into();
-                serde_json::to_vec(&v).unwrap()
-            },
+            }),
+        ),
+        (
+            "app/unproven",
+            "without an inclusion proof (a bundle v0.2 or later needs one)",
+            changed(&|e| {
+                e.as_object_mut().unwrap().remove("inclusionProof");
+            }),
+        ),
+        (
+            "app/offpath",
+            "inclusion proof (index 1 of 2) does not lead to its root hash",
+            changed(&|e| e["inclusionProof"]["hashes"][0] = b64(&[7u8; 32]).into()),
+        ),
+        (
+            "app/checkpoint",
+            "checkpoint the log's key does not sign",
+            changed(&|e| {
+                let body = e["canonicalizedBody"].as_str().unwrap().to_string();
+                e["inclusionProof"] = sig.proof(&body, Some(&leaf.key));
+            }),
         ),
     ];
     for (repo, _, bundle) in &cases {
@@ -496,35 +538,172 @@ fn keyless_signatures_and_bundle_referrers_are_checked_offline_at_create_and_at_
     // of the image lists it with its artifact type, and its layer is the
     // bundle byte for byte.
     let server = serve(&data, &[]);
-    let (status, _, body) = http(
-        &server.addr,
-        "GET",
-        &format!("/v2/app/keyless/referrers/{good}"),
-        &[],
-    )
-    .unwrap();
-    assert_eq!(status, 200);
-    let index: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    let listed: Vec<&serde_json::Value> = index["manifests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["artifactType"] == BUNDLE_TYPE)
-        .collect();
-    assert_eq!(listed.len(), 1, "{index}");
-    let m = raw_manifest(
-        &server.addr,
-        &format!("app/keyless@{}", listed[0]["digest"].as_str().unwrap()),
-    );
-    let m: serde_json::Value = serde_json::from_slice(&m).unwrap();
-    let layer = m["layers"][0]["digest"].as_str().unwrap();
-    let (status, _, served) = http(
-        &server.addr,
-        "GET",
-        &format!("/v2/app/keyless/blobs/{layer}"),
-        &[],
-    )
-    .unwrap();
-    assert_eq!(status, 200);
+    let served = served_bundle(&server.addr, "app/keyless", &good);
     assert_eq!(served, good_bundle);
+}
+
+/// The sigstore bundle `addr` serves for `repo@digest` where cosign looks
+/// for it: the one referrer the referrers API lists with the bundle's
+/// artifact type (filtered by the server, and checked here), its layer.
+fn served_bundle(addr: &str, repo: &str, digest: &str) -> Vec<u8> {
+    let get = |path: &str| {
+        let (status, _, body) = http(addr, "GET", path, &[]).unwrap();
+        assert_eq!(status, 200, "{path}");
+        body
+    };
+    let artifact = BUNDLE_TYPE.replace('/', "%2F").replace('+', "%2B");
+    let index = get(&format!(
+        "/v2/{repo}/referrers/{digest}?artifactType={artifact}"
+    ));
+    let index: serde_json::Value = serde_json::from_slice(&index).unwrap();
+    let listed = index["manifests"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{index}");
+    assert_eq!(listed[0]["artifactType"], BUNDLE_TYPE, "{index}");
+    let referrer = listed[0]["digest"].as_str().unwrap();
+    let m = raw_manifest(addr, &format!("{repo}@{referrer}"));
+    let m: serde_json::Value = serde_json::from_slice(&m).unwrap();
+    get(&format!(
+        "/v2/{repo}/blobs/{}",
+        m["layers"][0]["digest"].as_str().unwrap()
+    ))
+}
+
+/// `tests/fixtures/sigstore-keyless.py` run for `digest` in a new
+/// directory `dir/name`: a keyless bundle as sigstore's public-good
+/// instance makes it (Fulcio chain, embedded SCT, Rekor entry with its
+/// signed entry timestamp and a 7-entry inclusion proof with a signed
+/// checkpoint), the trusted root and the client trust config.
+fn public_good(dir: &Path, name: &str, digest: &str) -> PathBuf {
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sigstore-keyless.py");
+    let o = std::process::Command::new("python3")
+        .arg(script)
+        .args([s(&out).as_str(), digest, SUBJECT, ISSUER])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// `sigstore verify identity` (sigstore-python, offline, with the client
+/// trust config `trust`) of `digest` by the bundle `bundle`: (success,
+/// stdout + stderr).
+fn sigstore_verify(trust: &Path, digest: &str, bundle: &Path) -> (bool, String) {
+    let o = std::process::Command::new("python3")
+        .args(["-m", "sigstore", "--trust-config"])
+        .arg(trust)
+        .args(["verify", "identity", digest, "--offline", "--bundle"])
+        .arg(bundle)
+        .args(["--cert-identity", SUBJECT, "--cert-oidc-issuer", ISSUER])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), text)
+}
+
+#[test]
+fn a_sigstore_client_verifies_keyless_images_inside_the_gap() {
+    require_tool("skopeo", "skopeo");
+    require_python("sigstore", "sigstore==4.5.1");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let src = serve(&dir.join("src-data"), &["--allow-push"]);
+    let a = src.addr.clone();
+    let oci_manifest = "application/vnd.oci.image.manifest.v1+json";
+    let good = push_image(dir, &a, "latest", "app/signed:v1");
+    let pg = public_good(dir, "pg", &good);
+    let bundle = std::fs::read(pg.join("bundle.json")).unwrap();
+    push_bundle(dir, &a, "app/signed", &good, oci_manifest, &bundle);
+    // The same signature, but the site's root lists another CT log (one
+    // that never saw the certificate).
+    let other = public_good(dir, "other", &good);
+    let mut root: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(pg.join("trusted_root.json")).unwrap()).unwrap();
+    let theirs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(other.join("trusted_root.json")).unwrap()).unwrap();
+    root["ctlogs"] = theirs["ctlogs"].clone();
+    let no_ct = dir.join("no-ct.json");
+    std::fs::write(&no_ct, serde_json::to_vec(&root).unwrap()).unwrap();
+    let trust = pg.join("trust_config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&trust).unwrap()).unwrap();
+    config["trustedRoot"] = root;
+    let no_ct_trust = dir.join("no-ct-trust.json");
+    std::fs::write(&no_ct_trust, serde_json::to_vec(&config).unwrap()).unwrap();
+
+    let policy = |root: &Path| {
+        format!(
+            "policy = {{ trusted_root = {:?}, identities = [{{ subject = {SUBJECT:?}, issuer = {ISSUER:?} }}] }}",
+            s(root)
+        )
+    };
+    let img = |extra: &str| {
+        image_toml(
+            &format!("docker://{a}/app/signed:v1"),
+            "app/signed",
+            &["v1"],
+            extra,
+        )
+    };
+    let (ok, stderr, out) = create(dir, "no-ct", &a, &[img(&policy(&no_ct))]);
+    assert!(!ok && !out.exists());
+    assert!(
+        stderr.contains("SCTs are by no CT log of the trusted root"),
+        "{stderr}"
+    );
+    let (ok, stderr, out) = create(
+        dir,
+        "good",
+        &a,
+        &[img(&policy(&pg.join("trusted_root.json")))],
+    );
+    assert!(ok, "{stderr}");
+    let data = dir.join("site");
+    let site = site_config(
+        dir,
+        "site.toml",
+        &["app/signed"],
+        &pg.join("trusted_root.json"),
+        SUBJECT,
+    );
+    let o = import_with(&data, &site, &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // Inside the gap, sigstore-python verifies what airlock serves: the
+    // bundle found through the referrers API, against the image digest
+    // airlock reports for the tag.
+    let server = serve(&data, &[]);
+    let served = raw_manifest(&server.addr, "app/signed:v1");
+    let f = dir.join("served-manifest.json");
+    std::fs::write(&f, &served).unwrap();
+    let digest = sha256sum(&f);
+    assert_eq!(digest, good);
+    let fetched = served_bundle(&server.addr, "app/signed", &digest);
+    let fetched_path = dir.join("fetched.sigstore.json");
+    std::fs::write(&fetched_path, &fetched).unwrap();
+    let (ok, text) = sigstore_verify(&trust, &digest, &fetched_path);
+    assert!(ok, "sigstore verify failed: {text}");
+    assert!(
+        text.contains(&format!(
+            "OK: SHA2_256:{}",
+            digest.strip_prefix("sha256:").unwrap()
+        )),
+        "{text}"
+    );
+    // The client's checks bite: the bundle does not vouch for another
+    // digest, nor under a root whose CT log never saw the certificate.
+    let (ok, text) = sigstore_verify(&trust, &unsigned_digest(), &fetched_path);
+    assert!(!ok && text.contains("no subject for digest"), "{text}");
+    let (ok, text) = sigstore_verify(&no_ct_trust, &digest, &fetched_path);
+    assert!(!ok && text.contains("SCT"), "{text}");
+}
+
+/// A digest no bundle of the test signed.
+fn unsigned_digest() -> String {
+    format!("sha256:{}", "ab".repeat(32))
 }
