@@ -21,8 +21,8 @@
 
 use crate::common;
 use crate::upstream_signatures::{
-    create, import_with, openssl, push_blob, push_image, push_signature_annotated, put_manifest,
-    sign,
+    create, create_with, import_with, openssl, push_blob, push_image, push_signature_annotated,
+    put_manifest, sign,
 };
 
 use std::path::{Path, PathBuf};
@@ -672,6 +672,37 @@ fn a_sigstore_client_verifies_keyless_images_inside_the_gap() {
         SUBJECT,
     );
     let o = import_with(&data, &site, &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A delta made on a new machine (an empty cache) for a site that has
+    // the bundle already: the bundle blob is left out of the delta, but
+    // the policy still reads it upstream; the delta imports.
+    let inv = dir.join("have.json");
+    let o = airlock(&["inventory", "--data", &s(&data), "-o", &s(&inv)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (ok, stderr, delta) = create_with(
+        dir,
+        "delta",
+        &a,
+        &[img(&policy(&pg.join("trusted_root.json")))],
+        &dir.join("cold-cache"),
+        &["--have", &s(&inv)],
+    );
+    assert!(ok, "{stderr}");
+    let o = airlock(&["bundle", "inspect", "--json", &s(&delta)]);
+    assert!(o.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let digests = |field: &str| -> Vec<String> {
+        doc[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["digest"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let bundle_layer = sha256sum(&pg.join("bundle.json"));
+    assert!(!digests("blobs").contains(&bundle_layer), "{doc}");
+    assert!(digests("required").contains(&bundle_layer), "{doc}");
+    let o = import_with(&data, &site, &delta);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // Inside the gap, sigstore-python verifies what airlock serves: the

@@ -203,9 +203,21 @@ pub(crate) fn create(
     addr: &str,
     images: &[String],
 ) -> (bool, String, PathBuf) {
+    create_with(dir, name, addr, images, &dir.join("cache"), &[])
+}
+
+/// [`create`] with the cache `cache` and `extra` arguments (`--have INV`).
+pub(crate) fn create_with(
+    dir: &Path,
+    name: &str,
+    addr: &str,
+    images: &[String],
+    cache: &Path,
+    extra: &[&str],
+) -> (bool, String, PathBuf) {
     let config = mirror_config(&dir.join(format!("{name}.toml")), &[addr], images);
     let out = dir.join(format!("{name}.bundle"));
-    let o = create_env_plain(&config, &out, &dir.join("cache"));
+    let o = create_env_plain(&config, &out, cache, extra);
     (
         o.status.success(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
@@ -213,7 +225,12 @@ pub(crate) fn create(
     )
 }
 
-fn create_env_plain(config: &Path, out: &Path, cache: &Path) -> std::process::Output {
+fn create_env_plain(
+    config: &Path,
+    out: &Path,
+    cache: &Path,
+    extra: &[&str],
+) -> std::process::Output {
     let (sec, _) = test_key();
     Command::new(env!("CARGO_BIN_EXE_airlock"))
         .args(["bundle", "create", "--config"])
@@ -224,6 +241,7 @@ fn create_env_plain(config: &Path, out: &Path, cache: &Path) -> std::process::Ou
         .arg(cache)
         .arg("-o")
         .arg(out)
+        .args(extra)
         .env_remove("REGISTRY_AUTH_FILE")
         .env_remove("DOCKER_CONFIG")
         .output()

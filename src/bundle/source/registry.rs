@@ -298,6 +298,13 @@ impl Remote {
 
 /// True when an index entry's `platform` is `want` (`OS/ARCH[/VARIANT]`; a
 /// variant in `want` must match, none matches any).
+/// Whether `desc` is a sigstore bundle a policy may read
+/// ([`crate::signatures::sigstore::is_bundle_type`], small enough).
+fn is_small_bundle(desc: &Descriptor) -> bool {
+    crate::signatures::sigstore::is_bundle_type(&desc.media_type)
+        && desc.size <= crate::signatures::sigstore::MAX_BUNDLE
+}
+
 fn platform_matches(want: &str, desc: &Descriptor) -> bool {
     let Some((os, arch, variant)) = desc.platform_parts() else {
         return false;
@@ -455,7 +462,10 @@ impl Puller<'_> {
     }
 
     /// Walks from `desc` (children first, each once): manifests are read now,
-    /// other blobs are queued in `downloads` unless in `skip`.
+    /// other blobs are queued in `downloads` unless in `skip`; a sigstore
+    /// bundle layer (at most [`crate::signatures::sigstore::MAX_BUNDLE`]
+    /// bytes) is queued even then, since a signature policy reads it
+    /// whether or not the other side has it (a delta made on a cold cache).
     async fn walk(
         &self,
         desc: &Descriptor,
@@ -476,7 +486,7 @@ impl Puller<'_> {
             for child in m.manifests.iter().chain(m.blobs()) {
                 Box::pin(self.walk(child, out, downloads, seen, skip)).await?;
             }
-        } else if !skip.contains(&desc.digest) {
+        } else if !skip.contains(&desc.digest) || is_small_bundle(desc) {
             downloads.push(desc.clone());
         }
         out.push((
