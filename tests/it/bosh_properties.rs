@@ -14,7 +14,7 @@ use crate::common;
 
 use serde_json::{Value, json};
 
-use common::ca::{SERVER_EXT, issue, make_ca};
+use common::ca::{self, SERVER_EXT, issue, make_ca};
 use common::*;
 
 /// `base` with the property at dotted `path` set to `value`.
@@ -264,6 +264,86 @@ fn every_invalid_airlock_property_fails_at_render_naming_it() {
             "airlock.import.keyring",
         ),
         (
+            with(&base, "airlock.import.max_staleness", json!("two weeks")),
+            "airlock.import.max_staleness",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!({"repositories": ["a/*"]}),
+            ),
+            "airlock.import.policy",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!([{"keys": [pem("PUBLIC KEY", "x")]}]),
+            ),
+            "airlock.import.policy[0].repositories",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!([{"repositories": ["a/*"], "keys": ["key"]}]),
+            ),
+            "airlock.import.policy[0].keys",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!([{"repositories": ["a/*"]}]),
+            ),
+            "airlock.import.policy[0] must be a rule with keys or identities",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!([{"repositories": ["a/*"], "key": "x"}]),
+            ),
+            "airlock.import.policy[0]",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!([{"repositories": ["a/*"],
+                "identities": [{"subject": "s", "issuer": "i"}]}]),
+            ),
+            "airlock.import.policy[0].trusted_root",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!([{"repositories": ["a/*"],
+                "identities": [{"subject": "s", "issuer": "i"}], "trusted_root": "{not json"}]),
+            ),
+            "airlock.import.policy[0].trusted_root",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!([{"repositories": ["a/*"],
+                "identities": [{"email": "s"}], "trusted_root": "{}"}]),
+            ),
+            "airlock.import.policy[0].identities",
+        ),
+        (
+            with(
+                &base,
+                "airlock.import.policy",
+                json!([{"repositories": ["a/*"],
+                "keys": [pem("PUBLIC KEY", "x")], "each_platform": "yes"}]),
+            ),
+            "airlock.import.policy[0].each_platform",
+        ),
+        (
             with(&base, "airlock.torcx.keys", json!(["stable"])),
             "airlock.torcx.keys",
         ),
@@ -505,7 +585,62 @@ fn pre_start_refuses_what_only_airlock_can_judge_naming_the_property() {
         json!(std::fs::read_to_string(&public).unwrap()),
     ))
     .run_ok("pre-start", &[]);
+    // A site policy: pre-start writes the key where the config names it,
+    // and airlock loads it.
+    ca::ec_key(tmp.path(), "cosign.key");
+    ca::openssl(
+        tmp.path(),
+        &["ec", "-in", "cosign.key", "-pubout", "-out", "cosign.pub"],
+    );
+    let policy = |rule: Value| with(&base, "airlock.import.policy", json!([rule]));
+    let good = policy(
+        json!({"repositories": ["stacks/**"], "keys": [read("cosign.pub")],
+                             "each_platform": true}),
+    );
+    let vm = Vm::new(&with(&good, "airlock.import.max_staleness", json!("14d")));
+    vm.run_ok("pre-start", &[]);
+    let config = std::fs::read_to_string(vm.job_dir().join("config/airlock.toml")).unwrap();
+    let written = vm.path().join("data/airlock/policy/0-key-0.pub");
+    assert_eq!(
+        std::fs::read_to_string(&written).unwrap(),
+        read("cosign.pub")
+    );
+    assert!(
+        config.contains("max_staleness = \"14d\"")
+            && config.contains(&format!("keys = [\"{}\"]", written.display()))
+            && config.contains("repositories = [\"stacks/**\"]")
+            && config.contains("each_platform = true"),
+        "{config}"
+    );
+    // Keyless: the identities and the trusted root as airlock reads them.
+    let sig = crate::upstream_keyless::Sigstore::new(tmp.path());
+    let vm = Vm::new(&policy(json!({"repositories": ["stacks/**"],
+        "identities": [{"subject_regex": "^https://github.com/example/", "issuer": "https://accounts.example.org"}],
+        "trusted_root": std::fs::read_to_string(&sig.root).unwrap()})));
+    vm.run_ok("pre-start", &[]);
+    let config = std::fs::read_to_string(vm.job_dir().join("config/airlock.toml")).unwrap();
+    assert!(
+        config.contains(r#"identities = [{ issuer = "https://accounts.example.org", subject_regex = "^https://github.com/example/" }]"#),
+        "{config}"
+    );
+    assert_eq!(
+        std::fs::read(vm.path().join("data/airlock/policy/0-trusted_root.json")).unwrap(),
+        std::fs::read(&sig.root).unwrap()
+    );
     let cases = [
+        // A PEM-shaped key that is not one; a trusted root that is JSON
+        // but not a trusted root.
+        (
+            policy(json!({"repositories": ["stacks/**"], "keys": [pem("PUBLIC KEY", "QUJD")]})),
+            "airlock.import.policy[0].keys[0]",
+        ),
+        (
+            policy(
+                json!({"repositories": ["stacks/**"], "trusted_root": "{\"tlogs\": 3}",
+                          "identities": [{"subject": "s", "issuer": "i"}]}),
+            ),
+            "airlock.import.policy[0].trusted_root",
+        ),
         // PEM-shaped, not a certificate.
         (
             with(

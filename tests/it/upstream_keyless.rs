@@ -80,16 +80,17 @@ struct Leaf {
 }
 
 /// The Fulcio-like CAs and the Rekor-like log of one test.
-struct Sigstore {
+pub(crate) struct Sigstore {
     dir: PathBuf,
     rekor_key: PathBuf,
     log_id: Vec<u8>,
     now: i64,
-    root: PathBuf,
+    /// `trusted_root.json` listing the CAs and the log.
+    pub(crate) root: PathBuf,
 }
 
 impl Sigstore {
-    fn new(dir: &Path) -> Sigstore {
+    pub(crate) fn new(dir: &Path) -> Sigstore {
         ca::make_ca(dir, "fulcio-root");
         ca::issue(
             dir,
