@@ -296,8 +296,6 @@ impl Remote {
     }
 }
 
-/// True when an index entry's `platform` is `want` (`OS/ARCH[/VARIANT]`; a
-/// variant in `want` must match, none matches any).
 /// Whether `desc` is a sigstore bundle a policy may read
 /// ([`crate::signatures::sigstore::is_bundle_type`], small enough).
 fn is_small_bundle(desc: &Descriptor) -> bool {
@@ -305,6 +303,8 @@ fn is_small_bundle(desc: &Descriptor) -> bool {
         && desc.size <= crate::signatures::sigstore::MAX_BUNDLE
 }
 
+/// True when an index entry's `platform` is `want` (`OS/ARCH[/VARIANT]`; a
+/// variant in `want` must match, none matches any).
 fn platform_matches(want: &str, desc: &Descriptor) -> bool {
     let Some((os, arch, variant)) = desc.platform_parts() else {
         return false;
