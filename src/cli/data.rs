@@ -80,6 +80,18 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         .as_deref()
         .map(sign::Keyring::load)
         .transpose()?;
+    // Bad input (a bundle path, the config) is refused before the store is
+    // opened, so a mistyped --data path is not made into an empty store.
+    airlock::bundle::volume::expand_inputs(&args.bundles)?;
+    let (immutable_tags, signature_policy) = match &args.config {
+        Some(path) => {
+            let cfg = airlock::config::load(path)?;
+            let policy = airlock::signatures::SitePolicy::load(&cfg.import.policy)
+                .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+            (cfg.registry.immutable_tags, policy)
+        }
+        None => Default::default(),
+    };
     let opened = args.data.open(true)?;
     if !args.dry_run {
         airlock::ops::write_lock::refuse_if_locked(&*opened.blobstore()).await?;
@@ -92,15 +104,6 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         Some(verifier.keys()),
         args.volume_list.as_deref(),
     )?;
-    let (immutable_tags, signature_policy) = match &args.config {
-        Some(path) => {
-            let cfg = airlock::config::load(path)?;
-            let policy = airlock::signatures::SitePolicy::load(&cfg.import.policy)
-                .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
-            (cfg.registry.immutable_tags, policy)
-        }
-        None => Default::default(),
-    };
     let opts = bundle_import::ImportOptions {
         dry_run: args.dry_run,
         allow_downgrade: args

@@ -495,6 +495,31 @@ fn bad_config_and_missing_files_give_one_line_errors() {
         err.trim_end(),
         "airlock: error: cannot read /nonexist.asc: No such file or directory (os error 2)"
     );
+    // A missing bundle, or a config that does not load, is refused before
+    // the store is opened: a mistyped --data path is not made a store.
+    let (_, public) = test_key();
+    let data = dir.path().join("typo");
+    for extra in [&[][..], &["--config", cfg.to_str().unwrap()][..]] {
+        let bundle = if extra.is_empty() {
+            "missing.tar"
+        } else {
+            "/dev/null"
+        };
+        let mut args = vec![
+            "import",
+            "--data",
+            data.to_str().unwrap(),
+            "--keyring",
+            public.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        args.push(bundle);
+        let o = airlock(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(!data.exists(), "{} was created: {err}", data.display());
+    }
 }
 
 fn extension_headers_are_refused_before_they_are_read(b: Backend) {
