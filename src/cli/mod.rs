@@ -367,7 +367,11 @@ pub fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // What this command committed is served to the next request a server
+    // on the same host gets (its default root refresh interval has passed).
+    airlock::store::fs::settle();
+    if let Err(e) = result {
         eprintln!("airlock: error: {}", one_line(&cause_chain(&e)));
         std::process::exit(1);
     }

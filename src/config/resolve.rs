@@ -181,7 +181,7 @@ impl Settings {
         let root_refresh = match self.store.root_refresh_ms {
             Some(ms) => Duration::from_millis(ms),
             None if self.store.url.is_some() => crate::state::DEFAULT_REMOTE_ROOT_REFRESH,
-            None => Duration::ZERO,
+            None => crate::store::fs::DEFAULT_ROOT_REFRESH,
         };
 
         let tls = match (self.tls.cert, self.tls.key) {

@@ -140,8 +140,10 @@ pub struct StoreSection {
     /// Notice a state root changed by another process (a CLI import while
     /// the server runs, another replica) within this many milliseconds; 0
     /// checks the root on every request (on the filesystem one stat(2)).
-    /// The server's own changes are visible at once either way
-    /// [default: 0 on the filesystem, 1000 on S3].
+    /// The server's own changes are visible at once either way; on the
+    /// filesystem a CLI command waits out the default 1 ms before it exits,
+    /// so what it committed is served to the next request
+    /// [default: 1 on the filesystem, 1000 on S3].
     #[arg(long, env = "AIRLOCK_ROOT_REFRESH_MS")]
     pub root_refresh_ms: Option<u64>,
     /// How long a replica's lease on a periodic job (scrub, gc) outlives its

@@ -7,13 +7,14 @@
 //!   ([`RootCache::install`]): a writer reads its own writes;
 //! - other writers (a CLI `airlock import` while `airlock serve` runs,
 //!   another replica on S3) are noticed within the refresh interval
-//!   (`[store] root_refresh_ms`): with an interval of 0 (the filesystem
-//!   default) every read checks the root, through
-//!   [`Blobstore::root_unchanged`] when the backend can tell locally (one
-//!   `stat(2)`, no allocation), else with one [`Blobstore::read_root`]; with
-//!   an interval above 0 (the S3 default, 1,000 ms) a snapshot checked less
-//!   than an interval ago is used as it is, and the first reader after that
-//!   reads the root once for everyone waiting;
+//!   (`[store] root_refresh_ms`): with an interval of 0 every read checks
+//!   the root, through [`Blobstore::root_unchanged`] when the backend can
+//!   tell locally (one `stat(2)`, no allocation), else with one
+//!   [`Blobstore::read_root`]; with an interval above 0 (the filesystem
+//!   default, 1 ms, which a CLI command that committed waits out before it
+//!   exits: `crate::store::fs::settle`; the S3 default, 1,000 ms) a
+//!   snapshot checked less than an interval ago is used as it is, and the
+//!   first reader after that reads the root once for everyone waiting;
 //! - a changed root costs one read of its state document: pages are cached
 //!   by digest ([`super::cache`]), so what did not change is not reloaded.
 //!

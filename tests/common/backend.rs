@@ -313,7 +313,7 @@ impl Backend {
 
     /// How long after another process's commit (a CLI command, the other
     /// replica) this backend's servers may still answer from the root they
-    /// had: `root_refresh_ms`'s default (0 on the filesystem, 1 s on S3)
+    /// had: `root_refresh_ms`'s default (1 ms on the filesystem, 1 s on S3)
     /// plus a margin for a loaded machine.
     pub fn refresh_bound(&self) -> Duration {
         match self.kind {

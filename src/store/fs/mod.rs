@@ -23,6 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use self::read::Opened;
 use self::root::CachedRoot;
+pub use self::root::{DEFAULT_ROOT_REFRESH, settle};
 use self::writer::FsWriter;
 use super::hot::{FileId, HotBlobs};
 use super::space::FreeSpaceFloor;

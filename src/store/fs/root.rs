@@ -5,6 +5,29 @@
 
 use super::*;
 
+/// How soon a server on the filesystem notices a root another process
+/// replaced, by default (`[store] root_refresh_ms`): 1 ms. A reader uses
+/// the snapshot it confirmed less than this long ago without a `stat(2)`;
+/// a process that replaced the root waits out the same interval before it
+/// exits ([`settle`]), so what a CLI command committed is served to every
+/// request sent after it returned.
+pub const DEFAULT_ROOT_REFRESH: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// When this process last replaced `refs/root` (after the rename).
+static LAST_SWAP: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+/// Blocks until [`DEFAULT_ROOT_REFRESH`] has passed since this process last
+/// replaced `refs/root` (at once when it never did): a server on the same
+/// host with the default interval then sees the new root on its next
+/// request (every reader's last check is older than the interval, or read
+/// the new root). Called by the CLI before it exits.
+pub fn settle() {
+    let last = LAST_SWAP.lock().ok().and_then(|t| *t);
+    if let Some(left) = last.and_then(|t| DEFAULT_ROOT_REFRESH.checked_sub(t.elapsed())) {
+        std::thread::sleep(left);
+    }
+}
+
 /// The last `refs/root` read, with the file it was read from held open.
 /// Holding it open keeps its inode from being freed and reused, so "the
 /// path still names the same inode" is an exact test that the root did not
@@ -117,6 +140,9 @@ impl FsStore {
             dirty.sync_with(Some(&f))?;
             let t1 = std::time::Instant::now();
             std::fs::rename(&tmp, dir.join("root"))?;
+            if let Ok(mut t) = LAST_SWAP.lock() {
+                *t = Some(std::time::Instant::now());
+            }
             sync::dir(&dir)?;
             crate::failpoint::fs_write_done();
             tracing::debug!(
