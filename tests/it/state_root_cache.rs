@@ -16,6 +16,7 @@ use common::backend::{Backend, on_backends};
 on_backends!(async [fs, moto, s3s_fs] own_commits_at_once_others_within_the_interval);
 on_backends!([fs, moto, s3s_fs] server_sees_a_cli_rollback_within_the_interval);
 on_backends!([fs, moto, s3s_fs] a_miss_reads_the_root_again);
+on_backends!([fs] the_next_request_after_a_cli_command_sees_its_commit);
 
 fn link(i: u64) -> [Op; 1] {
     let repo: RepositoryName = "team/app".parse().unwrap();
@@ -119,10 +120,62 @@ fn upload(method: &str, content_type: &str, body: &std::path::Path, url: &str) -
 /// `airlock serve --root-refresh-ms 400`: its own pushes are pullable at
 /// once; a rollback by the CLI (another process) shows within the interval.
 fn server_sees_a_cli_rollback_within_the_interval(b: Backend) {
+    let server = b.serve(&["--allow-push", "--root-refresh-ms", "400"]);
+    push_v1_v2(&b, &server.addr);
+    let out = b.airlock_ok(&["rollback"], &["--to", "1"]);
+    assert!(out.contains("rolled back to generation 1"), "{out}");
+    let base = format!("http://{}/v2/demo/app", server.addr);
+    let rolled = Instant::now();
+    loop {
+        match curl(&[&format!("{base}/manifests/v2")]).0 {
+            404 => break,
+            200 => assert!(
+                rolled.elapsed() < Duration::from_millis(1400),
+                "tag v2 still served {:?} after the rollback",
+                rolled.elapsed()
+            ),
+            other => panic!("GET v2 answered {other}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(curl(&[&format!("{base}/manifests/v1")]).0, 200);
+}
+
+/// On the filesystem with the default refresh (1 ms, which a CLI command
+/// that committed waits out before it exits), the first request sent
+/// after `airlock rollback` returns, on a connection opened at once (no
+/// process started in between), already sees the rolled-back root; the
+/// server was kept busy reading the old one until then.
+fn the_next_request_after_a_cli_command_sees_its_commit(b: Backend) {
+    let server = b.serve(&["--allow-push"]);
+    push_v1_v2(&b, &server.addr);
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = {
+        let (busy, addr) = (busy.clone(), server.addr.clone());
+        std::thread::spawn(move || {
+            while busy.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = common::http(&addr, "GET", "/v2/demo/app/manifests/v2", &[]);
+            }
+        })
+    };
+    let out = b.airlock_ok(&["rollback"], &["--to", "1"]);
+    let (status, _, _) =
+        common::http(&server.addr, "GET", "/v2/demo/app/manifests/v2", &[]).unwrap();
+    busy.store(false, std::sync::atomic::Ordering::Relaxed);
+    reader.join().unwrap();
+    assert!(out.contains("rolled back to generation 1"), "{out}");
+    assert_eq!(
+        status, 404,
+        "tag v2 served right after the rollback returned"
+    );
+}
+
+/// Pushes the manifest of config `{}` to `demo/app` as `v1` then `v2`
+/// (generations 1 and 2), each pullable at once.
+fn push_v1_v2(b: &Backend, addr: &str) {
     common::require_tool("curl", "curl");
     let dir = tempfile::tempdir().unwrap();
-    let server = b.serve(&["--allow-push", "--root-refresh-ms", "400"]);
-    let base = format!("http://{}/v2/demo/app", server.addr);
+    let base = format!("http://{addr}/v2/demo/app");
     let config = b"{}";
     let config_digest = Digest::sha256_of(config).to_string();
     let config_file = dir.path().join("config.json");
@@ -151,22 +204,6 @@ fn server_sees_a_cli_rollback_within_the_interval(b: Backend) {
         assert_eq!(curl(&[&format!("{base}/manifests/{tag}")]).0, 200);
         assert_eq!(b.history().len(), i + 1, "generation {} written", i + 1);
     }
-    let out = b.airlock_ok(&["rollback"], &["--to", "1"]);
-    assert!(out.contains("rolled back to generation 1"), "{out}");
-    let rolled = Instant::now();
-    loop {
-        match curl(&[&format!("{base}/manifests/v2")]).0 {
-            404 => break,
-            200 => assert!(
-                rolled.elapsed() < Duration::from_millis(1400),
-                "tag v2 still served {:?} after the rollback",
-                rolled.elapsed()
-            ),
-            other => panic!("GET v2 answered {other}"),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(curl(&[&format!("{base}/manifests/v1")]).0, 200);
 }
 
 /// Two replicas with a refresh interval of a minute: what one pushed is
