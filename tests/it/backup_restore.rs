@@ -395,11 +395,14 @@ fn a_lock_whose_holder_died_ends_after_its_ttl_and_holds_cli_imports() {
     airlock_ok(&again);
     let root = b.root();
     let keyring = test_key().1;
+    // A file that is there (a missing one is refused before the store is
+    // opened), refused for the lock before it is read.
+    let bundle = tempfile::NamedTempFile::new().unwrap();
     let o = airlock(
         &[
             &["import", "--keyring", keyring.to_str().unwrap()][..],
             &store,
-            &["no-such-bundle.tar"],
+            &[bundle.path().to_str().unwrap()],
         ]
         .concat(),
     );
