@@ -34,6 +34,8 @@ struct Inner {
     /// by accept order (oldest first). Entries whose connection has
     /// started one are dropped lazily, at eviction time or when it ends.
     fresh: BTreeMap<u64, Arc<Activity>>,
+    /// Every open connection, for [`Slots::stop_all`].
+    all: HashMap<u64, Arc<Activity>>,
 }
 
 /// Why [`Slots::admit`] refused a connection.
@@ -84,6 +86,14 @@ impl Slots {
         false
     }
 
+    /// Tells every open connection that the server stops
+    /// ([`Activity::stop`]).
+    pub(super) fn stop_all(&self) {
+        for activity in self.lock().all.values() {
+            activity.stop();
+        }
+    }
+
     /// Completes when a slot may have been freed (a freed slot is never
     /// missed: a release before the wait is remembered; every waiting
     /// accept loop is woken).
@@ -115,6 +125,7 @@ impl Slots {
         let id = inner.next_id;
         inner.next_id += 1;
         inner.fresh.insert(id, activity.clone());
+        inner.all.insert(id, activity.clone());
         Ok(Slot {
             slots: self.clone(),
             id,
@@ -128,6 +139,7 @@ impl Drop for Slot {
         let mut inner = self.slots.lock();
         inner.open = inner.open.saturating_sub(1);
         inner.fresh.remove(&self.id);
+        inner.all.remove(&self.id);
         if let Some(n) = inner.per_address.get_mut(&self.ip) {
             *n = n.saturating_sub(1);
             if *n == 0 {

@@ -23,9 +23,9 @@ use axum::response::Response;
 use crate::registry::errors::LoggedCode;
 
 /// The peer address of the connection a request came on (a request
-/// extension set by the accept loop).
-#[derive(Debug, Clone, Copy)]
-pub struct ClientAddr(pub SocketAddr);
+/// extension set by the accept loop: axum's own, which the registry reads
+/// too, so that one insert serves every reader).
+pub type ClientAddr = axum::extract::ConnectInfo<SocketAddr>;
 
 /// Query parameters whose values are never logged (compared case-insensitively;
 /// a name containing one of these is redacted too, e.g. `X-Amz-Signature`).

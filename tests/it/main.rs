@@ -53,6 +53,7 @@ mod sbom_feeds;
 mod sbom_inventory;
 mod sbom_versions;
 mod sbom_vulns;
+mod server_lean;
 mod server_limits;
 mod server_reload;
 mod server_workers;

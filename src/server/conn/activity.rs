@@ -16,8 +16,10 @@ use tokio::time::Instant;
 use super::Limits;
 
 /// Completes when the connection should be closed: no request started
-/// within the header timeout after accept, or no request in progress and
-/// no activity for the idle timeout.
+/// within the header timeout after accept; or no request in progress and
+/// either no activity for the idle timeout, or (on the lean HTTP/1 path)
+/// no complete request head within the header timeout after the previous
+/// response ([`Activity::await_head`]).
 ///
 /// Requests never wake this timer (a wake-up per request would re-poll the
 /// connection and re-arm a timer on every request): it sleeps until the
@@ -28,19 +30,11 @@ use super::Limits;
 pub(super) async fn idle_deadline(activity: &Activity, limits: &Limits) {
     loop {
         let now = Instant::now();
-        let deadline = if activity.requests.load(Ordering::Acquire) == 0 {
-            activity.started + limits.header_timeout
-        } else if activity.in_flight.load(Ordering::Acquire) > 0 {
-            now + limits.idle_timeout
-        } else {
-            activity.last() + limits.idle_timeout
-        };
+        let deadline = activity.deadline(limits, now);
         if deadline <= now {
-            // A request may have started since the load above; re-check.
-            if activity.in_flight.load(Ordering::Acquire) == 0
-                && (activity.requests.load(Ordering::Acquire) == 0
-                    || activity.last() + limits.idle_timeout <= Instant::now())
-            {
+            // A request may have started since the loads above; re-check.
+            let now = Instant::now();
+            if activity.deadline(limits, now) <= now {
                 return;
             }
             continue;
@@ -66,8 +60,13 @@ pub(in crate::server) struct Activity {
     pub(super) h2: AtomicBool,
     /// Signalled when the slots evict this connection.
     pub(super) close: Notify,
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) close_requested: AtomicBool,
+    /// Set when the server stops ([`Activity::stop`]).
+    stopping: AtomicBool,
+    /// Milliseconds after `started` since when the lean HTTP/1 path waits
+    /// for a request head; `u64::MAX`: it does not (hyper has its own
+    /// header timer).
+    head_wait_ms: AtomicU64,
 }
 
 impl Activity {
@@ -81,7 +80,54 @@ impl Activity {
             h2: AtomicBool::new(false),
             close: Notify::new(),
             close_requested: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            head_wait_ms: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// When [`idle_deadline`] closes the connection, as of `now`.
+    fn deadline(&self, limits: &Limits, now: Instant) -> Instant {
+        if self.requests.load(Ordering::Acquire) == 0 {
+            return self.started + limits.header_timeout;
+        }
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return now + limits.idle_timeout;
+        }
+        let idle = self.last() + limits.idle_timeout;
+        match self.head_wait_ms.load(Ordering::Acquire) {
+            u64::MAX => idle,
+            ms => idle.min(self.started + Duration::from_millis(ms) + limits.header_timeout),
+        }
+    }
+
+    /// The lean HTTP/1 path waits for the next request head from the last
+    /// activity on (the end of the previous response) when `waiting`;
+    /// else (handed to hyper) it no longer does.
+    pub(super) fn await_head(&self, waiting: bool) {
+        let ms = if waiting {
+            self.last_ms.load(Ordering::Acquire)
+        } else {
+            u64::MAX
+        };
+        self.head_wait_ms.store(ms, Ordering::Release);
+    }
+
+    /// Tells the connection the server stops: an idle one closes at once,
+    /// a busy one after its response.
+    pub(in crate::server) fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.close.notify_one();
+    }
+
+    /// Whether [`Activity::stop`] was called.
+    pub(super) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Whether nothing of a request is in progress: none in flight, no
+    /// response body alive.
+    pub(super) fn idle(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0 && self.bodies.load(Ordering::Acquire) == 0
     }
 
     /// Whether a request has started on this connection.
@@ -96,7 +142,6 @@ impl Activity {
     }
 
     /// Whether [`Activity::close`] was called.
-    #[cfg(test)]
     pub(in crate::server) fn close_requested(&self) -> bool {
         self.close_requested.load(Ordering::Acquire)
     }

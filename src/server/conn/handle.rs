@@ -18,15 +18,14 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::activity::Activity;
+use super::activity::{Activity, RequestGuard};
 use crate::registry::errors::{ErrorCode, RegistryError};
 use crate::registry::routes::Route;
 use crate::server::body::{Pace, RequestBody, ResponseBody};
 use crate::server::tls::ClientCertNames;
 
-/// Serves one request: the request body under its [`Pace`], the response
-/// body under the [`ResponseBudget`]; a body found too slow turns the
-/// answer into a 408.
+/// Serves one request hyper parsed: the request body under its [`Pace`],
+/// then [`respond`].
 pub(super) fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
@@ -35,19 +34,9 @@ pub(super) fn handle(
     activity: &Arc<Activity>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + use<> {
     let guard = activity.begin_request();
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     if parts.version == Version::HTTP_2 {
         activity.h2.store(true, Ordering::Release);
-    }
-    parts
-        .extensions
-        .insert(crate::server::trace::ClientAddr(peer));
-    parts.extensions.insert(axum::extract::ConnectInfo(peer));
-    if let Some(n) = names {
-        parts.extensions.insert(n);
-    }
-    if shared.tls() {
-        parts.extensions.insert(crate::server::tls::OverTls);
     }
     let limits = &shared.limits;
     let manifest_put = parts.method == Method::PUT
@@ -66,6 +55,47 @@ pub(super) fn handle(
         let body = RequestBody::new(body, pace, activity.clone(), too_slow.clone());
         (axum::body::Body::new(body), Some(too_slow))
     };
+    let req = Request::from_parts(parts, body);
+    let res = respond(
+        req,
+        guard,
+        too_slow,
+        manifest_put,
+        peer,
+        names,
+        shared,
+        activity,
+    );
+    async move { Ok(res.await) }
+}
+
+/// Serves one request (its body, if any, already under its pace;
+/// `too_slow` is where the body notes that it was too slow): the client's
+/// address and certificate names go into its extensions, the registry's
+/// hot path or the router answers it, and the response body is put under
+/// the [`ResponseBudget`]. A body found too slow turns the answer into a
+/// 408. `guard` is the request's [`Activity`] count, released when the
+/// response head is ready. Used by hyper ([`handle`]) and by the lean
+/// HTTP/1 path ([`super::lean`]) alike.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn respond(
+    req: Request<axum::body::Body>,
+    guard: RequestGuard,
+    too_slow: Option<Arc<OnceLock<&'static str>>>,
+    manifest_put: bool,
+    peer: SocketAddr,
+    names: Option<ClientCertNames>,
+    shared: &Arc<Shared>,
+    activity: &Arc<Activity>,
+) -> impl Future<Output = Response<ResponseBody>> + Send + use<> {
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(axum::extract::ConnectInfo(peer));
+    if let Some(n) = names {
+        parts.extensions.insert(n);
+    }
+    if shared.tls() {
+        parts.extensions.insert(crate::server::tls::OverTls);
+    }
     let v2 = parts.uri.path().starts_with("/v2/");
     let registry = crate::server::is_registry_path(parts.uri.path());
     let http1 = parts.version < Version::HTTP_2;
@@ -96,7 +126,7 @@ pub(super) fn handle(
             }
             None => res,
         };
-        Ok(res.map(|b| ResponseBody::new(b, activity, budget)))
+        res.map(|b| ResponseBody::new(b, activity, budget))
     }
 }
 

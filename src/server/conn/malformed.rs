@@ -67,8 +67,7 @@ impl<I> Answering<I> {
     /// Whether nothing of ours can be on its way out: no request in
     /// flight, no response body alive.
     fn idle(&self) -> bool {
-        self.activity.in_flight.load(Ordering::Acquire) == 0
-            && self.activity.bodies.load(Ordering::Acquire) == 0
+        self.activity.idle()
     }
 }
 

@@ -45,7 +45,9 @@
 mod activity;
 mod handle;
 mod io;
+mod lean;
 mod malformed;
+mod rewind;
 mod sendfile;
 
 use std::future::Future;
@@ -58,16 +60,18 @@ use axum::http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 pub(super) use self::activity::Activity;
 use self::activity::idle_deadline;
 use self::handle::handle;
 use self::io::TrackedIo;
 use self::malformed::Answering;
+use self::rewind::Rewind;
 use super::App;
 use super::body::ResponseBudget;
 use super::slots::{Refused, Slot, Slots};
@@ -236,7 +240,8 @@ pub(super) async fn run(
 ) {
     let slots = &shared.slots;
     let limits = &shared.limits;
-    let graceful = GracefulShutdown::new();
+    let (stop_tx, stop) = watch::channel(false);
+    let tracker = TaskTracker::new();
     let (mut cap_warn, mut address_warn, mut accept_warn) =
         (Every::default(), Every::default(), Every::default());
     tokio::pin!(shutdown);
@@ -297,20 +302,23 @@ pub(super) async fn run(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        let watcher = graceful.watcher();
-        let shared = shared.clone();
-        tokio::spawn(async move {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        tracker.spawn(async move {
             let _open = crate::metrics::ConnectionGuard::open();
-            serve_connection(tcp, peer, shared, activity, slot, watcher).await;
+            serve_connection(tcp, peer, shared, activity, slot, stop).await;
         });
     }
 
     drop(listener);
     tracing::info!(
-        connections = graceful.count(),
+        connections = tracker.len(),
         "no longer accepting; waiting for in-flight requests"
     );
-    if tokio::time::timeout(limits.shutdown_timeout, graceful.shutdown())
+    // Idle connections close at once, busy ones after their response.
+    slots.stop_all();
+    let _ = stop_tx.send(true);
+    tracker.close();
+    if tokio::time::timeout(limits.shutdown_timeout, tracker.wait())
         .await
         .is_err()
     {
@@ -330,12 +338,12 @@ async fn serve_connection(
     shared: Arc<Shared>,
     activity: Arc<Activity>,
     _slot: Slot,
-    watcher: Watcher,
+    stop: watch::Receiver<bool>,
 ) {
     let tracked = TrackedIo::new(tcp, activity.clone(), shared.tls.is_none());
     let Some(tls) = shared.tls.clone() else {
         let io = Answering::new(tracked, activity.clone(), peer);
-        return serve_io(TokioIo::new(io), peer, None, shared, activity, watcher).await;
+        return serve_io(io, peer, None, shared, activity, stop).await;
     };
     let handshake = tls.acceptor().accept(tracked);
     let stream = match tokio::time::timeout(shared.limits.header_timeout, handshake).await {
@@ -351,17 +359,63 @@ async fn serve_connection(
     };
     let names = super::tls::client_names(stream.get_ref().1);
     let io = Answering::new(stream, activity.clone(), peer);
-    serve_io(TokioIo::new(io), peer, names, shared, activity, watcher).await;
+    serve_io(io, peer, names, shared, activity, stop).await;
 }
 
-/// Serves HTTP on `io` (see [`serve_connection`]).
+/// Serves HTTP on `io` (see [`serve_connection`]): the [`lean`] path
+/// first, then hyper for the rest of the connection once a request the
+/// lean path does not take arrives.
 async fn serve_io<I>(
-    io: TokioIo<I>,
+    io: I,
     peer: SocketAddr,
     names: Option<ClientCertNames>,
     shared: Arc<Shared>,
     activity: Arc<Activity>,
-    watcher: Watcher,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let lean_phase = std::sync::atomic::AtomicBool::new(true);
+    let conn = async {
+        if let Some(io) = lean::serve(io, peer, &names, &shared, &activity).await {
+            lean_phase.store(false, std::sync::atomic::Ordering::Relaxed);
+            serve_hyper(io, peer, names, &shared, &activity, &mut stop).await;
+        }
+    };
+    tokio::pin!(conn);
+    loop {
+        tokio::select! {
+            () = &mut conn => return,
+            () = idle_deadline(&activity, &shared.limits) => {
+                tracing::debug!("closing idle connection");
+                return;
+            }
+            () = activity.close.notified() => {
+                if activity.close_requested() {
+                    tracing::debug!(client = %peer, "closing a connection without a request to make room");
+                    return;
+                }
+                // The server stops: the lean path closes an idle
+                // connection here and a busy one after its response;
+                // hyper shuts down gracefully on `stop`.
+                if lean_phase.load(std::sync::atomic::Ordering::Relaxed) && activity.idle() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Serves the rest of a connection with hyper (HTTP/1 or HTTP/2, with
+/// upgrades); on `stop`, hyper's graceful shutdown (the request in flight
+/// is answered, then the connection closes).
+async fn serve_hyper<I>(
+    io: Rewind<I>,
+    peer: SocketAddr,
+    names: Option<ClientCertNames>,
+    shared: &Arc<Shared>,
+    activity: &Arc<Activity>,
+    stop: &mut watch::Receiver<bool>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -369,19 +423,19 @@ async fn serve_io<I>(
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         handle(req, peer, names.clone(), &svc_shared, &svc_activity)
     });
-    let conn = watcher.watch(shared.builder.serve_connection_with_upgrades(io, service));
-    tokio::select! {
-        res = conn => {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
+    let conn = shared
+        .builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let res = tokio::select! {
+        res = conn.as_mut() => res,
+        () = async { drop(stop.wait_for(|s| *s).await) } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
         }
-        () = idle_deadline(&activity, &shared.limits) => {
-            tracing::debug!("closing idle connection");
-        }
-        () = activity.close.notified() => {
-            tracing::debug!(client = %peer, "closing a connection without a request to make room");
-        }
+    };
+    if let Err(e) = res {
+        tracing::debug!(error = %e, "connection ended with an error");
     }
 }
 
