@@ -20,6 +20,12 @@
 # ratio to nginx's. Requests/s only: bench-serve.sh has the latency
 # percentiles and CPU figures.
 #
+# PIN=1: the pinned run of issue 40: every server on CPU 0 (taskset; airlock
+# --workers 1, nginx worker_processes 1) and the client on CPU 1 (taskset -c 1
+# wrk -t1 -c16), and each run also reports the server's CPU time per request
+# (user + system clock ticks of the server and its children over the
+# requests answered, in microseconds), with the medians' ratio to nginx's.
+#
 # Environment: DURATION (seconds per run, default 5), ROUNDS (default 3),
 # AIRLOCK_BIN (default: target/release/airlock, built), AIRLOCK_BASE_BIN (a
 # second airlock binary to compare, e.g. the base commit's; optional),
@@ -34,6 +40,14 @@ for t in wrk:wrk nginx:nginx-light curl:curl python3:python3 sha256sum:coreutils
 done
 DURATION=${DURATION:-5}
 ROUNDS=${ROUNDS:-3}
+PIN=${PIN:-0}
+if [ "$PIN" = 1 ]; then
+    need taskset util-linux
+    [ "$(nproc)" -ge 2 ] || die "PIN=1 needs 2 CPUs"
+    on_server=(taskset -c 0) server_workers=1 client=(taskset -c 1 wrk -t1 -c16)
+else
+    on_server=() server_workers=2 client=(wrk -t2 -c64)
+fi
 if [ -n "${AIRLOCK_BIN:-}" ]; then
     airlock=$AIRLOCK_BIN
 else
@@ -48,13 +62,16 @@ MT=application/vnd.oci.image.manifest.v1+json
 start_airlock() { # NAME BINARY -> port in port_of[NAME]
     local port
     port=$(free_port)
-    "$2" serve --data "$work/data" --listen "127.0.0.1:$port" --allow-push --log warn \
-        >"$work/$1.log" 2>&1 &
+    local workers=()
+    [ "$PIN" = 1 ] && workers=(--workers 1)
+    "${on_server[@]}" "$2" serve --data "$work/data" --listen "127.0.0.1:$port" --allow-push --log warn \
+        "${workers[@]}" >"$work/$1.log" 2>&1 &
     pids+=("$!")
+    pid_of[$1]=$!
     wait_up "$1" "$!" "http://127.0.0.1:$port/v2/" "$work/$1.log"
     port_of[$1]=$port
 }
-declare -A port_of
+declare -A port_of pid_of
 start_airlock airlock "$airlock"
 base=http://127.0.0.1:${port_of[airlock]}
 push_small_image "$base" "$work"
@@ -66,9 +83,10 @@ fi
 
 # --- nginx -------------------------------------------------------------------------------
 port_of[nginx]=$(free_port)
-small_image_locations "$work/data" | nginx_conf "$work/nginx" 2 "127.0.0.1:${port_of[nginx]}"
-nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' >"$work/nginx/stdout.log" 2>&1 &
+small_image_locations "$work/data" | nginx_conf "$work/nginx" "$server_workers" "127.0.0.1:${port_of[nginx]}"
+"${on_server[@]}" nginx -c "$work/nginx/nginx.conf" -g 'daemon off;' >"$work/nginx/stdout.log" 2>&1 &
 pids+=("$!")
+pid_of[nginx]=$!
 wait_up nginx "$!" "http://127.0.0.1:${port_of[nginx]}/v2/" "$work/nginx/error.log"
 
 # --- check -------------------------------------------------------------------------------
@@ -83,19 +101,24 @@ for s in "${servers[@]}"; do
 done
 
 # --- measure -----------------------------------------------------------------------------
-declare -A runs
+declare -A runs cpus
 for ((r = 1; r <= ROUNDS; r++)); do
     note "round $r/$ROUNDS, load: $(uptime | sed 's/.*load average: //')"
     for k in a b; do
         for s in "${servers[@]}"; do
-            out=$(wrk -t2 -c64 -d"${DURATION}s" -H "Accept: $MT" "http://127.0.0.1:${port_of[$s]}${path[$k]}")
+            t0=$(cpu_ticks "${pid_of[$s]}")
+            out=$("${client[@]}" -d"${DURATION}s" -H "Accept: $MT" "http://127.0.0.1:${port_of[$s]}${path[$k]}")
+            t1=$(cpu_ticks "${pid_of[$s]}")
             if grep -q 'Non-2xx' <<<"$out"; then
                 echo "$out" >&2
                 die "$s: non-2xx answers to ${path[$k]}"
             fi
             rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
             runs[$k.$s]="${runs[$k.$s]:-} $rps"
-            printf '  %-26s %-8s %10.0f req/s\n' "${label[$k]}" "$s" "$rps"
+            # clock ticks (1/100 s) over the requests answered, in µs
+            us=$(awk -v t="$((t1 - t0))" -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%.2f", t * 10000 / (r * d) }')
+            cpus[$k.$s]="${cpus[$k.$s]:-} $us"
+            printf '  %-26s %-8s %10.0f req/s  %6.2f µs CPU/request\n' "${label[$k]}" "$s" "$rps" "$us"
         done
     done
 done
@@ -113,4 +136,16 @@ for k in a b; do
             "$(awk -v a="$b" -v n="$nb" 'BEGIN { print a / n }')" "$(awk -v a="$m" -v n="$nm" 'BEGIN { print a / n }')"
     done
 done
+if [ "$PIN" = 1 ]; then
+    echo
+    printf '%-26s %-8s %18s %10s\n' figure server 'median µs/request' '/nginx'
+    for k in a b; do
+        nc=$(median "${cpus[$k.nginx]}")
+        for s in "${servers[@]}"; do
+            c=$(median "${cpus[$k.$s]}")
+            printf '%-26s %-8s %18.2f %9.2fx\n' "${label[$k]}" "$s" "$c" \
+                "$(awk -v a="$c" -v n="$nc" 'BEGIN { print a / n }')"
+        done
+    done
+fi
 echo "load after: $(uptime | sed 's/.*load average: //'), nproc $(nproc)"

@@ -1,14 +1,18 @@
-//! The accept loop: connection limits, timeouts and graceful shutdown on
-//! top of `hyper_util`'s HTTP/1 + HTTP/2 (`auto`) connection builder.
+//! The accept loop: connection limits, timeouts and graceful shutdown;
+//! each connection is served by the [`lean`] HTTP/1.1 path until a request
+//! it does not take arrives, then by `hyper_util`'s HTTP/1 + HTTP/2
+//! (`auto`) connection builder for the rest of it.
 //!
 //! Owns: [`Limits`] and their enforcement, so that slow, idle or numerous
 //! clients can neither hold sockets forever, exhaust file descriptors and
 //! memory, nor lock other clients out:
 //!
-//! - header timeout: hyper's own HTTP/1 `header_read_timeout`. hyper 1.x
-//!   starts this timer whenever it waits for a request head, including on a
-//!   keep-alive connection between requests, so an idle HTTP/1.1 connection
-//!   is closed after it too. A connection that has not started a request
+//! - header timeout: on the lean path, [`idle_deadline`] closes a
+//!   connection whose next request head is not complete within it after
+//!   the previous response ([`Activity::await_head`]); under hyper, its own
+//!   HTTP/1 `header_read_timeout`, which hyper 1.x starts whenever it waits
+//!   for a request head, including on a keep-alive connection between
+//!   requests. Either way an idle HTTP/1.1 connection is closed after it too. A connection that has not started a request
 //!   within the header timeout after accept is closed here as well (hyper's
 //!   protocol sniffing, which runs before its HTTP/1 timer, has no timer).
 //! - request head size: hyper's HTTP/1 `max_buf_size` and HTTP/2
