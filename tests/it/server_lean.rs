@@ -159,6 +159,8 @@ async fn the_lean_path_and_hyper_answer_alike() {
     for (method, target) in [
         ("GET", "/v2/".to_string()),
         ("GET", "/healthz".to_string()),
+        ("HEAD", "/healthz".to_string()),
+        ("HEAD", "/v2/".to_string()),
         ("GET", format!("/v2/alike/blobs/{digest}")),
         ("HEAD", format!("/v2/alike/blobs/{digest}")),
         ("GET", "/v2/alike/tags/list".to_string()),

@@ -55,7 +55,10 @@ pub(super) async fn response<I: AsyncWrite + Unpin>(
     let mut length = declared;
     let mut chunked = false;
     if declared.is_none() && !headers.contains_key(header::TRANSFER_ENCODING) {
-        let counted = status != StatusCode::NO_CONTENT
+        // A HEAD answer's body is empty whatever the GET's would be: only
+        // a length the service set is sent (as hyper does).
+        let counted = !head
+            && status != StatusCode::NO_CONTENT
             && status != StatusCode::NOT_MODIFIED
             && !status.is_informational();
         match hint {
