@@ -12,9 +12,10 @@
 //!   the previous response ([`Activity::await_head`]); under hyper, its own
 //!   HTTP/1 `header_read_timeout`, which hyper 1.x starts whenever it waits
 //!   for a request head, including on a keep-alive connection between
-//!   requests. Either way an idle HTTP/1.1 connection is closed after it too. A connection that has not started a request
-//!   within the header timeout after accept is closed here as well (hyper's
-//!   protocol sniffing, which runs before its HTTP/1 timer, has no timer).
+//!   requests. Either way an idle HTTP/1.1 connection is closed after it
+//!   too. A connection that has not started a request within the header
+//!   timeout after accept is closed here as well (hyper's protocol
+//!   sniffing, which runs before its HTTP/1 timer, has no timer).
 //! - request head size: hyper's HTTP/1 `max_buf_size` and HTTP/2
 //!   `max_header_list_size` (`max_request_head`); a larger head is refused
 //!   (431) and its buffer never grows past the cap.
