@@ -70,7 +70,12 @@ pub(super) fn take(buf: &mut BytesMut) -> Take {
             return Take::Refer;
         }
         let base = buf.as_ptr() as usize;
+        // Every part httparse returns is a slice of `buf`; an empty one
+        // is taken as empty wherever it points.
         let at = |s: &[u8]| {
+            if s.is_empty() {
+                return (0, 0);
+            }
             let start = (s.as_ptr() as usize - base) as u32;
             (start, start + s.len() as u32)
         };
@@ -179,6 +184,17 @@ mod tests {
         assert_eq!(&rest[..], b"HEAD /v2/ HTTP/1.1\r\n");
         let mut rest = rest;
         assert!(matches!(take(&mut rest), Take::Partial));
+    }
+
+    #[test]
+    fn empty_header_values_are_kept() {
+        let (t, rest) = take_str("GET / HTTP/1.1\r\nX-Empty:\r\nY: \r\n\r\n");
+        let Take::Request { req, .. } = t else {
+            panic!("not taken")
+        };
+        assert_eq!(req.headers()["x-empty"], "");
+        assert_eq!(req.headers()["y"], "");
+        assert!(rest.is_empty());
     }
 
     #[test]
