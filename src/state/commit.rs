@@ -66,7 +66,7 @@ pub(super) struct Queue {
     pending: Mutex<Vec<Pending>>,
     lock: Arc<tokio::sync::Mutex<()>>,
     /// The other writers of the store, as this one sees them.
-    turns: super::turns::Turns,
+    pub(super) turns: super::turns::Turns,
 }
 
 /// Changes applied on top of a snapshot, not yet written: per repository
@@ -295,6 +295,9 @@ impl StateStore {
                     return (waited, Some(snap));
                 }
                 None => return (waited, Some(snap)),
+            }
+            if !polled {
+                self.queue.turns.waited();
             }
             tokio::time::sleep(super::turns::POLL).await;
             polled = true;

@@ -283,6 +283,12 @@ impl StateStore {
         self.pages.cache.lock().map(|c| c.used()).unwrap_or(0)
     }
 
+    /// How many times this process's commits waited for another writer's
+    /// turn before a batch ([`turns`]; issue 37 §2): 0 for a writer alone.
+    pub fn turn_waits(&self) -> u64 {
+        self.queue.turns.waits()
+    }
+
     /// The underlying blobstore.
     pub fn blobstore(&self) -> &Arc<dyn Blobstore> {
         &self.store

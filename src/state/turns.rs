@@ -71,6 +71,8 @@ struct Seen {
     /// How long another writer's turn took, as this writer waited for it
     /// (the longest recent one, decaying by a quarter per turn).
     turn: Option<Duration>,
+    /// Waits this writer took before a batch (one or more polls).
+    waits: u64,
 }
 
 /// One process's turns on its store.
@@ -114,6 +116,18 @@ impl Turns {
         if let Ok(mut s) = self.seen.lock() {
             s.turn = Some(s.turn.map_or(waited, |t| waited.max(t * 3 / 4)));
         }
+    }
+
+    /// Counts a wait before a batch (however it ended).
+    pub(super) fn waited(&self) {
+        if let Ok(mut s) = self.seen.lock() {
+            s.waits += 1;
+        }
+    }
+
+    /// How many waits before a batch this writer took.
+    pub(super) fn waits(&self) -> u64 {
+        self.seen.lock().map_or(0, |s| s.waits)
     }
 
     /// An attempt read the root `value` and the marker's version

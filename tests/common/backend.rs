@@ -124,11 +124,25 @@ impl S3Server {
         server.endpoint = format!("http://127.0.0.1:{}", server.port);
         server.restart();
         if kind == Kind::Moto {
-            let o = Command::new("curl")
-                .args(["-sf", "-X", "PUT", &format!("{}/{BUCKET}", server.endpoint)])
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "creating the bucket on moto failed");
+            // moto accepts connections before it answers them on a loaded
+            // machine: the bucket PUT is retried until it succeeds.
+            let url = format!("{}/{BUCKET}", server.endpoint);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let o = Command::new("curl")
+                    .args(["-sS", "-f", "-m", "10", "-X", "PUT", &url])
+                    .output()
+                    .unwrap();
+                if o.status.success() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "creating the bucket on moto failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
         }
         server
     }
