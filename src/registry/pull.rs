@@ -108,7 +108,7 @@ pub async fn manifest(
 ) -> Result<ManifestResponse> {
     let arrived = std::time::Instant::now();
     let found = find_manifest(state, &*state.snapshot().await?, name, reference).await;
-    let (digest, info) = match found {
+    let (digest, mut info) = match found {
         // A tag or digest another replica made or served since this one
         // read the root: a miss is checked against the current root.
         Err(e) if is_unknown(&e) => {
@@ -128,11 +128,15 @@ pub async fn manifest(
             json!({ "name": name, "reference": reference.to_string() }),
         )
     };
-    let media_type = HeaderValue::from_str(&info.media_type).map_err(|_| {
-        RegistryError::Internal(format!(
-            "stored media type of {digest} is not a header value"
-        ))
-    })?;
+    // The record is this request's own copy: its string becomes the
+    // header value without another copy.
+    let media_type = std::mem::take(&mut info.media_type);
+    let media_type =
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(media_type)).map_err(|_| {
+            RegistryError::Internal(format!(
+                "stored media type of {digest} is not a header value"
+            ))
+        })?;
     let missing = |e: StoreError| match e {
         StoreError::NotFound(_) | StoreError::Corrupt(_) | StoreError::Mismatch(_) => {
             tracing::warn!(%digest, %name, "manifest recorded in state is missing from the blobstore (or was quarantined)");
@@ -190,24 +194,42 @@ enum Collected {
     Length(u64),
 }
 
-/// The whole of `body`, which must be exactly `len` bytes.
+/// The whole of `body`, which must be exactly `len` bytes. A body that
+/// comes in one chunk (a small object the store holds in memory) is
+/// returned as that chunk, without a copy.
 async fn collect_exact(
     mut body: store::ByteStream,
     len: u64,
 ) -> std::result::Result<bytes::Bytes, Collected> {
     use futures_util::StreamExt;
-    let mut buf = bytes::BytesMut::with_capacity(len.min(crate::oci::MAX_MANIFEST_SIZE) as usize);
+    let mut first = bytes::Bytes::new();
+    // Only filled (first chunk, then the rest) when a second chunk comes.
+    let mut joined = bytes::BytesMut::new();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| Collected::Store(StoreError::Io(e)))?;
-        if (buf.len() + chunk.len()) as u64 > len {
+        let have = first.len() + joined.len();
+        if (have + chunk.len()) as u64 > len {
             return Err(Collected::Length(len + 1));
         }
-        buf.extend_from_slice(&chunk);
+        if have == 0 {
+            first = chunk;
+            continue;
+        }
+        if joined.is_empty() {
+            joined.reserve(len.min(crate::oci::MAX_MANIFEST_SIZE) as usize);
+            joined.extend_from_slice(&std::mem::take(&mut first));
+        }
+        joined.extend_from_slice(&chunk);
     }
-    if buf.len() as u64 != len {
-        return Err(Collected::Length(buf.len() as u64));
+    let whole = if joined.is_empty() {
+        first
+    } else {
+        joined.freeze()
+    };
+    if whole.len() as u64 != len {
+        return Err(Collected::Length(whole.len() as u64));
     }
-    Ok(buf.freeze())
+    Ok(whole)
 }
 
 /// How long a redirect's presigned URL is valid: 15 minutes.
@@ -357,4 +379,46 @@ pub async fn blob_response(
         body,
     }
     .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn body(chunks: &[&'static [u8]]) -> store::ByteStream {
+        let chunks: Vec<std::io::Result<Bytes>> =
+            chunks.iter().map(|c| Ok(Bytes::from_static(c))).collect();
+        Box::pin(futures_util::stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn one_chunk_is_kept_and_several_are_joined() {
+        static WHOLE: &[u8] = b"{\"schemaVersion\":2}";
+        let got = collect_exact(body(&[WHOLE]), WHOLE.len() as u64)
+            .await
+            .ok()
+            .unwrap();
+        assert_eq!(got, WHOLE);
+        assert_eq!(got.as_ptr(), WHOLE.as_ptr(), "one chunk: not copied");
+        let got = collect_exact(body(&[b"", b"{\"schema", b"", b"Version\":2}"]), 19)
+            .await
+            .ok()
+            .unwrap();
+        assert_eq!(got, WHOLE);
+        let got = collect_exact(body(&[]), 0).await.ok().unwrap();
+        assert!(got.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_body_of_another_length_is_refused() {
+        let long = collect_exact(body(&[b"abc", b"de"]), 4).await;
+        assert!(matches!(long, Err(Collected::Length(5))), "one past: 4 + 1");
+        let long = collect_exact(body(&[b"abcde"]), 4).await;
+        assert!(matches!(long, Err(Collected::Length(5))));
+        let short = collect_exact(body(&[b"ab", b"c"]), 4).await;
+        assert!(matches!(short, Err(Collected::Length(3))));
+        let short = collect_exact(body(&[b"abc"]), 4).await;
+        assert!(matches!(short, Err(Collected::Length(3))));
+    }
 }

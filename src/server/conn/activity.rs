@@ -47,7 +47,10 @@ pub(super) async fn idle_deadline(activity: &Activity, limits: &Limits) {
 /// bodies, the slots and [`idle_deadline`].
 pub(in crate::server) struct Activity {
     pub(super) started: Instant,
-    /// Milliseconds after `started` of the last read or write.
+    /// `started` on the coarse clock ([`coarse_ms`]).
+    started_coarse: u64,
+    /// Milliseconds after `started` of the last read or write (on the
+    /// coarse clock: at most one kernel tick early).
     pub(super) last_ms: AtomicU64,
     /// Requests started on this connection.
     pub(super) requests: AtomicU64,
@@ -73,6 +76,7 @@ impl Activity {
     pub(in crate::server) fn new() -> Activity {
         Activity {
             started: Instant::now(),
+            started_coarse: coarse_ms(),
             last_ms: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
@@ -146,10 +150,13 @@ impl Activity {
         self.close_requested.load(Ordering::Acquire)
     }
 
-    /// Records activity now.
+    /// Records activity now (a few times per request: read on the coarse
+    /// clock, and stored only when it moved).
     pub(in crate::server) fn touch(&self) {
-        let ms = self.started.elapsed().as_millis() as u64;
-        self.last_ms.fetch_max(ms, Ordering::Release);
+        let ms = coarse_ms().saturating_sub(self.started_coarse);
+        if ms > self.last_ms.load(Ordering::Relaxed) {
+            self.last_ms.fetch_max(ms, Ordering::Release);
+        }
     }
 
     /// Socket traffic: activity over HTTP/1 only.
@@ -170,6 +177,29 @@ impl Activity {
     }
 }
 
+/// Milliseconds on the monotonic clock as of the kernel's last tick
+/// (`CLOCK_MONOTONIC_COARSE`, clock_gettime(2): read from the vDSO without
+/// a system call or a hardware clock read; its resolution, one tick, is
+/// 1-10 ms). Enough for idle and header timeouts, which are seconds; a
+/// fraction of the cost of `Instant::now` and its `Duration` arithmetic,
+/// and connections record activity a few times per request. Where the
+/// kernel refuses that clock, milliseconds since the first call (the
+/// precise clock; the same one every time, so differences stay right).
+fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } == 0 {
+        return (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000;
+    }
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
 /// One request in progress; on drop the idle clock restarts from now.
 pub(in crate::server) struct RequestGuard(Arc<Activity>);
 
@@ -177,5 +207,38 @@ impl Drop for RequestGuard {
     fn drop(&mut self) {
         self.0.touch();
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The coarse clock moves with the precise one (within its tick).
+    #[test]
+    fn coarse_ms_follows_the_monotonic_clock() {
+        let (c0, t0) = (coarse_ms(), std::time::Instant::now());
+        std::thread::sleep(Duration::from_millis(300));
+        let (c1, t1) = (coarse_ms(), std::time::Instant::now());
+        let precise = (t1 - t0).as_millis() as u64;
+        let coarse = c1 - c0;
+        // A tick, and a preemption between the two reads of a pair.
+        assert!(
+            coarse + 100 >= precise && coarse <= precise + 100,
+            "coarse {coarse} ms, precise {precise} ms"
+        );
+    }
+
+    /// Activity recorded after a pause moves the idle clock by the pause.
+    #[test]
+    fn touch_records_the_time_of_the_last_activity() {
+        let a = Activity::new();
+        std::thread::sleep(Duration::from_millis(150));
+        a.touch();
+        let last = a.last_ms.load(Ordering::Acquire);
+        assert!((120..=5000).contains(&last), "last activity at {last} ms");
+        let before = a.last();
+        a.touch();
+        assert!(a.last() >= before, "touch never moves the clock back");
     }
 }

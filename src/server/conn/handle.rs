@@ -66,7 +66,7 @@ pub(super) fn handle(
         shared,
         activity,
     );
-    async move { Ok(res.await) }
+    futures_util::FutureExt::map(res, Ok)
 }
 
 /// Serves one request (its body, if any, already under its pace;
@@ -111,7 +111,9 @@ pub(super) fn respond(
             // The registry's hot path skips the router (same middleware).
             // Boxed: the registry's future is large (every handler's
             // state), and hyper moves the future `handle` returns into its
-            // own box, a copy of that size per request.
+            // own box, a copy of that size per request; on the lean path,
+            // unboxed, its moves cost more than the box (callgrind: +850
+            // instructions of memcpy per request against 316).
             Err(app) => Box::pin(crate::server::serve_registry(app, req)).await,
             Ok(router) => match tower::ServiceExt::oneshot(router, req).await {
                 Ok(res) => res,
