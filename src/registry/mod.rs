@@ -16,6 +16,7 @@ pub mod config;
 pub mod delete;
 pub mod discovery;
 pub mod errors;
+pub mod kept;
 pub mod links;
 pub mod namespace;
 pub mod pull;
@@ -110,6 +111,12 @@ pub async fn serve(ctx: &dyn Context, req: HttpRequest) -> Response {
         .extensions
         .get::<uploads::Uploader>()
         .map(|u| u.0.as_str());
+    // A GET of small content answered before is answered again without
+    // the handlers (`kept`).
+    let keepable = kept::keepable(&parts.method, &parts.uri);
+    if keepable && let Some(res) = kept::answer(ctx, parts.uri.path(), &parts.headers, &scope) {
+        return res;
+    }
     let req = Request {
         method: &parts.method,
         uri: &parts.uri,
@@ -118,11 +125,15 @@ pub async fn serve(ctx: &dyn Context, req: HttpRequest) -> Response {
         user,
         scope: &scope,
     };
-    let mut res = dispatch(ctx, &req, &mut body)
+    let mut keep = None;
+    let mut res = dispatch(ctx, &req, &mut body, keepable.then_some(&mut keep))
         .await
         .unwrap_or_else(IntoResponse::into_response);
     res.headers_mut()
         .insert(DOCKER_DISTRIBUTION_API_VERSION, API_VERSION);
+    if let Some(k) = keep {
+        kept::keep(ctx, parts.uri.path(), &scope, k, &res);
+    }
     res
 }
 
@@ -161,10 +172,13 @@ struct Request<'a> {
 
 /// The (route, method) dispatch table. The repository finally used (after
 /// mirror namespaces) must be in the caller's scope, else 403 `DENIED`.
+/// With `keep` (a [`kept::keepable`] request), a pull of small content the
+/// state names leaves there what [`kept::keep`] needs.
 async fn dispatch(
     ctx: &dyn Context,
     req: &Request<'_>,
     body: &mut (impl BodyStream + ?Sized),
+    keep: Option<&mut Option<kept::Keep>>,
 ) -> Result<Response> {
     let Request {
         method,
@@ -194,14 +208,23 @@ async fn dispatch(
     let mut res = match (route, method.clone()) {
         (Route::Base, Method::GET | Method::HEAD) => ApiBase.into_response(),
         (Route::Manifest { name, reference }, Method::GET | Method::HEAD) => {
+            let mark = keep.as_ref().and_then(|_| kept::Mark::now(ctx));
             let m = pull::manifest(state, &name, &reference, head).await?;
+            let tag = match reference {
+                Reference::Tag(t) => Some(t),
+                Reference::Digest(_) => None,
+            };
             if !head {
                 // A pull (HEAD is not one, as in zot and Harbor).
-                let tag = match &reference {
-                    Reference::Tag(t) => Some(t),
-                    Reference::Digest(_) => None,
-                };
-                ctx.pulls().note(&name, &m.digest, tag);
+                ctx.pulls().note(&name, &m.digest, tag.as_ref());
+            }
+            if let (Some(keep), Some(mark), Some(body)) = (keep, mark, &m.body) {
+                *keep = Some(kept::Keep {
+                    mark,
+                    body: body.clone(),
+                    kind: kept::Kind::Manifest(m.digest.clone(), tag),
+                    repository: name,
+                });
             }
             m.into_response()
         }
@@ -217,7 +240,17 @@ async fn dispatch(
                 .into_response()
         }
         (Route::Blob { name, digest }, Method::GET | Method::HEAD) => {
-            pull::blob(state, &name, &digest, headers, head, cfg.blob_redirect).await?
+            let mark = keep.as_ref().and_then(|_| kept::Mark::now(ctx));
+            let b = pull::blob(state, &name, &digest, headers, head, cfg.blob_redirect).await?;
+            if let (Some(keep), Some(mark), Some(body)) = (keep, mark, b.whole) {
+                *keep = Some(kept::Keep {
+                    mark,
+                    body,
+                    kind: kept::Kind::Blob,
+                    repository: name,
+                });
+            }
+            b.response
         }
         (Route::Blob { name, digest }, Method::DELETE) if del => {
             Box::pin(delete::blob(state, &name, &digest))

@@ -17,6 +17,7 @@ use super::responses::{BlobResponse, ManifestResponse, RangeNotSatisfiable, etag
 use crate::digest::Digest;
 use crate::names::{Reference, RepositoryName};
 use crate::state::{Repository, Snapshot, StateStore};
+use crate::store::hot::HOT_BLOB_MAX;
 use crate::store::{self, StoreError, blob_key};
 
 /// The repository `name` in the current snapshot; 404 `NAME_UNKNOWN` if absent.
@@ -181,7 +182,7 @@ pub async fn manifest(
         digest,
         media_type,
         length: info.size,
-        body: Some(Box::pin(futures_util::stream::once(async { Ok(bytes) }))),
+        body: Some(bytes),
     })
 }
 
@@ -232,6 +233,25 @@ async fn collect_exact(
     Ok(whole)
 }
 
+/// A blob GET/HEAD's answer ([`blob`]).
+pub struct BlobAnswer {
+    /// The response.
+    pub response: Response,
+    /// Its whole body, for a `200 OK` with all of a small blob (at most
+    /// [`HOT_BLOB_MAX`] bytes) the state's tree names: what
+    /// [`super::kept`] may keep.
+    pub whole: Option<bytes::Bytes>,
+}
+
+impl From<Response> for BlobAnswer {
+    fn from(response: Response) -> BlobAnswer {
+        BlobAnswer {
+            response,
+            whole: None,
+        }
+    }
+}
+
 /// How long a redirect's presigned URL is valid: 15 minutes.
 pub const REDIRECT_TTL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
@@ -260,7 +280,7 @@ pub async fn blob(
     headers: &HeaderMap,
     head: bool,
     redirect: bool,
-) -> Result<Response> {
+) -> Result<BlobAnswer> {
     let unknown = || RegistryError::new(ErrorCode::BlobUnknown, json!({ "digest": digest }));
     let store = state.blobstore();
     let arrived = std::time::Instant::now();
@@ -298,7 +318,7 @@ pub async fn blob(
             if let Ok(v) = axum::http::HeaderValue::from_str(&digest.to_string()) {
                 res.headers_mut().insert("docker-content-digest", v);
             }
-            return Ok(res);
+            return Ok(res.into());
         }
     }
     if !head && !headers.contains_key(header::RANGE) {
@@ -307,13 +327,33 @@ pub async fn blob(
             return Err(missing());
         };
         let size = trusted_size(digest, recorded, stored);
-        return Ok(BlobResponse {
+        // A small blob the tree names is read whole before its head is
+        // sent (one chunk from the store's memory: not copied), so its
+        // answer can be kept.
+        let (body, whole) = if in_tree && size <= HOT_BLOB_MAX {
+            let bytes = collect_exact(body, size).await.map_err(|e| match e {
+                Collected::Store(e) => RegistryError::from(e),
+                Collected::Length(got) => {
+                    tracing::error!(%digest, %name, recorded = size, got, "the store's blob bytes are not the recorded length; not served");
+                    RegistryError::Internal(format!(
+                        "the store returned {got} bytes for blob {digest} of {size} bytes"
+                    ))
+                }
+            })?;
+            let sent = bytes.clone();
+            let body: store::ByteStream = Box::pin(futures_util::stream::once(async { Ok(sent) }));
+            (body, Some(bytes))
+        } else {
+            (body, None)
+        };
+        let response = BlobResponse {
             digest: digest.clone(),
             size,
             range: None,
             body: Some(body),
         }
-        .into_response());
+        .into_response();
+        return Ok(BlobAnswer { response, whole });
     }
     // HEAD verifies blobs small enough to verify whole; GET verifies as it streams.
     let size = if head {
@@ -324,7 +364,9 @@ pub async fn blob(
     let Some(size) = size.map(|stored| trusted_size(digest, recorded, stored)) else {
         return Err(missing());
     };
-    Ok(blob_response(&**store, digest, size, headers, head, |s| s).await?)
+    Ok(blob_response(&**store, digest, size, headers, head, |s| s)
+        .await?
+        .into())
 }
 
 /// The length to send for `digest`: the `recorded` one (from the state,

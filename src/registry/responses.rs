@@ -129,14 +129,14 @@ pub struct ManifestResponse {
     pub media_type: HeaderValue,
     /// Size in bytes.
     pub length: u64,
-    /// The stored bytes, streamed from the store like a blob (never held
-    /// whole in memory per reader); `None` for HEAD.
-    pub body: Option<ByteStream>,
+    /// The stored bytes (read whole and verified before a byte is sent,
+    /// at most `oci::MAX_MANIFEST_SIZE`); `None` for HEAD.
+    pub body: Option<bytes::Bytes>,
 }
 
 impl IntoResponse for ManifestResponse {
     fn into_response(self) -> Response {
-        let mut res = content_response(self.body);
+        let mut res = Response::new(self.body.map_or_else(Body::empty, Body::from));
         let (digest, length, media_type) = (&self.digest, self.length, self.media_type);
         *res.headers_mut() = cached_head(
             |h| &mut h.manifests,

@@ -45,6 +45,11 @@ impl RepositoryScope {
         RepositoryScope(Some(Arc::new(covers)))
     }
 
+    /// Whether the scope covers every repository (no limit).
+    pub fn is_all(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// Whether `name` is in the scope.
     pub fn covers(&self, name: &str) -> bool {
         self.0.as_ref().is_none_or(|f| f(name))

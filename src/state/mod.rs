@@ -294,6 +294,15 @@ impl StateStore {
         &self.store
     }
 
+    /// The held snapshot when it is fresh by the same rule as
+    /// [`StateStore::snapshot`] (within the refresh interval, or the root
+    /// seen unchanged), without waiting: `None` when a read of the root is
+    /// due (then [`StateStore::snapshot`] makes it). For a caller that has
+    /// an answer kept per snapshot and a slower way without one.
+    pub fn fresh_snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.roots.fresh(&*self.store)
+    }
+
     /// The current snapshot, from the root cache while it is fresh (see
     /// [`StateStore::with_root_refresh`]; this process's own commits are
     /// visible at once), else after one read of `refs/root` (its state

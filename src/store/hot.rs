@@ -26,6 +26,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -45,6 +46,8 @@ pub type FileId = (u64, u64, i64, i64);
 #[derive(Default)]
 pub struct HotBlobs {
     inner: Mutex<Inner>,
+    /// Calls of [`HotBlobs::remove`] so far ([`HotBlobs::removals`]).
+    removals: AtomicU64,
 }
 
 /// One blob held: the file it was read from, the root epoch in which a
@@ -112,14 +115,29 @@ impl HotBlobs {
         }
     }
 
-    /// Forgets `key` (its file was found gone or different).
+    /// Forgets `key` (its file was found gone or different, or it is
+    /// deleted, renamed or to be verified again), held or not; counted
+    /// ([`HotBlobs::removals`]) when it may be a blob's (it contains
+    /// `blobs/`: a blob key, with an S3 prefix or without; another key
+    /// that contains it is counted too, which only makes an answer kept
+    /// above the store read again).
     pub fn remove(&self, key: &str) {
+        if key.contains("blobs/") {
+            self.removals.fetch_add(1, Ordering::Release);
+        }
         if let Ok(mut inner) = self.inner.lock()
             && let Some(h) = inner.map.remove(key)
         {
             inner.used -= h.bytes.len();
             inner.order.retain(|k| k != key);
         }
+    }
+
+    /// How many times [`HotBlobs::remove`] was called for a blob's key,
+    /// counted up: what
+    /// [`crate::store::Blobstore::forgotten`] reports.
+    pub fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
     }
 
     /// Bytes held now.
@@ -166,5 +184,24 @@ mod tests {
         assert!(hot.get("blobs/a").is_none(), "the oldest entry went first");
         hot.remove("blobs/0");
         assert_eq!(hot.used(), HOT_BUDGET - HOT_BLOB_MAX as usize);
+    }
+
+    #[test]
+    fn removals_of_blob_keys_are_counted_held_or_not() {
+        let hot = HotBlobs::default();
+        hot.insert(
+            "blobs/sha256/ab/ab1",
+            (1, 2, 3, 4),
+            0,
+            Bytes::from_static(b"x"),
+        );
+        assert_eq!(hot.removals(), 0);
+        hot.remove("blobs/sha256/ab/ab1");
+        hot.remove("blobs/sha256/cd/cd2"); // not held: counted all the same
+        hot.remove("site-a/blobs/sha256/ef/ef3"); // an S3 prefix
+        assert_eq!(hot.removals(), 3);
+        hot.remove("pulls/abc.json");
+        hot.remove("uploads/1/data");
+        assert_eq!(hot.removals(), 3, "not a blob's key");
     }
 }

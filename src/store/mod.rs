@@ -191,6 +191,15 @@ pub trait Blobstore: Send + Sync + 'static {
     fn forget_verified(&self, key: &str) {
         let _ = key;
     }
+    /// How many times this process's store has forgotten a blob it may
+    /// have held in memory as verified (deleted, renamed, quarantined,
+    /// found changed, or forgotten as verified for a scrub), counted up
+    /// from 0: an answer kept above the store (`registry::kept`) is
+    /// reused only while this count is the one it was read under.
+    /// Default: 0 (a store that holds nothing in memory).
+    fn forgotten(&self) -> u64 {
+        0
+    }
     /// Starts writing the object at `key`.
     async fn writer(&self, key: &str) -> Result<Box<dyn ObjectWriter>>;
     /// Removes the object; absent is not an error.

@@ -111,6 +111,20 @@ fn prefix_limits_hold_for_catalog_mirror_namespaces_and_mounts() {
     // gets library/app itself, with or without `ns=`.
     assert_eq!(tags(&site, "library/app", "rd:rd-pw"), ["only-dk"]);
     assert_eq!(tags(&site, "library/app", "lib:pw"), ["only-lib"]);
+    // The same for manifests, which the registry keeps answers to
+    // (`registry::kept`): asked again and again by one caller, a path
+    // still means what the next caller's scope makes it mean.
+    for _ in 0..4 {
+        let (code, _, body) = get(&site, "/v2/library/app/manifests/only-dk", "rd:rd-pw");
+        assert_eq!(code, 200, "{body}");
+        let (code, _, body) = get(&site, "/v2/library/app/manifests/only-dk", "lib:pw");
+        assert_eq!(code, 404, "{body}");
+        assert!(body.contains("MANIFEST_UNKNOWN"), "{body}");
+        let (code, _, body) = get(&site, "/v2/library/app/manifests/only-lib", "lib:pw");
+        assert_eq!(code, 200, "{body}");
+        let (code, _, body) = get(&site, "/v2/library/app/manifests/only-lib", "rd:rd-pw");
+        assert_eq!(code, 404, "{body}");
+    }
     let (code, heads, body) = get(&site, "/v2/library/app/tags/list?ns=docker.io", "lib:pw");
     assert_eq!(code, 200, "{body}");
     assert_eq!(json(&body)["tags"], serde_json::json!(["only-lib"]));

@@ -41,6 +41,7 @@ mod pgp_interop;
 mod proptest_parsers;
 mod push_clients;
 mod recovery;
+mod registry_kept;
 mod registry_pull;
 mod registry_push;
 mod registry_source;

@@ -74,6 +74,10 @@ impl crate::store::Blobstore for FsStore {
         }))
     }
 
+    fn forgotten(&self) -> u64 {
+        self.hot.removals()
+    }
+
     fn forget_verified(&self, key: &str) {
         self.hot.remove(key);
         if let Some(d) = verify::blob_digest(key) {

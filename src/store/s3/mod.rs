@@ -296,6 +296,10 @@ impl Blobstore for S3Store {
         self.delete_full(&full).await
     }
 
+    fn forgotten(&self) -> u64 {
+        self.hot.removals()
+    }
+
     fn forget_verified(&self, key: &str) {
         if let Ok(full) = self.full(key) {
             self.hot.remove(&full);
