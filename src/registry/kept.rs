@@ -54,24 +54,37 @@ pub const KEPT_MAX: usize = 1024;
 /// mostly shared with the store's cache of small verified blobs).
 pub const KEPT_BYTES: usize = 4 << 20;
 
-/// When an answer was read: the state document digest of the current
-/// snapshot and the store's [`forgotten`](crate::store::Blobstore::forgotten)
-/// count, taken before the read.
-#[derive(Clone, PartialEq, Eq)]
+/// When an answer was read: the registry configuration, the store's
+/// [`forgotten`](crate::store::Blobstore::forgotten) count and the state
+/// document digest of the current snapshot, taken before the handlers
+/// read anything (mirror namespaces included).
 pub struct Mark {
-    root: Digest,
+    config: Arc<RegistryConfig>,
     forgotten: u64,
+    root: Digest,
+}
+
+impl PartialEq for Mark {
+    /// The same configuration (the same `Arc`), count and snapshot.
+    fn eq(&self, other: &Mark) -> bool {
+        Arc::ptr_eq(&self.config, &other.config)
+            && self.forgotten == other.forgotten
+            && self.root == other.root
+    }
 }
 
 impl Mark {
     /// Now, when the held snapshot is fresh and not empty.
     pub fn now(ctx: &dyn Context) -> Option<Mark> {
         let state = ctx.state();
-        // The count first: a blob forgotten after it is read again.
+        // Configuration and count first: what changes after them is seen
+        // by the check before keeping.
+        let config = Arc::clone(&ctx.config());
         let forgotten = state.blobstore().forgotten();
         Some(Mark {
-            root: state.fresh_snapshot()?.digest.clone()?,
+            config,
             forgotten,
+            root: state.fresh_snapshot()?.digest.clone()?,
         })
     }
 }
@@ -102,7 +115,6 @@ pub enum Kind {
 /// A kept answer.
 struct Kept {
     keep: Keep,
-    config: Arc<RegistryConfig>,
     head: HeaderMap,
 }
 
@@ -134,13 +146,13 @@ pub fn answer(
 ) -> Option<Response> {
     KEPT.with_borrow(|table| {
         let kept = table.answers.get(path)?;
-        let state = ctx.state();
+        let (state, mark) = (ctx.state(), &kept.keep.mark);
         let snap = state.fresh_snapshot()?;
-        if snap.digest.as_ref() != Some(&kept.keep.mark.root)
-            || state.blobstore().forgotten() != kept.keep.mark.forgotten
-            || !Arc::ptr_eq(&ctx.config(), &kept.config)
+        if snap.digest.as_ref() != Some(&mark.root)
+            || state.blobstore().forgotten() != mark.forgotten
+            || !Arc::ptr_eq(&ctx.config(), &mark.config)
             || !scope.covers(kept.keep.repository.as_str())
-            || (kept.config.mirror_namespace.is_some() && !scope.is_all())
+            || (mark.config.mirror_namespace.is_some() && !scope.is_all())
         {
             return None;
         }
@@ -167,12 +179,11 @@ pub fn reused() -> u64 {
 
 /// Keeps `res`, the answer to a [`keepable`] `GET` of `path`, with what
 /// its handler handed over, when it is a `200 OK` and nothing changed
-/// since its [`Mark`] (the same current snapshot, nothing forgotten by
-/// the store), under the current configuration.
+/// since its [`Mark`] (the same configuration, nothing forgotten by the
+/// store, the same current snapshot).
 pub fn keep(ctx: &dyn Context, path: &str, scope: &RepositoryScope, keep: Keep, res: &Response) {
-    let config = ctx.config();
     if res.status() != StatusCode::OK
-        || (config.mirror_namespace.is_some() && !scope.is_all())
+        || (keep.mark.config.mirror_namespace.is_some() && !scope.is_all())
         || Mark::now(ctx).as_ref() != Some(&keep.mark)
     {
         return;
@@ -185,7 +196,6 @@ pub fn keep(ctx: &dyn Context, path: &str, scope: &RepositoryScope, keep: Keep, 
         }
         let kept = Kept {
             keep,
-            config: Arc::clone(&config),
             head: res.headers().clone(),
         };
         if let Some(old) = table.answers.insert(path.into(), kept) {

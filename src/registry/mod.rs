@@ -189,6 +189,11 @@ async fn dispatch(
         scope,
     } = *req;
     let mut route = Route::parse(uri.path()).map_err(|e| e.for_method(method))?;
+    // Taken before anything is read (the namespace's resolution included).
+    let mark = match (&keep, &route) {
+        (Some(_), Route::Manifest { .. } | Route::Blob { .. }) => kept::Mark::now(ctx),
+        _ => None,
+    };
     let query = QueryParams::from_uri(uri);
     let read = matches!(*method, Method::GET | Method::HEAD);
     let namespace = namespace::apply(ctx, &mut route, &query, read, scope).await?;
@@ -208,7 +213,6 @@ async fn dispatch(
     let mut res = match (route, method.clone()) {
         (Route::Base, Method::GET | Method::HEAD) => ApiBase.into_response(),
         (Route::Manifest { name, reference }, Method::GET | Method::HEAD) => {
-            let mark = keep.as_ref().and_then(|_| kept::Mark::now(ctx));
             let m = pull::manifest(state, &name, &reference, head).await?;
             let tag = match reference {
                 Reference::Tag(t) => Some(t),
@@ -240,7 +244,6 @@ async fn dispatch(
                 .into_response()
         }
         (Route::Blob { name, digest }, Method::GET | Method::HEAD) => {
-            let mark = keep.as_ref().and_then(|_| kept::Mark::now(ctx));
             let b = pull::blob(state, &name, &digest, headers, head, cfg.blob_redirect).await?;
             if let (Some(keep), Some(mark), Some(body)) = (keep, mark, b.whole) {
                 *keep = Some(kept::Keep {
