@@ -170,13 +170,7 @@ pub async fn manifest(
         .ok_or_else(|| missing(StoreError::NotFound(key)))?;
     let bytes = collect_exact(body, info.size).await.map_err(|e| match e {
         Collected::Store(e) => missing(e),
-        Collected::Length(got) => {
-            tracing::error!(%digest, %name, recorded = info.size, got, "the store's manifest bytes are not the recorded length; not served");
-            RegistryError::Internal(format!(
-                "the store returned {got} bytes for manifest {digest} of {} bytes",
-                info.size
-            ))
-        }
+        Collected::Length(got) => wrong_length("manifest", &digest, name, info.size, got),
     })?;
     Ok(ManifestResponse {
         digest,
@@ -231,6 +225,22 @@ async fn collect_exact(
         return Err(Collected::Length(whole.len() as u64));
     }
     Ok(whole)
+}
+
+/// The answer to a read of the `what` (`"manifest"`, `"blob"`) `digest` of
+/// `name` whose store bytes were `got` long where `recorded` were
+/// expected: logged (error), not served, an internal error.
+fn wrong_length(
+    what: &str,
+    digest: &Digest,
+    name: &RepositoryName,
+    recorded: u64,
+    got: u64,
+) -> RegistryError {
+    tracing::error!(%digest, %name, recorded, got, "the store's {what} bytes are not the recorded length; not served");
+    RegistryError::Internal(format!(
+        "the store returned {got} bytes for {what} {digest} of {recorded} bytes"
+    ))
 }
 
 /// A blob GET/HEAD's answer ([`blob`]).
@@ -333,12 +343,7 @@ pub async fn blob(
         let (body, whole) = if in_tree && size <= HOT_BLOB_MAX {
             let bytes = collect_exact(body, size).await.map_err(|e| match e {
                 Collected::Store(e) => RegistryError::from(e),
-                Collected::Length(got) => {
-                    tracing::error!(%digest, %name, recorded = size, got, "the store's blob bytes are not the recorded length; not served");
-                    RegistryError::Internal(format!(
-                        "the store returned {got} bytes for blob {digest} of {size} bytes"
-                    ))
-                }
+                Collected::Length(got) => wrong_length("blob", digest, name, size, got),
             })?;
             let sent = bytes.clone();
             let body: store::ByteStream = Box::pin(futures_util::stream::once(async { Ok(sent) }));
