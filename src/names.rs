@@ -1,9 +1,11 @@
 //! Validated names from the OCI distribution-spec: repository names, tags and
 //! references ("Pulling manifests": `<name>` and `<reference>` grammars).
 //!
-//! Owns: the grammars. Every newtype deserializes through its validator, so an
-//! invalid name cannot exist anywhere in airlock.
+//! Owns: the grammars, and the one decoding of a name carried in a request
+//! path ([`percent_decode`]). Every newtype deserializes through its
+//! validator, so an invalid name cannot exist anywhere in airlock.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -18,6 +20,43 @@ pub enum NameError {
     /// Not of the tag grammar `[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`.
     #[error("invalid tag {0:?}")]
     Tag(String),
+    /// A path part whose percent-encoding is malformed (a `%` not followed
+    /// by two hexadecimal digits) or whose bytes are not UTF-8.
+    #[error("malformed percent-encoding in {0:?}")]
+    Encoding(String),
+}
+
+/// A name as a request path carries it, percent-decoded once (RFC 3986
+/// §2.1: `%HH` is the byte `0xHH`; anything else stands for itself): the
+/// one decoding every route grammar applies to a path parameter before it
+/// parses it as its type, so that the access layer and the handler read
+/// the same name. Borrowed when `part` has no `%`.
+///
+/// Errors: [`NameError::Encoding`] for a `%` not followed by two hex
+/// digits, or decoded bytes that are not UTF-8.
+pub fn percent_decode(part: &str) -> Result<Cow<'_, str>, NameError> {
+    if !part.contains('%') {
+        return Ok(Cow::Borrowed(part));
+    }
+    let bad = || NameError::Encoding(part.to_string());
+    let b = part.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3).ok_or_else(bad)?;
+            let digit = |c: u8| (c as char).to_digit(16);
+            match (digit(hex[0]), digit(hex[1])) {
+                (Some(h), Some(l)) => out.push((h * 16 + l) as u8),
+                _ => return Err(bad()),
+            }
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map(Cow::Owned).map_err(|_| bad())
 }
 
 /// Maximum length of a repository name we accept (distribution's limit).
@@ -207,6 +246,18 @@ mod tests {
             assert!(bad.parse::<RepositoryName>().is_err(), "{bad}");
         }
         assert!("a".repeat(256).parse::<RepositoryName>().is_err());
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert!(matches!(percent_decode("bb").unwrap(), Cow::Borrowed("bb")));
+        assert_eq!(percent_decode("%62b").unwrap(), "bb");
+        assert_eq!(percent_decode("a%2Fb%2f").unwrap(), "a/b/");
+        assert_eq!(percent_decode("%25").unwrap(), "%");
+        assert_eq!(percent_decode("%C3%A9").unwrap(), "é");
+        for bad in ["%", "%2", "a%zz", "%G0", "%ff", "%C3"] {
+            assert!(percent_decode(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -226,6 +226,67 @@ fn json_error(e: serde_json::Error) -> ManifestError {
 }
 
 impl Manifest {
+    /// The one reading of a manifest as a registry records it: what the
+    /// registry accepts on a push (`registry::push`), what an import
+    /// records, and what every later reader of a recorded manifest (the
+    /// reachability walk of `gc`, `fsck`, `rollback`, recovery and backup)
+    /// reads, so that nothing is accepted that they cannot read.
+    ///
+    /// `media_type` is the type it is recorded with (the push's
+    /// `Content-Type`, normalized), `None` for a manifest reached without
+    /// a record (an index child or `subject` no repository records), read
+    /// as the body declares itself ([`Manifest::parse`], else as below).
+    /// - One of the four manifest and index types ([`is_manifest_type`]):
+    ///   read as that type ([`Manifest::parse_typed`]: an index must have
+    ///   `manifests`, an image manifest `config` and `layers`,
+    ///   `schemaVersion` 2), and its `mediaType` field, when present, must
+    ///   be that type.
+    /// - Any other type (artifact manifests, custom types; distribution-spec
+    ///   lets a registry store them as given): a JSON object whose
+    ///   `mediaType` field, if it names one of the four types, is that type
+    ///   (else the body would pass for a manifest it was not checked as);
+    ///   what it names is read as [`Manifest::parse`] reads it, else only
+    ///   its `subject`, `artifactType` and `annotations` (which must be
+    ///   well-formed when present).
+    ///
+    /// Errors: [`ManifestError`] naming what does not hold.
+    pub fn read(bytes: &[u8], media_type: Option<&str>) -> Result<Manifest, ManifestError> {
+        if let Some(t) = media_type.filter(|t| is_manifest_type(t)) {
+            let m = Self::parse_typed(bytes, t)?;
+            if let Some(field) = &m.media_type
+                && field != t
+            {
+                return Err(ManifestError(format!(
+                    "mediaType {field} differs from the media type {t}"
+                )));
+            }
+            return Ok(m);
+        }
+        #[derive(serde::Deserialize)]
+        struct Field {
+            #[serde(rename = "mediaType")]
+            media_type: Option<serde_json::Value>,
+        }
+        let field: Field = serde_json::from_slice(bytes).map_err(json_error)?;
+        // serde also reads a struct from an array: only an object is one.
+        if bytes.trim_ascii_start().first() != Some(&b'{') {
+            return Err(ManifestError("not a JSON object".into()));
+        }
+        if let (Some(t), Some(serde_json::Value::String(declared))) =
+            (media_type, &field.media_type)
+            && is_manifest_type(declared)
+        {
+            return Err(ManifestError(format!(
+                "mediaType {declared} differs from the media type {t}"
+            )));
+        }
+        let declared = match field.media_type {
+            Some(serde_json::Value::String(t)) => Some(t),
+            _ => None,
+        };
+        Self::parse(bytes).or_else(|_| Self::parse_other(bytes, declared))
+    }
+
     /// Parses `bytes` as an image manifest ([`spec::ImageManifest`]), an
     /// index ([`spec::ImageIndex`]) or another manifest type. The kind is
     /// the `mediaType` field when it names one, else the shape (`manifests`

@@ -386,7 +386,9 @@ fn walk(
     let is_manifest = oci::is_manifest_type(&root.media_type);
     if is_manifest {
         let bytes = read_small(layout, root)?;
-        let m = Manifest::parse(&bytes).with_context(|| format!("manifest {}", root.digest))?;
+        // The one manifest rule (what import checks it by, with this type).
+        let m = Manifest::read(&bytes, Some(&root.media_type))
+            .with_context(|| format!("manifest {} ({})", root.digest, root.media_type))?;
         for child in m.manifests.iter().chain(m.blobs()) {
             walk(layout, child, out, seen)?;
         }

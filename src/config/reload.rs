@@ -55,6 +55,7 @@ const CONNECTION_LIMITS: &[&str] = &[
     "cache_size",
     "shutdown_delay_secs",
     "shutdown_timeout_secs",
+    "lean_http1",
 ];
 
 fn value<T: serde::Serialize>(v: &T) -> toml::Value {
@@ -222,6 +223,7 @@ fn keep_connection_limits(new: &mut Settings, old: &Settings) {
     n.cache_size = o.cache_size;
     n.shutdown_delay_secs = o.shutdown_delay_secs;
     n.shutdown_timeout_secs = o.shutdown_timeout_secs;
+    n.lean_http1 = o.lean_http1;
 }
 
 impl std::fmt::Display for Applied {

@@ -288,6 +288,7 @@ impl Settings {
             shutdown_delay: Duration::from_secs(l.shutdown_delay_secs.unwrap_or(0)),
             shutdown_timeout: Duration::from_secs(get(l.shutdown_timeout_secs, 30)),
             workers: self.workers.map(|n| n as usize),
+            lean_http1: l.lean_http1.unwrap_or(true),
         };
         let stacks = StacksConfig {
             allow_admin: self.stacks.allow_admin.unwrap_or(false),

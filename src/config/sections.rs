@@ -425,6 +425,13 @@ pub struct LimitsSection {
     /// [default: 30].
     #[arg(long, env = "AIRLOCK_SHUTDOWN_TIMEOUT")]
     pub shutdown_timeout_secs: Option<NonZeroU64>,
+    /// Answer body-less HTTP/1.1 GETs and HEADs on the lean path (fewer
+    /// instructions per small request); off: hyper serves every
+    /// connection from its first byte. The answers are the same either way
+    /// (tested against each other); off is for comparison, or as a way out
+    /// should a client meet a difference [default: true].
+    #[arg(long, env = "AIRLOCK_LEAN_HTTP1", num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub lean_http1: Option<bool>,
 }
 
 /// `[stacks]`: the `/stacks/v1` API.

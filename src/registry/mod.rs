@@ -47,7 +47,7 @@ use self::query::QueryParams;
 use self::responses::{API_VERSION, ApiBase, DOCKER_DISTRIBUTION_API_VERSION};
 use self::routes::Route;
 use self::scope::RepositoryScope;
-use self::uploads::{BodyStream, Uploads};
+use self::uploads::{BodyStream, UploadId, Uploads};
 use crate::names::Reference;
 use crate::state::StateStore;
 use crate::state::pulls::PullRecorder;
@@ -96,8 +96,11 @@ pub async fn serve_owned<C: Context>(ctx: Arc<C>, req: HttpRequest) -> Response 
 pub async fn serve(ctx: &dyn Context, req: HttpRequest) -> Response {
     // The request is taken apart, not extracted piecewise: extracting the
     // `HeaderMap` would copy every header of every request.
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let mut body = body.into_data_stream();
+    // The access layer's parse of the path, when it read it (with users
+    // configured, and for writes); else [`dispatch`]'s is the one parse.
+    let route = parts.extensions.remove::<Route>();
     let client = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -126,7 +129,7 @@ pub async fn serve(ctx: &dyn Context, req: HttpRequest) -> Response {
         scope: &scope,
     };
     let mut keep = None;
-    let mut res = dispatch(ctx, &req, &mut body, keepable.then_some(&mut keep))
+    let mut res = dispatch(ctx, &req, route, &mut body, keepable.then_some(&mut keep))
         .await
         .unwrap_or_else(IntoResponse::into_response);
     res.headers_mut()
@@ -177,6 +180,7 @@ struct Request<'a> {
 async fn dispatch(
     ctx: &dyn Context,
     req: &Request<'_>,
+    route: Option<Route>,
     body: &mut (impl BodyStream + ?Sized),
     keep: Option<&mut Option<kept::Keep>>,
 ) -> Result<Response> {
@@ -188,7 +192,10 @@ async fn dispatch(
         user,
         scope,
     } = *req;
-    let mut route = Route::parse(uri.path()).map_err(|e| e.for_method(method))?;
+    let mut route = match route {
+        Some(r) => r,
+        None => Route::parse(uri.path()).map_err(|e| e.for_method(method))?,
+    };
     // Taken before anything is read (the namespace's resolution included).
     let mark = match (&keep, &route) {
         (Some(_), Route::Manifest { .. } | Route::Blob { .. }) => kept::Mark::now(ctx),
@@ -324,7 +331,7 @@ async fn dispatch(
         (Route::Upload { name, session }, Method::GET | Method::HEAD) => {
             return Err(RegistryError::new(
                 ErrorCode::BlobUploadUnknown,
-                json!({ "name": name, "session": session }),
+                json!({ "name": name, "session": session.as_ref().map(UploadId::as_str) }),
             ));
         }
         _ => return Err(not_allowed),

@@ -9,14 +9,18 @@
 //! - At most [`MAX_MANIFEST_SIZE`] bytes (4 MiB), else 413 `SIZE_INVALID`.
 //! - The media type is the `Content-Type`, normalized (parameters dropped,
 //!   lower case: RFC 9110 §8.3.1 makes type and subtype case-insensitive),
-//!   else the body's `mediaType`; the normalized form is stored. A body that
-//!   is JSON whose `mediaType` field is one of the four manifest and index
-//!   types must be sent with exactly that type, else 400 `MANIFEST_INVALID`
-//!   (so a foreign or differently cased `Content-Type` cannot skip the
-//!   reference checks). An OCI or Docker schema 2 manifest or index must
-//!   parse, carry `schemaVersion: 2` and agree with its `mediaType` field,
-//!   else 400 `MANIFEST_INVALID`. Any other media type (artifact manifests,
-//!   Docker schema 1, ...) is stored as given.
+//!   else the body's `mediaType`; the normalized form is stored.
+//! - The body must pass the one manifest rule, [`Manifest::read`] with that
+//!   media type, else 400 `MANIFEST_INVALID`: the rule every later reader
+//!   of the recorded manifest (`gc`, `fsck`, `rollback`, recovery, backup)
+//!   reads it with, so that a manifest the registry accepts is one they
+//!   can read. An OCI or Docker schema 2 manifest or index must parse as
+//!   its type, carry `schemaVersion: 2` and agree with its `mediaType`
+//!   field; a body whose `mediaType` field is one of those four types must
+//!   be sent with exactly that type (so a foreign or differently cased
+//!   `Content-Type` cannot skip the reference checks); any other media type
+//!   (artifact manifests, custom types) must be a JSON object, whose
+//!   `subject`, when present, is a descriptor, and is stored as given.
 //! - A digest already recorded in the repository keeps the media type it
 //!   was first recorded with (see [`Op::PutManifest`]); only tags move.
 //! - A digest reference must be the body's digest (400 `DIGEST_INVALID`).
@@ -96,22 +100,9 @@ fn normalize_media_type(value: &str) -> Option<String> {
     (!bare.is_empty()).then(|| bare.to_ascii_lowercase())
 }
 
-/// The body's `mediaType` field when the body is a JSON object whose
-/// `mediaType` is one of the four manifest and index types.
-fn declared_manifest_type(bytes: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Field {
-        #[serde(rename = "mediaType")]
-        media_type: Option<serde_json::Value>,
-    }
-    let field: Field = serde_json::from_slice(bytes).ok()?;
-    match field.media_type? {
-        serde_json::Value::String(t) if oci::is_manifest_type(&t) => Some(t),
-        _ => None,
-    }
-}
-
-/// Validates `bytes` as sent with `content_type` (already normalized).
+/// Validates `bytes` as sent with `content_type` (already normalized) by
+/// the one manifest rule ([`Manifest::read`]: what every later reader of
+/// the recorded manifest reads it with), and finds what it requires.
 fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
     let media_type = match content_type {
         Some(ct) => ct.to_string(),
@@ -120,49 +111,20 @@ fn check(content_type: Option<&str>, bytes: &[u8]) -> Result<Checked> {
             .and_then(|m| m.effective_media_type().map(str::to_owned))
             .ok_or_else(|| invalid("no Content-Type and no mediaType in the manifest"))?,
     };
-    if let Some(declared) = declared_manifest_type(bytes)
-        && declared != media_type
-    {
-        return Err(invalid(format!(
-            "mediaType {declared} differs from Content-Type {media_type}"
-        )));
-    }
-    if !oci::is_manifest_type(&media_type) {
-        // Kept as given; a subject or artifact type is recorded if readable.
-        let m = Manifest::parse(bytes).ok();
-        return Ok(Checked {
-            media_type,
-            blobs: Vec::new(),
-            manifests: Vec::new(),
-            subject: m
-                .as_ref()
-                .and_then(|m| m.subject.as_ref().map(|s| s.digest.clone())),
-            artifact_type: m.and_then(|m| m.referrer_artifact_type()),
-        });
-    }
-    // Read as the type it is pushed as, not as its shape suggests: an
-    // index must have `manifests`, an image manifest `config`.
-    let m = Manifest::parse_typed(bytes, &media_type).map_err(|e| invalid(e.to_string()))?;
-    if let Some(field) = &m.media_type
-        && field != &media_type
-    {
-        return Err(invalid(format!(
-            "mediaType {field} differs from Content-Type {media_type}"
-        )));
-    }
+    let m = Manifest::read(bytes, Some(&media_type)).map_err(|e| invalid(e.to_string()))?;
     let (blobs, manifests) = if oci::is_index_type(&media_type) {
         let children = m.manifests.iter().map(|d| d.digest.clone()).collect();
         (Vec::new(), children)
-    } else {
-        if m.config.is_none() {
-            return Err(invalid("an image manifest needs a config"));
-        }
+    } else if oci::is_manifest_type(&media_type) {
         let blobs = m
             .blobs()
             .filter(|d| !not_required(&d.media_type))
             .map(|d| d.digest.clone())
             .collect();
         (blobs, Vec::new())
+    } else {
+        // Any other type is kept as given: nothing is required of it.
+        (Vec::new(), Vec::new())
     };
     Ok(Checked {
         media_type,
@@ -320,8 +282,20 @@ mod tests {
         assert_eq!(c.artifact_type.as_deref(), Some("a/b"));
         assert!(check(Some(oci::OCI_INDEX), m.as_bytes()).is_err());
         assert!(check(Some(oci::OCI_MANIFEST), b"not json").is_err());
-        let other = check(Some("application/x-anything"), b"not json").unwrap();
+        // Any other type: a JSON object (what gc and fsck can read), kept
+        // as given; anything else is refused under every type.
+        let other = check(Some("application/x-anything"), b"{}").unwrap();
         assert_eq!(other.media_type, "application/x-anything");
+        assert!(other.blobs.is_empty() && other.manifests.is_empty());
+        for body in [&b"not json"[..], b"[]", b"[null,null,null]", b"\"x\"", b"1"] {
+            assert!(
+                check(Some("application/x-anything"), body).is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let bad_subject = br#"{"subject":{"digest":"nope"}}"#;
+        assert!(check(Some("application/x-anything"), bad_subject).is_err());
         assert!(check(None, b"{}").is_err());
         // A manifest body cannot be relabelled to skip the reference checks.
         for ct in ["application/octet-stream", "text/plain", oci::OCI_INDEX] {

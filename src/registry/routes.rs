@@ -3,13 +3,20 @@
 //! Owns: the path grammar of distribution-spec v1.1 "Endpoints". Repository
 //! names contain `/`, so a path is matched by the *last* occurrence of each
 //! endpoint marker, and the part after a marker must be a single segment.
+//! The name and the part after the marker are then percent-decoded once
+//! ([`crate::names::percent_decode`]) and parsed as their types. This is the
+//! only reading of a `/v2` path: the access layer's route table
+//! (`server::routes`) matches `/v2` rows through [`Route::parse`] and hands
+//! the parsed [`Route`] on to the registry as a request extension, so the
+//! repository it checks is the one the registry serves.
 //! Never looks at methods, headers or state (see `super::dispatch`).
 
 use serde_json::json;
 
 use super::errors::{ErrorCode, RegistryError, Result};
+use super::uploads::UploadId;
 use crate::digest::Digest;
-use crate::names::{Reference, RepositoryName};
+use crate::names::{Reference, RepositoryName, percent_decode};
 
 /// A parsed `/v2` request path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +57,7 @@ pub enum Route {
         /// Repository.
         name: RepositoryName,
         /// The upload session id, `None` for the POST endpoint.
-        session: Option<String>,
+        session: Option<UploadId>,
     },
 }
 
@@ -86,8 +93,9 @@ const TABLE: [(&str, Tail, Kind); 5] = [
 ];
 
 impl Route {
-    /// Parses a request path (as sent, not percent-decoded; none of the
-    /// grammars admits `%`).
+    /// Parses a request path as sent (markers are found in the raw path;
+    /// the name and the part after the marker are percent-decoded once,
+    /// then parsed).
     ///
     /// Errors: [`RegistryError::NoEndpoint`] for a path that is no endpoint;
     /// `NAME_INVALID` for a bad repository name; `TAG_INVALID` for a
@@ -135,6 +143,23 @@ impl Route {
             }
         }
         Err(RegistryError::NoEndpoint)
+    }
+
+    /// The pattern of the route table row (`server::routes::ROUTES`) this
+    /// endpoint is: what the access layer enforces for it.
+    pub fn pattern(&self) -> &'static str {
+        match self {
+            Route::Base => "/v2/",
+            Route::Catalog => "/v2/_catalog",
+            Route::Manifest { .. } => "/v2/{repo*}/manifests/{reference}",
+            Route::Blob { .. } => "/v2/{repo*}/blobs/{blob}",
+            Route::TagsList { .. } => "/v2/{repo*}/tags/list",
+            Route::Referrers { .. } => "/v2/{repo*}/referrers/{subject}",
+            Route::Upload { session: None, .. } => "/v2/{repo*}/blobs/uploads/",
+            Route::Upload {
+                session: Some(_), ..
+            } => "/v2/{repo*}/blobs/uploads/{session}",
+        }
     }
 
     /// The repository the route is about, if any, for rewriting (mirror
@@ -191,9 +216,14 @@ pub fn rfind_marker(path: &str, marker: &str) -> Option<usize> {
 }
 
 fn build(kind: Kind, name: &str, after: &str) -> Result<Route> {
-    let name: RepositoryName = name
-        .parse()
-        .map_err(|_| RegistryError::new(ErrorCode::NameInvalid, json!({ "name": name })))?;
+    let name: RepositoryName = percent_decode(name)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| RegistryError::new(ErrorCode::NameInvalid, json!({ "name": name })))?;
+    // Malformed encoding: the part as sent, which no type's grammar admits
+    // (`%`), so each refuses it with its own code.
+    let decoded = percent_decode(after);
+    let after: &str = decoded.as_deref().unwrap_or(after);
     let digest = |s: &str| {
         s.parse::<Digest>().map_err(|e| {
             RegistryError::invalid_digest(json!({ "digest": s, "reason": e.to_string() }))
@@ -218,10 +248,18 @@ fn build(kind: Kind, name: &str, after: &str) -> Result<Route> {
             digest: digest(after)?,
         },
         Kind::TagsList => Route::TagsList { name },
-        Kind::Upload => Route::Upload {
-            name,
-            session: (!after.is_empty()).then(|| after.to_string()),
-        },
+        Kind::Upload => {
+            let session = match after {
+                "" => None,
+                id => Some(UploadId::parse(id).ok_or_else(|| {
+                    RegistryError::new(
+                        ErrorCode::BlobUploadUnknown,
+                        json!({ "name": name, "session": id }),
+                    )
+                })?),
+            };
+            Route::Upload { name, session }
+        }
     })
 }
 
@@ -306,11 +344,12 @@ mod tests {
                 session: None
             }
         );
+        let id = UploadId::new();
         assert_eq!(
-            Route::parse("/v2/a/blobs/uploads/5f1c").unwrap(),
+            Route::parse(&format!("/v2/a/blobs/uploads/{}", id.as_str())).unwrap(),
             Route::Upload {
                 name: name("a"),
-                session: Some("5f1c".into())
+                session: Some(id)
             }
         );
         assert_eq!(
@@ -346,6 +385,22 @@ mod tests {
         assert_eq!(code("/v2/a/tags/list/"), "none");
         assert_eq!(code("/v3/a/tags/list"), "none");
         assert_eq!(code("/v2/a/blobs/uploads/x/y"), "none");
+        // A session id is a canonical UUID (an upload's only names).
+        assert_eq!(code("/v2/a/blobs/uploads/5f1c"), "BLOB_UPLOAD_UNKNOWN");
+        let upper = UploadId::new().as_str().to_uppercase();
+        assert_eq!(
+            code(&format!("/v2/a/blobs/uploads/{upper}")),
+            "BLOB_UPLOAD_UNKNOWN"
+        );
+        // Names are percent-decoded once, then parsed.
+        assert_eq!(
+            Route::parse("/v2/%61%2Fb/tags/list").unwrap(),
+            Route::TagsList { name: name("a/b") }
+        );
+        assert_eq!(code("/v2/%zz/tags/list"), "NAME_INVALID");
+        assert_eq!(code("/v2/a%2F%2Fb/tags/list"), "NAME_INVALID");
+        assert_eq!(code("/v2/a/manifests/%zz"), "TAG_INVALID");
+        assert_eq!(code("/v2/a/manifests/v%2F1"), "TAG_INVALID");
         // The sha256 fast path's shape with bytes that are not lower-case
         // hex, or a `/` inside: the segments decide, as for any path.
         let upper = D.to_uppercase().replace("SHA256", "sha256");

@@ -102,15 +102,6 @@ fn upload_error(e: UploadError, name: &RepositoryName, id: Option<&UploadId>) ->
     }
 }
 
-fn session_id(name: &RepositoryName, session: &str) -> Result<UploadId> {
-    UploadId::parse(session).ok_or_else(|| {
-        RegistryError::new(
-            ErrorCode::BlobUploadUnknown,
-            json!({ "name": name, "session": session }),
-        )
-    })
-}
-
 fn digest_param(query: &QueryParams) -> Result<Digest> {
     let raw = query.get("digest").ok_or_else(|| {
         RegistryError::invalid_digest(json!({ "reason": "the digest query parameter is required" }))
@@ -328,19 +319,18 @@ async fn mount_blob(
 pub async fn patch(
     ctx: &dyn Context,
     name: &RepositoryName,
-    session: &str,
+    id: &UploadId,
     headers: &HeaderMap,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<UploadStatus> {
-    let id = session_id(name, session)?;
     refuse_declared_oversize(ctx, name, headers)?;
     let range = content_range(headers)?;
     let offset = ctx
         .uploads()
-        .append(&id, name, range, body)
+        .append(id, name, range, body)
         .await
-        .map_err(|e| upload_error(e, name, Some(&id)))?;
-    Ok(status(StatusCode::ACCEPTED, name, &id, offset))
+        .map_err(|e| upload_error(e, name, Some(id)))?;
+    Ok(status(StatusCode::ACCEPTED, name, id, offset))
 }
 
 /// GET `/v2/<name>/blobs/uploads/<uuid>` (end-13): 204 with `Location`,
@@ -348,15 +338,14 @@ pub async fn patch(
 pub async fn progress(
     ctx: &dyn Context,
     name: &RepositoryName,
-    session: &str,
+    id: &UploadId,
 ) -> Result<UploadStatus> {
-    let id = session_id(name, session)?;
     let offset = ctx
         .uploads()
-        .status(&id, name)
+        .status(id, name)
         .await
-        .map_err(|e| upload_error(e, name, Some(&id)))?;
-    Ok(status(StatusCode::NO_CONTENT, name, &id, offset))
+        .map_err(|e| upload_error(e, name, Some(id)))?;
+    Ok(status(StatusCode::NO_CONTENT, name, id, offset))
 }
 
 /// PUT `/v2/<name>/blobs/uploads/<uuid>?digest=<digest>` (end-6): the body
@@ -369,20 +358,19 @@ pub async fn progress(
 pub async fn finish(
     ctx: &dyn Context,
     name: &RepositoryName,
-    session: &str,
+    id: &UploadId,
     query: &QueryParams,
     headers: &HeaderMap,
     body: &mut (impl BodyStream + ?Sized),
 ) -> Result<Created> {
-    let id = session_id(name, session)?;
     let digest = digest_param(query)?;
     refuse_declared_oversize(ctx, name, headers)?;
     let range = content_range(headers)?;
     let size = ctx
         .uploads()
-        .finish(&id, name, &digest, range, body)
+        .finish(id, name, &digest, range, body)
         .await
-        .map_err(|e| upload_error(e, name, Some(&id)))?;
+        .map_err(|e| upload_error(e, name, Some(id)))?;
     link_pushed(ctx, name, &digest, size).await?;
     Ok(Created {
         location: blob_location(name, &digest),
@@ -393,11 +381,10 @@ pub async fn finish(
 
 /// DELETE `/v2/<name>/blobs/uploads/<uuid>`: cancels the session, 204.
 /// Errors: 404 `BLOB_UPLOAD_UNKNOWN`.
-pub async fn cancel(ctx: &dyn Context, name: &RepositoryName, session: &str) -> Result<NoContent> {
-    let id = session_id(name, session)?;
+pub async fn cancel(ctx: &dyn Context, name: &RepositoryName, id: &UploadId) -> Result<NoContent> {
     ctx.uploads()
-        .cancel(&id, name)
+        .cancel(id, name)
         .await
-        .map_err(|e| upload_error(e, name, Some(&id)))?;
+        .map_err(|e| upload_error(e, name, Some(id)))?;
     Ok(NoContent)
 }

@@ -19,7 +19,11 @@
 //! is counted chunk by chunk as the registry reads it), the caller's
 //! [`crate::auth::Grant`] and repository scope handed to the rooms as
 //! request extensions (lists filter with them; resources named only in a
-//! body are checked with the grant as they are read), and the audit actor:
+//! body are checked with the grant as they are read), the path's typed
+//! names ([`routes::Params`], the one parse of the request:
+//! [`routes::find`], or the listener's [`Matched`]) checked and handed on
+//! to the handler as request extensions, a name that does not parse
+//! refused before anything else ([`Found::Invalid`]), and the audit actor:
 //! every request that may change state runs inside [`audit::scope`] with
 //! the user and the client address. Registry reads (`GET`/`HEAD` under
 //! `/v2/`) with no users configured skip all of it (the hot path of pulls).
@@ -39,15 +43,18 @@ use futures_util::future::BoxFuture;
 use serde_json::json;
 
 use super::App;
-use super::routes::{self, Found, Need, Switch, Touches};
+use super::routes::{self, Found, Need, Params, Switch, Touches};
 use super::tls::ClientCertNames;
 use super::trace::ClientAddr;
 use crate::auth::{self, Grant, Permission, Principal};
+use crate::names::RepositoryName;
 use crate::registry::errors::{ErrorCode, RegistryError};
 use crate::registry::responses::{API_VERSION, DOCKER_DISTRIBUTION_API_VERSION};
-use crate::registry::routes::Route;
+use crate::registry::routes::Route as RegistryRoute;
 use crate::registry::scope::RepositoryScope;
 use crate::registry::uploads::Uploader;
+use crate::stacks::StackName;
+use crate::stacks::api::Route as StacksRoute;
 use crate::state::{Actor, StateStore, audit};
 
 /// What the console gives the access layer: who a session cookie names,
@@ -75,18 +82,51 @@ pub fn is_console_path(path: &str) -> bool {
     path == "/ui" || path.starts_with("/ui/") || path == "/api/v1" || path.starts_with("/api/v1/")
 }
 
-/// What a route touches, with the path's parameters owned (the request
-/// moves on to the handler).
-struct Target {
+/// What a route touches: the permission, and the typed names the path
+/// holds ([`routes::Params`], the one parse of the request: the same
+/// values go on to the handler).
+struct Target<'a> {
     permission: Permission,
     touches: Touches,
     anonymous: bool,
-    repo: Option<String>,
-    stack: Option<String>,
-    cell: Option<String>,
-    digest: Option<String>,
-    chunk: Option<String>,
-    remote: Option<String>,
+    params: &'a Params,
+    /// The repository a registry write goes to (`?ns=` applied), else the
+    /// path's.
+    repo: Option<RepositoryName>,
+}
+
+impl Target<'_> {
+    fn stack(&self) -> Option<&StackName> {
+        self.params.stack()
+    }
+
+    fn cell(&self) -> Option<&str> {
+        match self.params {
+            Params::Stacks(StacksRoute::Cell(_, id)) => Some(id),
+            _ => None,
+        }
+    }
+
+    fn digest(&self) -> Option<&crate::digest::Digest> {
+        match self.params {
+            Params::Stacks(StacksRoute::Lifecycle(d)) => Some(d),
+            _ => None,
+        }
+    }
+
+    fn chunk(&self) -> Option<&crate::chunks::ChunkId> {
+        match self.params {
+            Params::Stacks(StacksRoute::Chunk(id)) => Some(id),
+            _ => None,
+        }
+    }
+
+    fn remote(&self) -> Option<&str> {
+        match self.params {
+            Params::Torcx(f) => Some(&f.remote),
+            _ => None,
+        }
+    }
 }
 
 /// Middleware (see `super::front`): enforces the route's declaration, then
@@ -120,14 +160,22 @@ where
 {
     let client = req.extensions().get::<ClientAddr>().map(|c| c.0);
     let policy = app.auth.load();
+    let mut req = req;
+    // The listener may have read the route already (a request with a body:
+    // its pace depends on the endpoint); else it is read here, once.
+    let found = match req.extensions_mut().remove::<Matched>() {
+        Some(Matched(pattern, params)) => routes::select(req.method(), pattern, params),
+        None => routes::find(req.method(), req.uri().path()),
+    };
     let path = req.uri().path();
-    let (need, params, writes) = match routes::find(req.method(), path) {
+    let (need, params, writes) = match found {
         Found::Route(route, params) => (route.need, params, route.writes(req.method())),
         Found::Method(_, params) if path.starts_with("/v2/") => {
             (routes::REGISTRY_OTHER_METHODS, params, false)
         }
         Found::Method(allow, _) => return finish(method_not_allowed(path, &allow), path),
         Found::None => return finish(no_route(path), path),
+        Found::Invalid(res) => return finish(*res, path),
     };
     let Need::Grant {
         permission,
@@ -136,29 +184,31 @@ where
         public_when,
     } = need
     else {
+        params.hand_on(req.extensions_mut());
         return next(req).await;
+    };
+    let repo = match write_target(&req, &params) {
+        Ok(r) => r,
+        Err(e) => return finish(e.into_response(), req.uri().path()),
     };
     let target = Target {
         permission,
         touches,
         anonymous,
-        repo: params.get("repo").map(|r| write_target(&req, r)),
-        stack: params.get("stack").map(str::to_string),
-        cell: params.get("cell").map(str::to_string),
-        digest: params.get("digest").map(str::to_string),
-        chunk: params.get("chunk").map(str::to_string),
-        remote: params.get("remote").map(str::to_string),
+        params: &params,
+        repo,
     };
     let address = client.map(|a| a.to_string());
     if policy.is_open() {
         if let Some(res) = held_back(&app, writes) {
-            return finish(res, path);
+            return finish(res, req.uri().path());
         }
         let actor = Actor {
             who: auth::OPEN_WHO.into(),
             address,
             admin: true,
         };
+        params.hand_on(req.extensions_mut());
         return audit::scope(actor, next(req)).await;
     }
     let public = match public_when {
@@ -167,6 +217,7 @@ where
         None => false,
     };
     if public {
+        params.hand_on(req.extensions_mut());
         return next(req).await;
     }
     let ip = client.map_or_else(|| "-".to_string(), |a| a.ip().to_string());
@@ -202,11 +253,12 @@ where
         _ => RepositoryScope::all(),
     };
     let admin = grant.allows::<&str>(Permission::Admin, &[]);
-    let mut req = req;
+    let upload = upload_body(req.method(), &params);
+    params.hand_on(req.extensions_mut());
     req.extensions_mut().insert(scope);
     req.extensions_mut().insert(Uploader(who.clone()));
     req.extensions_mut().insert(grant);
-    let quota = match upload_body(req.method(), req.uri()) {
+    let quota = match upload {
         true if app.uploads.user_byte_cap() > 0 => {
             let cap = app.uploads.user_byte_cap();
             if let Some(len) = crate::registry::upload::declared_length(req.headers())
@@ -231,6 +283,30 @@ where
         return finish(over_quota(&app, &who), &path);
     }
     res
+}
+
+/// The path of a request as the listener read it ahead of the access
+/// layer (a request with a body, whose pace depends on the endpoint:
+/// [`Matched::read`]), handed to [`check`] as a request extension so that
+/// the path is parsed once: the rows' pattern and the typed parameters.
+#[derive(Debug, Clone)]
+pub struct Matched(pub &'static str, pub Params);
+
+impl Matched {
+    /// Reads `path` ([`routes::read`]); `None` when it matches no row or a
+    /// name in it does not parse (the access layer then reads it again to
+    /// answer the refusal).
+    pub fn read(method: &Method, path: &str) -> Option<Matched> {
+        routes::read(method, path)
+            .ok()
+            .flatten()
+            .map(|(pattern, params)| Matched(pattern, params))
+    }
+
+    /// Whether it is a manifest PUT (its body has a deadline of its own).
+    pub fn is_manifest_put(&self, method: &Method) -> bool {
+        *method == Method::PUT && matches!(self.1, Params::Registry(RegistryRoute::Manifest { .. }))
+    }
 }
 
 /// What the principal of a request is found from.
@@ -267,7 +343,7 @@ async fn principal(
 /// `None` when `grant` may do what `target` needs; else the answer: 401
 /// (or the console's login form) for an anonymous caller, 403 `DENIED`
 /// for a user, 404 for a chunk outside what the caller may read.
-async fn authorize(app: &App, grant: &Grant, t: &Target, uri: &Uri) -> Option<Response> {
+async fn authorize(app: &App, grant: &Grant, t: &Target<'_>, uri: &Uri) -> Option<Response> {
     let anonymous = grant.user().is_none();
     let refuse = || {
         if anonymous {
@@ -282,27 +358,44 @@ async fn authorize(app: &App, grant: &Grant, t: &Target, uri: &Uri) -> Option<Re
     if anonymous && !t.anonymous {
         return Some(refuse());
     }
+    // A declaration names what the path must hold; a path without it is
+    // refused (fail closed), never checked as naming nothing.
+    let missing = |what: &str| {
+        tracing::error!(path = %uri.path(), what, "route declaration names a parameter the path lacks");
+        Some(internal(format!("the route has no {what}")))
+    };
     let resources: Vec<String> = match t.touches {
         Touches::Nothing | Touches::Listed | Touches::Named | Touches::Resolved => Vec::new(),
-        Touches::Repository => t.repo.iter().cloned().collect(),
+        Touches::Repository => match &t.repo {
+            Some(r) => vec![r.to_string()],
+            None => return missing("repository"),
+        },
         Touches::StackImages | Touches::StackAndNamed | Touches::Cell => {
-            match stack_repositories(app, t.stack.as_deref()).await {
-                Ok(r) => r,
-                Err(res) => return Some(res),
+            let Some(stack) = t.stack() else {
+                return missing("stack");
+            };
+            match app.stacks.table(&app.state).await {
+                Ok(table) => table.repositories(stack),
+                Err(e) => return Some(internal(e)),
             }
         }
         Touches::Lifecycle => {
+            let Some(digest) = t.digest() else {
+                return missing("digest");
+            };
             let table = match app.stacks.table(&app.state).await {
                 Ok(t) => t,
                 Err(e) => return Some(internal(e)),
             };
-            let digest = t.digest.as_deref().and_then(|d| d.parse().ok());
-            match digest.and_then(|d| crate::stacks::lifecycle::lifecycle(&table, &d).stack) {
+            match crate::stacks::lifecycle::lifecycle(&table, digest).stack {
                 Some(stack) => table.repositories(&stack),
                 None => Vec::new(),
             }
         }
-        Touches::Remote => t.remote.iter().map(|r| format!("torcx/{r}")).collect(),
+        Touches::Remote => match t.remote() {
+            Some(r) => vec![format!("torcx/{r}")],
+            None => return missing("remote"),
+        },
         Touches::Everything => {
             return (!grant.allows_everywhere(t.permission)).then(refuse);
         }
@@ -311,36 +404,38 @@ async fn authorize(app: &App, grant: &Grant, t: &Target, uri: &Uri) -> Option<Re
     if !grant.allows(t.permission, &resources) {
         return Some(refuse());
     }
-    if t.touches == Touches::Cell
-        && let Some(cell) = t.cell.as_deref().and_then(crate::stacks::api::decode_cell)
-        && !grant.may_report_for(&cell)
-    {
-        return Some(
-            RegistryError::with_message(
-                ErrorCode::Denied,
-                "this credential may not report for that cell (the user's cells)",
-                json!({ "user": grant.user(), "cell": cell }),
-            )
-            .into_response(),
-        );
+    if t.touches == Touches::Cell {
+        let Some(cell) = t.cell() else {
+            return missing("cell");
+        };
+        if !grant.may_report_for(cell) {
+            return Some(
+                RegistryError::with_message(
+                    ErrorCode::Denied,
+                    "this credential may not report for that cell (the user's cells)",
+                    json!({ "user": grant.user(), "cell": cell }),
+                )
+                .into_response(),
+            );
+        }
     }
     None
 }
 
 /// Whether `grant` may not read the chunk of `t` (true: refuse). A chunk
 /// no stack the caller may read uses answers 404, as an absent one does.
-async fn chunk(app: &App, grant: &Grant, t: &Target) -> bool {
+async fn chunk(app: &App, grant: &Grant, t: &Target<'_>) -> bool {
     if grant.allows_everywhere(t.permission) {
         return false;
     }
     if grant.user().is_none() {
         return true;
     }
-    let Some(id) = t.chunk.as_deref().and_then(crate::chunks::parse_store_path) else {
+    let Some(id) = t.chunk() else {
         return true;
     };
     let (Ok(stacks), Ok(table)) = (
-        app.stacks.stacks_using_chunk(&app.state, &id).await,
+        app.stacks.stacks_using_chunk(&app.state, id).await,
         app.stacks.table(&app.state).await,
     ) else {
         return true;
@@ -350,46 +445,37 @@ async fn chunk(app: &App, grant: &Grant, t: &Target) -> bool {
         .any(|s| grant.allows(t.permission, &table.repositories(s)))
 }
 
-/// Every repository of the images stack `name` names (none for an unknown
-/// or malformed name: the handler answers it).
-async fn stack_repositories(app: &App, name: Option<&str>) -> Result<Vec<String>, Response> {
-    let Some(name) = name.and_then(|n| n.parse::<crate::stacks::StackName>().ok()) else {
-        return Ok(Vec::new());
+/// The repository a request touches: for a registry write, where `?ns=`
+/// sends it (as the registry applies it); else the path's.
+///
+/// Errors: 400 `NAME_INVALID` when `?ns=` makes no repository name.
+fn write_target(req: &Request, params: &Params) -> Result<Option<RepositoryName>, RegistryError> {
+    let Some(name) = params.repository() else {
+        return Ok(None);
     };
-    let table = app.stacks.table(&app.state).await.map_err(internal)?;
-    Ok(table.repositories(&name))
-}
-
-/// The repository a registry write targets (`?ns=` applied as the
-/// registry applies it); other routes' `{repo*}` as it is.
-fn write_target(req: &Request, repo: &str) -> String {
-    if !req.uri().path().starts_with("/v2/") {
-        return repo.to_string();
+    if !matches!(params, Params::Registry(_)) {
+        return Ok(Some(name.clone()));
     }
-    let Ok(name) = repo.parse::<crate::names::RepositoryName>() else {
-        return repo.to_string();
-    };
     let ns = crate::registry::query::QueryParams::from_uri(req.uri())
         .get("ns")
         .map(str::to_string);
-    crate::registry::namespace::write_target(ns.as_deref(), &name)
-        .map_or_else(|_| repo.to_string(), |n| n.to_string())
+    crate::registry::namespace::write_target(ns.as_deref(), name).map(Some)
 }
 
 /// 403 `DENIED` naming the user and what was asked for.
-fn denied(grant: &Grant, t: &Target) -> Response {
+fn denied(grant: &Grant, t: &Target<'_>) -> Response {
     if t.touches == Touches::Chunk
-        && let Some(id) = t.chunk.as_deref().and_then(crate::chunks::parse_store_path)
+        && let Some(id) = t.chunk()
     {
-        return crate::stacks::api::chunk_not_found(&id);
+        return crate::stacks::api::chunk_not_found(id);
     }
     RegistryError::new(
         ErrorCode::Denied,
         json!({
             "user": grant.user(),
             "repository": t.repo,
-            "stack": t.stack,
-            "remote": t.remote,
+            "stack": t.stack(),
+            "remote": t.remote(),
         }),
     )
     .into_response()
@@ -672,9 +758,9 @@ fn finish(mut res: Response, path: &str) -> Response {
 /// A request whose body may go into an upload session or a blob: `POST`
 /// of `.../blobs/uploads/`, or `PATCH`/`PUT` of a session (metered
 /// against the per-user byte cap).
-fn upload_body(method: &Method, uri: &axum::http::Uri) -> bool {
+fn upload_body(method: &Method, params: &Params) -> bool {
     matches!(*method, Method::POST | Method::PATCH | Method::PUT)
-        && matches!(Route::parse(uri.path()), Ok(Route::Upload { .. }))
+        && matches!(params, Params::Registry(RegistryRoute::Upload { .. }))
 }
 
 #[cfg(test)]

@@ -13,23 +13,23 @@
 //!   dropped it, so the bytes of responses waiting on slow readers are
 //!   capped in total; at the cap, a body waits for room before its next chunk.
 //!
-//! Both count as activity of their connection (see `conn::Activity`).
+//! Both count as activity of their connection ([`super::activity`]).
 
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::PollSemaphore;
 
-use super::conn::Activity;
+use super::activity::{Activity, BodyGuard};
+use super::budget::ResponseBudget;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -179,44 +179,16 @@ impl Body for RequestBody {
     }
 }
 
-/// Bytes of response bodies held in memory at once, over all connections.
-pub(super) struct ResponseBudget {
-    semaphore: Arc<Semaphore>,
-    max: usize,
-}
-
-impl ResponseBudget {
-    /// A budget of `max` bytes (at least 64 KiB).
-    pub(super) fn new(max: u64) -> Arc<ResponseBudget> {
-        let max = (max.max(64 << 10) as usize).min(Semaphore::MAX_PERMITS);
-        Arc::new(ResponseBudget {
-            semaphore: Arc::new(Semaphore::new(max)),
-            max,
-        })
-    }
-
-    /// Permits a chunk of `len` bytes needs (a chunk above the whole budget
-    /// takes all of it).
-    fn permits(&self, len: usize) -> u32 {
-        len.min(self.max).min(u32::MAX as usize) as u32
-    }
-}
-
-/// A response body whose chunks hold [`ResponseBudget`] room until written.
+/// A response body whose chunks hold [`ResponseBudget`] room until written;
+/// alive, it keeps its connection's request going ([`BodyGuard`]).
 pub(super) struct ResponseBody {
     inner: axum::body::Body,
-    activity: Arc<Activity>,
+    alive: BodyGuard,
     budget: Arc<ResponseBudget>,
     /// Created on the first wait for room.
     waiter: Option<PollSemaphore>,
     /// A chunk waiting for room.
     pending: Option<Bytes>,
-}
-
-impl Drop for ResponseBody {
-    fn drop(&mut self) {
-        self.activity.bodies.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// A chunk and the budget room it holds; the room is freed when hyper drops it.
@@ -234,13 +206,12 @@ impl AsRef<[u8]> for Held {
 impl ResponseBody {
     pub(super) fn new(
         inner: axum::body::Body,
-        activity: Arc<Activity>,
+        activity: &Arc<Activity>,
         budget: Arc<ResponseBudget>,
     ) -> ResponseBody {
-        activity.bodies.fetch_add(1, Ordering::AcqRel);
         ResponseBody {
             inner,
-            activity,
+            alive: activity.begin_body(),
             budget,
             waiter: None,
             pending: None,
@@ -291,7 +262,7 @@ impl Body for ResponseBody {
             None => match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(chunk) => {
-                        this.activity.touch();
+                        this.alive.touch();
                         chunk
                     }
                     Err(frame) => return Poll::Ready(Some(Ok(frame))),

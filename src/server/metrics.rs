@@ -195,8 +195,15 @@ fn recorded(
 }
 
 /// `GET /metrics`: every metric, after refreshing the generation gauge from
-/// the current root (a failure to read it is logged, the rest still sent).
-pub async fn metrics(State(app): State<Arc<App>>) -> Response {
+/// the current root (a failure to read it is logged, the rest still sent);
+/// the stack gauges of the stacks the caller may see (the access layer's
+/// [`crate::auth::Grant`]: a user limited to repository prefixes sees the
+/// stacks whose images are in them).
+pub async fn metrics(
+    State(app): State<Arc<App>>,
+    grant: Option<axum::Extension<crate::auth::Grant>>,
+) -> Response {
+    let grant = grant.map(|axum::Extension(g)| g).unwrap_or_default();
     match app.state.snapshot().await {
         Ok(snap) => {
             global().generation.set(snap.generation());
@@ -214,7 +221,7 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
         }
         Err(e) => tracing::warn!(error = %e, "metrics: state cannot be read"),
     }
-    let mut res = crate::stacks::api::with_stack_gauges(&*app, global().render())
+    let mut res = crate::stacks::api::with_stack_gauges(&*app, global().render(), &grant)
         .await
         .into_response();
     res.headers_mut()

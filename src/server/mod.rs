@@ -10,9 +10,12 @@
 //! liveness and readiness in [`health`].
 
 pub mod access;
+mod activity;
 mod body;
+mod budget;
 mod conn;
 pub mod health;
+mod limits;
 pub mod metrics;
 pub mod routes;
 mod slots;
@@ -21,7 +24,7 @@ pub mod trace;
 mod workers;
 
 pub use body::BodyTooSlow;
-pub use conn::Limits;
+pub use limits::Limits;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use super::conn::Activity;
+use super::activity::Activity;
 
 /// Open connections, shared by the accept loop and every connection task.
 pub(super) struct Slots {

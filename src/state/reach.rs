@@ -30,6 +30,9 @@ pub enum TreeItem {
         repository: RepositoryName,
         /// The manifest digest.
         digest: Digest,
+        /// The media type it is recorded with (what it is read as:
+        /// [`crate::oci::Manifest::read`]).
+        media_type: String,
     },
     /// A blob (config, layer, other) linked into `repository`.
     Blob {
@@ -122,9 +125,11 @@ impl StateStore {
                     }
                     Tree::Repository(name) => {
                         if let Some(d) = key.strip_prefix("m/") {
+                            let info: super::ManifestInfo = page::parse_value(value)?;
                             f(TreeItem::Manifest {
                                 repository: name.clone(),
                                 digest: digest_of(&digest, d)?,
+                                media_type: info.media_type,
                             })?;
                         } else if let Some(d) = key.strip_prefix("b/") {
                             f(TreeItem::Blob {

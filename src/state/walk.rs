@@ -16,7 +16,7 @@
 //! Only a failing blobstore (an I/O error other than a missing object)
 //! aborts it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::{Result, StateDoc, StateError, StateStore, TreeItem};
 use crate::digest::Digest;
@@ -125,7 +125,7 @@ impl StateStore {
         // The paged tree: pages as documents,
         // linked blobs; recorded manifests are collected to descend below.
         let mut seen = HashSet::new();
-        let mut recorded: Vec<(Digest, String)> = Vec::new();
+        let mut recorded: Vec<(Digest, String, Option<String>)> = Vec::new();
         let tree = self
             .walk_tree(state, &mut seen, &mut |item| {
                 match item {
@@ -136,8 +136,16 @@ impl StateStore {
                     TreeItem::Blob { digest, .. } => {
                         visit(Reached::Blob(digest));
                     }
-                    TreeItem::Manifest { repository, digest } => {
-                        recorded.push((digest, format!("manifest in {repository}")));
+                    TreeItem::Manifest {
+                        repository,
+                        digest,
+                        media_type,
+                    } => {
+                        recorded.push((
+                            digest,
+                            format!("manifest in {repository}"),
+                            Some(media_type),
+                        ));
                     }
                 }
                 Ok(())
@@ -153,17 +161,25 @@ impl StateStore {
             let at = at.unwrap_or_else(|| state.clone());
             problems.push(problem(&at, "repository tree", e)?);
         }
-        let recorded_set: HashSet<Digest> = recorded.iter().map(|(d, _)| d.clone()).collect();
+        // The media type each manifest is recorded with: what it is read
+        // as, also where it is reached as an index child or a subject.
+        let types: HashMap<Digest, String> = recorded
+            .iter()
+            .filter_map(|(d, _, t)| Some((d.clone(), t.clone()?)))
+            .collect();
         let mut stack = recorded;
-        while let Some((m, within)) = stack.pop() {
+        while let Some((m, within, media_type)) = stack.pop() {
             if !visit(Reached::Manifest(m.clone())) {
                 continue;
             }
-            match self.manifest_children(&m).await {
+            match self.manifest_children(&m, media_type.as_deref()).await {
                 Ok(Some(children)) => {
                     for c in children {
                         match c {
-                            Reached::Manifest(d) => stack.push((d, within.clone())),
+                            Reached::Manifest(d) => {
+                                let t = types.get(&d).cloned();
+                                stack.push((d, within.clone(), t));
+                            }
                             other => {
                                 visit(other);
                             }
@@ -173,7 +189,7 @@ impl StateStore {
                 // A dangling subject or a child left out on purpose
                 // (`platforms`) is not recorded in the repository:
                 // absent is fine unless the repository records it.
-                Ok(None) if !recorded_set.contains(&m) => {}
+                Ok(None) if !types.contains_key(&m) => {}
                 Ok(None) => problems.push(WalkProblem {
                     digest: m.clone(),
                     what: within,
@@ -186,14 +202,20 @@ impl StateStore {
     }
 
     /// What a manifest refers to: config and layers as blobs, child
-    /// manifests and the subject as manifests. `None` when it is absent.
-    async fn manifest_children(&self, digest: &Digest) -> Result<Option<Vec<Reached>>> {
+    /// manifests and the subject as manifests, read by the one manifest
+    /// rule with the media type it is recorded with ([`Manifest::read`]:
+    /// what the registry accepted it by). `None` when it is absent.
+    async fn manifest_children(
+        &self,
+        digest: &Digest,
+        media_type: Option<&str>,
+    ) -> Result<Option<Vec<Reached>>> {
         let bytes = match store::get_verified(&**self.blobstore(), digest).await {
             Ok(b) => b,
             Err(StoreError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let m = Manifest::parse(&bytes).map_err(|e| StateError::Corrupt {
+        let m = Manifest::read(&bytes, media_type).map_err(|e| StateError::Corrupt {
             digest: digest.to_string(),
             cause: e.to_string(),
         })?;

@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -219,6 +219,65 @@ pub fn router<C: Context>(app: Arc<C>) -> Router {
         .with_state(app)
 }
 
+/// A remote file's path, `/torcx/<remote>/<board>/<os version>/<file>`,
+/// each part percent-decoded once ([`crate::names::percent_decode`]) and
+/// the first three checked as tokens: the only reading of a `/torcx` path.
+/// The access layer's route table (`server::routes`) matches the row
+/// through [`FilePath::of_path`] (checking `torcx/<remote>`) and hands the
+/// value on to the handler as a request extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePath {
+    /// The remote's name.
+    pub remote: String,
+    /// `${COREOS_BOARD}`.
+    pub board: String,
+    /// `${VERSION_ID}`.
+    pub os_version: String,
+    /// The file name (`<name>:<version>.torcx.tgz`, the contents document, ...).
+    pub file: String,
+}
+
+impl FilePath {
+    /// The pattern of its route table row.
+    pub const PATTERN: &'static str = "/torcx/{remote}/{board}/{os}/{file}";
+
+    /// Parses `path`: `Ok(None)` when it is no remote file path (four
+    /// parts under `/torcx/`); `Err` with the 404 answer when a part is
+    /// malformed or not a token.
+    pub fn of_path(path: &str) -> Result<Option<FilePath>, TorcxError> {
+        let Some(rest) = path.strip_prefix("/torcx/") else {
+            return Ok(None);
+        };
+        let parts: Vec<&str> = rest.split('/').collect();
+        let [remote, board, os, file] = parts[..] else {
+            return Ok(None);
+        };
+        let decode = |what: &str, s: &str| {
+            crate::names::percent_decode(s)
+                .map(std::borrow::Cow::into_owned)
+                .map_err(|e| TorcxError::not_found(format!("{what}: {e}")))
+        };
+        let p = FilePath {
+            remote: decode("remote", remote)?,
+            board: decode("board", board)?,
+            os_version: decode("OS version", os)?,
+            file: decode("file", file)?,
+        };
+        for (what, s) in [
+            ("remote", &p.remote),
+            ("board", &p.board),
+            ("OS version", &p.os_version),
+        ] {
+            check_token(what, s).map_err(TorcxError::not_found)?;
+        }
+        if p.file.is_empty() || p.file.contains('/') {
+            // A decoded `/` makes it no remote file's path.
+            return Err(not_a_remote_path());
+        }
+        Ok(Some(p))
+    }
+}
+
 async fn not_found() -> TorcxError {
     not_a_remote_path()
 }
@@ -248,27 +307,28 @@ fn small(doc: &Cached, content_type: &'static str, head: bool) -> Response {
     res
 }
 
+/// Serves the [`FilePath`] the access layer parsed and checked (its
+/// request extension); never reads the path again.
 async fn file<C: Context>(
     State(app): State<Arc<C>>,
     method: Method,
     headers: HeaderMap,
-    Path(path): Path<String>,
+    path: Option<axum::Extension<FilePath>>,
 ) -> Result<Response, TorcxError> {
-    let parts: Vec<&str> = path.split('/').collect();
-    let [remote, board, os, file] = parts[..] else {
-        return Err(not_found().await);
-    };
     // Who may read the remote (`torcx/<remote>`) is declared in
     // `server::routes` and enforced before this handler runs.
-    let (remote, board, os, file) = (
-        remote.to_string(),
-        board.to_string(),
-        os.to_string(),
-        file.to_string(),
-    );
-    for (what, s) in [("remote", &remote), ("board", &board), ("OS version", &os)] {
-        check_token(what, s).map_err(TorcxError::not_found)?;
-    }
+    let Some(axum::Extension(FilePath {
+        remote,
+        board,
+        os_version: os,
+        file,
+    })) = path
+    else {
+        tracing::error!("torcx request without the access layer's route");
+        return Err(TorcxError::internal(
+            "the request was not routed by the access layer",
+        ));
+    };
     let head = method == Method::HEAD;
     let state = app.state();
     let snap = state.snapshot().await.map_err(TorcxError::internal)?;

@@ -22,8 +22,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 
@@ -290,22 +291,21 @@ async fn change_of(
 pub async fn effect_route(
     ctx: &dyn Context,
     seen: &Viewer,
-    name: &str,
+    name: &StackName,
     uri: &Uri,
 ) -> Result<Effect, UiError> {
     let q = http::query(uri);
-    let name: StackName = name.parse()?;
     let action = q.get("action").map_or("", String::as_str);
     let change = change_of(ctx, seen, crate::auth::Permission::Pull, action, &q).await?;
     let table = ctx.stacks().table(ctx.state()).await?;
-    effect(ctx, &table, &name, &change)
+    effect(ctx, &table, name, &change)
 }
 
-/// The handler of [`effect_route`].
+/// The handler of [`effect_route`] (the stack as the access layer parsed it).
 pub async fn effect_handler(
     State(ctx): Ctx,
     seen: Seen,
-    Path(name): Path<String>,
+    Extension(name): Extension<StackName>,
     uri: Uri,
 ) -> Response {
     match effect_route(&*ctx, &seen, &name, &uri).await {
@@ -318,15 +318,21 @@ fn fail(seen: &Viewer, e: UiError) -> Response {
     pages::error_page(seen, &e)
 }
 
-/// `POST /ui/stacks/NAME/{promote,rollout,rollback,state}`.
-pub async fn stack_action(
+/// The actions of the stack forms, in the order of their indexes
+/// ([`stack_form`]'s `ACTION`): `POST /ui/stacks/NAME/<action>`.
+pub const STACK_ACTIONS: [&str; 4] = ["promote", "rollout", "rollback", "state"];
+
+/// `POST /ui/stacks/NAME/<STACK_ACTIONS[ACTION]>` (each action its own
+/// route row), the stack as the access layer parsed it.
+pub async fn stack_form<const ACTION: usize>(
     State(ctx): Ctx,
     seen: Seen,
-    Path((name, action)): Path<(String, String)>,
+    Extension(name): Extension<StackName>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match stack_action_inner(&*ctx, &seen, &name, &action, &headers, body).await {
+    let action = STACK_ACTIONS[ACTION];
+    match stack_action_inner(&*ctx, &seen, &name, action, &headers, body).await {
         Ok(res) => res,
         Err(e) => fail(&seen, e),
     }
@@ -335,18 +341,17 @@ pub async fn stack_action(
 async fn stack_action_inner(
     ctx: &dyn Context,
     seen: &Viewer,
-    name: &str,
+    name: &StackName,
     action: &str,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, UiError> {
     let form = super::routes::checked_form(seen, headers, body).await?;
     may_administer(ctx).map_err(UiError::denied)?;
-    let name: StackName = name.parse()?;
     let change = change_of(ctx, seen, crate::auth::Permission::Admin, action, &form).await?;
     let state = ctx.state();
     let table = ctx.stacks().table(state).await?;
-    let eff = effect(ctx, &table, &name, &change)?;
+    let eff = effect(ctx, &table, name, &change)?;
     let back = format!("/ui/stacks/{name}");
     if form.get("confirm").map(String::as_str) != Some("yes") {
         let mut fields = form.clone();
@@ -368,13 +373,13 @@ async fn stack_action_inner(
     let who = seen.who.as_str();
     match change {
         Change::Rollout(p) => {
-            ops::rollout(state, &name, p, who).await?;
+            ops::rollout(state, name, p, who).await?;
         }
         Change::Rollback(reason) => {
-            ops::rollback(state, &name, &reason, who).await?;
+            ops::rollback(state, name, &reason, who).await?;
         }
         Change::State(s, reason) => {
-            ops::set_state(state, &name, s, &reason, who).await?;
+            ops::set_state(state, name, s, &reason, who).await?;
         }
         Change::Promote(image, p, reason) => {
             let req = ops::PromoteRequest {
@@ -383,7 +388,7 @@ async fn stack_action_inner(
                 reason: (!reason.is_empty()).then_some(reason),
                 ..ops::PromoteRequest::default()
             };
-            ops::promote(state, &name, &req, who).await?;
+            ops::promote(state, name, &req, who).await?;
         }
     }
     Ok(http::redirect(&format!("{back}?done={}", eff.action)))

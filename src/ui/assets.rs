@@ -2,11 +2,12 @@
 //! another origin: the console works in the air gap): its stylesheet and
 //! icon. There is no script: charts are SVG drawn on the server.
 
-use axum::extract::Path;
+use axum::Extension;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use super::http::UiError;
+use crate::server::routes::AssetName;
 
 /// The stylesheet (`/ui/assets/console.css`).
 pub const CSS: &str = include_str!("assets/console.css");
@@ -20,8 +21,9 @@ pub const ALL: [(&str, &str, &str); 2] = [
     ("favicon.svg", "image/svg+xml", FAVICON),
 ];
 
-/// `GET /ui/assets/NAME`: the asset, cacheable for an hour.
-pub async fn serve(Path(file): Path<String>) -> Response {
+/// `GET /ui/assets/NAME`: the asset, cacheable for an hour (the name as the
+/// access layer parsed it).
+pub async fn serve(Extension(AssetName(file)): Extension<AssetName>) -> Response {
     let Some((_, ct, body)) = ALL.iter().find(|(n, _, _)| *n == file) else {
         return UiError::not_found(format!("no asset {file:?}")).into_response();
     };

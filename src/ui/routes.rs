@@ -20,16 +20,18 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 
 use super::http::{self, UiError, Viewer};
 use super::{Context, actions, api, assets, pages};
+use crate::names::RepositoryName;
+use crate::stacks::StackName;
 
 type Ctx = State<Arc<dyn Context>>;
 type Seen = axum::Extension<Viewer>;
@@ -51,7 +53,10 @@ pub fn router(ctx: Arc<dyn Context>) -> Router {
         .route("/ui/repositories/{*name}", get(repository))
         .route("/ui/stacks", get(stacks))
         .route("/ui/stacks/{name}", get(stack))
-        .route("/ui/stacks/{name}/{action}", post(actions::stack_action))
+        .route("/ui/stacks/{name}/promote", post(actions::stack_form::<0>))
+        .route("/ui/stacks/{name}/rollout", post(actions::stack_form::<1>))
+        .route("/ui/stacks/{name}/rollback", post(actions::stack_form::<2>))
+        .route("/ui/stacks/{name}/state", post(actions::stack_form::<3>))
         .route("/ui/torcx", get(torcx))
         .route("/ui/operations", get(operations))
         .route("/ui/operations/revoke", post(actions::revoke_user))
@@ -210,7 +215,15 @@ async fn repositories(State(ctx): Ctx, seen: Seen, uri: Uri) -> Response {
     answer(&uri, &seen, model, |m| pages::repos::list(&seen, m))
 }
 
-async fn repository(State(ctx): Ctx, seen: Seen, uri: Uri, Path(name): Path<String>) -> Response {
+// The handlers of named pages take the names the access layer parsed (its
+// request extensions: `server::routes::Params::hand_on`), never the path.
+
+async fn repository(
+    State(ctx): Ctx,
+    seen: Seen,
+    uri: Uri,
+    Extension(name): Extension<RepositoryName>,
+) -> Response {
     let q = http::query(&uri);
     let model = async {
         let limit = http::limit(&q, 50, 1000)?;
@@ -230,7 +243,12 @@ async fn stacks(State(ctx): Ctx, seen: Seen, uri: Uri) -> Response {
     answer(&uri, &seen, model, |m| pages::stacks::list(&seen, m))
 }
 
-async fn stack(State(ctx): Ctx, seen: Seen, uri: Uri, Path(name): Path<String>) -> Response {
+async fn stack(
+    State(ctx): Ctx,
+    seen: Seen,
+    uri: Uri,
+    Extension(name): Extension<StackName>,
+) -> Response {
     let q = http::query(&uri);
     let model = async {
         let paging = api::stacks::Paging {

@@ -35,10 +35,10 @@ use common::*;
 const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ("GET HEAD", "/healthz", "rcpamnN", "rcpamnN"),
     ("GET HEAD", "/readyz", "rcpamnN", "rcpamnN"),
-    ("GET", "/metrics", "pam", "pam"),
+    ("GET HEAD", "/metrics", "pam", "pam"),
     ("GET HEAD", "/v2", "rcpaN", "rcpaN"),
     ("GET HEAD", "/v2/", "rcpaN", "rcpaN"),
-    ("GET", "/v2/_catalog", "rcpaN", "rcpaN"),
+    ("GET HEAD", "/v2/_catalog", "rcpaN", "rcpaN"),
     (
         "GET HEAD",
         "/v2/{repo*}/manifests/{reference}",
@@ -49,7 +49,7 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ("DELETE", "/v2/{repo*}/manifests/{reference}", "pa", "a"),
     ("POST", "/v2/{repo*}/blobs/uploads/", "pa", "a"),
     (
-        "GET",
+        "GET HEAD",
         "/v2/{repo*}/blobs/uploads/{session}",
         "rcpaN",
         "rcaN",
@@ -62,16 +62,21 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ),
     ("GET HEAD", "/v2/{repo*}/blobs/{blob}", "rcpaN", "rcaN"),
     ("DELETE", "/v2/{repo*}/blobs/{blob}", "pa", "a"),
-    ("GET", "/v2/{repo*}/tags/list", "rcpaN", "rcaN"),
-    ("GET", "/v2/{repo*}/referrers/{subject}", "rcpaN", "rcaN"),
+    ("GET HEAD", "/v2/{repo*}/tags/list", "rcpaN", "rcaN"),
+    (
+        "GET HEAD",
+        "/v2/{repo*}/referrers/{subject}",
+        "rcpaN",
+        "rcaN",
+    ),
     (
         "GET HEAD",
         "/torcx/{remote}/{board}/{os}/{file}",
         "rcpaN",
         "rcaN",
     ),
-    ("GET", "/torcx", "rcpaN", "rcpaN"),
-    ("GET", "/torcx/", "rcpaN", "rcpaN"),
+    ("GET HEAD", "/torcx", "rcpaN", "rcpaN"),
+    ("GET HEAD", "/torcx/", "rcpaN", "rcpaN"),
     ("GET HEAD", "/stacks/v1", "cpa", "cpa"),
     ("GET HEAD", "/stacks/v1/", "cpa", "cpa"),
     ("GET HEAD", "/stacks/v1/lifecycle/{digest}", "cpa", "ca"),
@@ -91,35 +96,35 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ("POST", "/admin/v1/imports", "pa", "a"),
     ("GET HEAD", "/admin/v1/trust", "rcpa", "rcpa"),
     ("POST", "/admin/v1/trust", "a", "a"),
-    ("GET", "/ui", "rcpamnN", "rcpamnN"),
-    ("GET POST", "/ui/login", "rcpamnN", "rcpamnN"),
+    ("GET HEAD", "/ui", "rcpamnN", "rcpamnN"),
+    ("GET HEAD POST", "/ui/login", "rcpamnN", "rcpamnN"),
     ("POST", "/ui/logout", "rcpamnN", "rcpamnN"),
-    ("GET", "/ui/assets/{file}", "rcpamnN", "rcpamnN"),
-    ("GET", "/ui/", "rcpa", "rcpa"),
-    ("GET", "/api/v1/overview", "rcpa", "rcpa"),
-    ("GET", "/ui/imports", "rcpa", "rcpa"),
-    ("GET", "/api/v1/imports", "rcpa", "rcpa"),
+    ("GET HEAD", "/ui/assets/{file}", "rcpamnN", "rcpamnN"),
+    ("GET HEAD", "/ui/", "rcpa", "rcpa"),
+    ("GET HEAD", "/api/v1/overview", "rcpa", "rcpa"),
+    ("GET HEAD", "/ui/imports", "rcpa", "rcpa"),
+    ("GET HEAD", "/api/v1/imports", "rcpa", "rcpa"),
     ("POST", "/ui/imports/rollback", "a", "a"),
-    ("GET", "/ui/repositories", "rcpa", "rcpa"),
-    ("GET", "/api/v1/repositories", "rcpa", "rcpa"),
-    ("GET", "/ui/repositories/{repo*}", "rcpa", "rca"),
-    ("GET", "/api/v1/repositories/{repo*}", "rcpa", "rca"),
-    ("GET", "/ui/stacks", "cpa", "cpa"),
-    ("GET", "/api/v1/stacks", "cpa", "cpa"),
-    ("GET", "/ui/stacks/{stack}", "cpa", "ca"),
-    ("GET", "/api/v1/stacks/{stack}", "cpa", "ca"),
-    ("GET", "/api/v1/stacks/{stack}/effect", "cpa", "ca"),
+    ("GET HEAD", "/ui/repositories", "rcpa", "rcpa"),
+    ("GET HEAD", "/api/v1/repositories", "rcpa", "rcpa"),
+    ("GET HEAD", "/ui/repositories/{repo*}", "rcpa", "rca"),
+    ("GET HEAD", "/api/v1/repositories/{repo*}", "rcpa", "rca"),
+    ("GET HEAD", "/ui/stacks", "cpa", "cpa"),
+    ("GET HEAD", "/api/v1/stacks", "cpa", "cpa"),
+    ("GET HEAD", "/ui/stacks/{stack}", "cpa", "ca"),
+    ("GET HEAD", "/api/v1/stacks/{stack}", "cpa", "ca"),
+    ("GET HEAD", "/api/v1/stacks/{stack}/effect", "cpa", "ca"),
     ("POST", "/ui/stacks/{stack}/promote", "pa", "a"),
     ("POST", "/ui/stacks/{stack}/rollout", "pa", "a"),
     ("POST", "/ui/stacks/{stack}/rollback", "pa", "a"),
     ("POST", "/ui/stacks/{stack}/state", "pa", "a"),
-    ("GET", "/ui/torcx", "rcpa", "rcpa"),
-    ("GET", "/api/v1/torcx", "rcpa", "rcpa"),
-    ("GET", "/ui/operations", "rcpa", "rcpa"),
-    ("GET", "/api/v1/operations", "rcpa", "rcpa"),
+    ("GET HEAD", "/ui/torcx", "rcpa", "rcpa"),
+    ("GET HEAD", "/api/v1/torcx", "rcpa", "rcpa"),
+    ("GET HEAD", "/ui/operations", "rcpa", "rcpa"),
+    ("GET HEAD", "/api/v1/operations", "rcpa", "rcpa"),
     ("POST", "/ui/operations/revoke", "a", "a"),
-    ("GET", "/api/v1/session", "rcpa", "rcpa"),
-    ("GET", "/api/v1/vulns", "rcpa", "rca"),
+    ("GET HEAD", "/api/v1/session", "rcpa", "rcpa"),
+    ("GET HEAD", "/api/v1/vulns", "rcpa", "rca"),
 ];
 
 /// The callers: letter, user name (`None`: no credentials).
@@ -134,28 +139,28 @@ const CALLERS: [(char, Option<&str>); 7] = [
 ];
 
 /// One place of the fixture: what each `{name}` stands for.
-struct Place {
-    repo: &'static str,
-    stack: &'static str,
-    digest: String,
-    chunk: String,
-    remote: &'static str,
-    cell: &'static str,
-    bundle: PathBuf,
+pub(crate) struct Place {
+    pub(crate) repo: &'static str,
+    pub(crate) stack: &'static str,
+    pub(crate) digest: String,
+    pub(crate) chunk: String,
+    pub(crate) remote: &'static str,
+    pub(crate) cell: &'static str,
+    pub(crate) bundle: PathBuf,
 }
 
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    data: PathBuf,
-    inside: Place,
-    outside: Place,
+pub(crate) struct Fixture {
+    pub(crate) _tmp: tempfile::TempDir,
+    pub(crate) data: PathBuf,
+    pub(crate) inside: Place,
+    pub(crate) outside: Place,
     /// The outside image's manifest digest: never in a refusal's body.
-    secret: String,
+    pub(crate) secret: String,
 }
 
 /// A store with `stacks/bb:v1` (and `:del`) promoted as stack `bb` and a
 /// different rootfs `private/secret:v1` (and `:del`) as stack `sec`.
-fn fixture() -> Fixture {
+pub(crate) fn fixture() -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     let layout = copy_fixture_layout(&dir);
@@ -238,18 +243,18 @@ fn fixture() -> Fixture {
     }
 }
 
-fn password(user: &str) -> String {
+pub(crate) fn password(user: &str) -> String {
     format!("{user}-pw")
 }
 
-fn basic(user: &str) -> String {
+pub(crate) fn basic(user: &str) -> String {
     let b64 = base64::engine::general_purpose::STANDARD;
     format!("Basic {}", b64.encode(format!("{user}:{}", password(user))))
 }
 
 /// The in-process server over `data`, with the console on, pushes,
 /// deletes, stack administration, custom stacks and imports on.
-fn router(data: &Path, anonymous_read: bool) -> Router {
+pub(crate) fn router(data: &Path, anonymous_read: bool) -> Router {
     let user = |name: &str, role: Role, repos: &[&str], cells: &[&str]| {
         let hash = site::hash(&password(name));
         let hash = hash
@@ -270,6 +275,8 @@ fn router(data: &Path, anonymous_read: bool) -> Router {
         user("padmin", Role::Admin, &["stacks/", "torcx/edge"], &[]),
         user("admin", Role::Admin, &[], &[]),
         user("metrics", Role::Metrics, &[], &[]),
+        // Issue 60's cell limited to `stacks/` (not a caller of the matrix).
+        user("pcell", Role::Cell, &["stacks/"], &[]),
     ];
     let policy = Policy::new(users, anonymous_read, ThrottleLimits::default()).unwrap();
     let store = Arc::new(airlock::store::fs::FsStore::open(data).unwrap());
@@ -294,7 +301,7 @@ fn router(data: &Path, anonymous_read: bool) -> Router {
 }
 
 /// A console session's cookie and CSRF token (from the public login form).
-async fn console_session(router: &Router) -> (String, String) {
+pub(crate) async fn console_session(router: &Router) -> (String, String) {
     let r = send_body(router, "GET", "/ui/login", &[], vec![]).await;
     let cookie = r
         .header("set-cookie")
@@ -310,11 +317,11 @@ async fn console_session(router: &Router) -> (String, String) {
 
 /// The request of `method` on the row `pattern` about `place`: the path
 /// with every `{name}` filled in, and the body.
-fn request(pattern: &str, method: &str, place: &Place, csrf: &str) -> (String, Vec<u8>) {
+pub(crate) fn request(pattern: &str, method: &str, place: &Place, csrf: &str) -> (String, Vec<u8>) {
     let fill = |p: &str| {
         p.replace("{repo*}", place.repo)
             .replace("{reference}", if method == "DELETE" { "del" } else { "v1" })
-            .replace("{session}", "no-such-session")
+            .replace("{session}", "00000000-0000-4000-8000-000000000000")
             .replace("{blob}", &place.digest)
             .replace("{subject}", &place.digest)
             .replace("{remote}", place.remote)
@@ -371,17 +378,17 @@ fn request(pattern: &str, method: &str, place: &Place, csrf: &str) -> (String, V
     (path, body)
 }
 
-fn refused(r: &Reply, chunk: bool) -> bool {
+pub(crate) fn refused(r: &Reply, chunk: bool) -> bool {
     let login = r.status.as_u16() == 303 && r.header("location").starts_with("/ui/login?next=");
     matches!(r.status.as_u16(), 401 | 403) || login || (chunk && r.status.as_u16() == 404)
 }
 
-fn root(data: &Path) -> String {
+pub(crate) fn root(data: &Path) -> String {
     std::fs::read_to_string(data.join("refs/root")).unwrap()
 }
 
 /// The first chunk of `stack`'s rootfs index not in `not_in`.
-async fn a_chunk(router: &Router, stack: &str, not_in: &[String]) -> String {
+pub(crate) async fn a_chunk(router: &Router, stack: &str, not_in: &[String]) -> String {
     let admin = basic("admin");
     let r = send_body(
         router,

@@ -1065,8 +1065,19 @@ async fn repushed_manifest_keeps_its_first_media_type(b: Backend) {
         assert_eq!(r.body, bare);
     }
 
+    // Bytes that are no JSON object are no manifest, whatever the type
+    // (gc and fsck could not read them: issue 60).
+    put_manifest(
+        &f.router,
+        "img",
+        "opaque",
+        "application/vnd.example.a",
+        b"opaque bytes",
+    )
+    .await
+    .error(400, "MANIFEST_INVALID");
     // An artifact keeps the type it was first pushed with.
-    let art = b"opaque artifact bytes".to_vec();
+    let art = br#"{"opaque":"artifact bytes"}"#.to_vec();
     let art_d = sha256(&art);
     put_manifest(&f.router, "img", "art", "application/vnd.example.a", &art)
         .await

@@ -31,12 +31,10 @@ pub(super) async fn image_ops(
                 bytes.len()
             );
         }
-        let m = Manifest::parse(&bytes).with_context(|| format!("manifest {digest}"))?;
-        if let Some(own) = &m.media_type
-            && own != &media_type
-        {
-            bail!("manifest {digest}: mediaType {own} differs from its descriptor's {media_type}");
-        }
+        // The one manifest rule, with the media type it will be recorded
+        // with: what a push of it must pass, and what gc and fsck read.
+        let m = Manifest::read(&bytes, Some(&media_type))
+            .with_context(|| format!("manifest {digest} ({media_type})"))?;
         for child in &m.manifests {
             if is_root && img.absent.contains(&child.digest) {
                 // Left out on purpose (`platforms`): the index is kept whole, the child is absent.

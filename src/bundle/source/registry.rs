@@ -482,7 +482,9 @@ impl Puller<'_> {
             if let Ok(mut m) = self.manifests.lock() {
                 m.insert(desc.digest.clone());
             }
-            let m = Manifest::parse(&bytes).with_context(|| format!("manifest {}", desc.digest))?;
+            // The one manifest rule (what import checks it by, with this type).
+            let m = Manifest::read(&bytes, Some(&desc.media_type))
+                .with_context(|| format!("manifest {} ({})", desc.digest, desc.media_type))?;
             for child in m.manifests.iter().chain(m.blobs()) {
                 Box::pin(self.walk(child, out, downloads, seen, skip)).await?;
             }

@@ -350,14 +350,15 @@ async fn plan_repository(
         for (r, _) in repo.referrers(&d, None, usize::MAX).await? {
             next.push(r);
         }
-        if manifests
+        if let Some(i) = manifests
             .get(&d)
-            .is_some_and(|i| crate::oci::is_index_type(&i.media_type))
+            .filter(|i| crate::oci::is_index_type(&i.media_type))
         {
             let bytes = store::get_verified(&**state.blobstore(), &d)
                 .await
                 .with_context(|| format!("index {name}@{d}"))?;
-            let m = Manifest::parse(&bytes).with_context(|| format!("index {name}@{d}"))?;
+            let m = Manifest::read(&bytes, Some(&i.media_type))
+                .with_context(|| format!("index {name}@{d}"))?;
             next.extend(m.manifests.into_iter().map(|c| c.digest));
         }
         for n in next {
@@ -396,7 +397,8 @@ async fn plan_repository(
             let bytes = store::get_verified(&**state.blobstore(), d)
                 .await
                 .with_context(|| format!("manifest {name}@{d}"))?;
-            if let Ok(m) = Manifest::parse(&bytes) {
+            let recorded = manifests.get(d).map(|i| i.media_type.as_str());
+            if let Ok(m) = Manifest::read(&bytes, recorded) {
                 out.extend(m.blobs().map(|b| b.digest.clone()));
             }
         }

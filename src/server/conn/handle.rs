@@ -8,19 +8,18 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
-use axum::http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use axum::http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use axum::response::IntoResponse;
 use hyper::body::Incoming;
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::activity::{Activity, RequestGuard};
 use crate::registry::errors::{ErrorCode, RegistryError};
-use crate::registry::routes::Route;
+use crate::server::access::Matched;
+use crate::server::activity::{Activity, RequestGuard};
 use crate::server::body::{Pace, RequestBody, ResponseBody};
 use crate::server::tls::ClientCertNames;
 
@@ -34,17 +33,22 @@ pub(super) fn handle(
     activity: &Arc<Activity>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + use<> {
     let guard = activity.begin_request();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     if parts.version == Version::HTTP_2 {
-        activity.h2.store(true, Ordering::Release);
+        activity.set_h2();
     }
     let limits = &shared.limits;
-    let manifest_put = parts.method == Method::PUT
-        && matches!(Route::parse(parts.uri.path()), Ok(Route::Manifest { .. }));
+    let mut manifest_put = false;
     // A request without a body (most GETs and HEADs) has nothing to pace.
     let (body, too_slow) = if hyper::body::Body::is_end_stream(&body) {
         (axum::body::Body::new(body), None)
     } else {
+        // The body's pace depends on the endpoint: the path is read here,
+        // and the reading handed on to the access layer (one parse).
+        if let Some(matched) = Matched::read(&parts.method, parts.uri.path()) {
+            manifest_put = matched.is_manifest_put(&parts.method);
+            parts.extensions.insert(matched);
+        }
         let pace = Pace {
             idle: limits.idle_timeout,
             min_rate: limits.min_body_rate,
@@ -120,7 +124,6 @@ pub(super) fn respond(
                 Err(never) => match never {},
             },
         };
-        drop(guard);
         let res = match too_slow.as_ref().and_then(|t| t.get()) {
             Some(reason) => {
                 tracing::info!(client = %peer, reason, "request body too slow, answered 408");
@@ -128,7 +131,11 @@ pub(super) fn respond(
             }
             None => res,
         };
-        res.map(|b| ResponseBody::new(b, activity, budget))
+        // The body first, then the guard: the request goes on while its
+        // body is alive (the connection's timeout rule).
+        let res = res.map(|b| ResponseBody::new(b, &activity, budget));
+        drop(guard);
+        res
     }
 }
 

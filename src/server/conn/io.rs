@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::activity::Activity;
+use crate::server::activity::Activity;
 
 /// A socket that records the time of every successful read and write as
 /// activity, until the connection turns out to speak HTTP/2.

@@ -24,14 +24,13 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::activity::Activity;
 use crate::registry::errors::ErrorCode;
+use crate::server::activity::Activity;
 
 /// Bytes of a connection's first request head kept to name a refusal.
 pub(super) const HEAD_KEPT: usize = 8 << 10;
@@ -296,7 +295,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Answering<I> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let res = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if self.head.len() < HEAD_KEPT && self.activity.requests.load(Ordering::Acquire) == 0 {
+        if self.head.len() < HEAD_KEPT && !self.activity.has_requests() {
             let room = HEAD_KEPT - self.head.len();
             let new = &buf.filled()[before..];
             let take = new.len().min(room);

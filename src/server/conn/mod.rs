@@ -3,24 +3,22 @@
 //! it does not take arrives, then by `hyper_util`'s HTTP/1 + HTTP/2
 //! (`auto`) connection builder for the rest of it.
 //!
-//! Owns: [`Limits`] and their enforcement, so that slow, idle or numerous
+//! Owns: the enforcement of [`Limits`], so that slow, idle or numerous
 //! clients can neither hold sockets forever, exhaust file descriptors and
 //! memory, nor lock other clients out:
 //!
-//! - header timeout: on the lean path, [`idle_deadline`] closes a
-//!   connection whose next request head is not complete within it after
-//!   the previous response ([`Activity::await_head`]); under hyper, its own
-//!   HTTP/1 `header_read_timeout`, which hyper 1.x starts whenever it waits
-//!   for a request head, including on a keep-alive connection between
-//!   requests. Either way an idle HTTP/1.1 connection is closed after it
-//!   too. A connection that has not started a request within the header
-//!   timeout after accept is closed here as well (hyper's protocol
-//!   sniffing, which runs before its HTTP/1 timer, has no timer).
+//! - header timeout and idle timeout: one rule for every connection,
+//!   [`super::activity`] (applied here by [`idle_deadline`]): a request
+//!   head must be complete within the header timeout of accept or of the
+//!   end of the previous response, on the lean path and under hyper alike
+//!   (hyper's own header timer is off); it never bounds a response body,
+//!   whichever request of the connection it answers.
 //! - request head size: hyper's HTTP/1 `max_buf_size` and HTTP/2
 //!   `max_header_list_size` (`max_request_head`); a larger head is refused
 //!   (431) and its buffer never grows past the cap.
-//! - idle timeout: a connection with no request in progress and no
-//!   activity for this long is closed. Over HTTP/1 any byte read or written
+//! - idle timeout: a connection with no request in progress (or a
+//!   response body making no progress) and no activity for this long is
+//!   closed. Over HTTP/1 any byte read or written
 //!   is activity; over HTTP/2 only requests are (a request starting or
 //!   ending, request and response body data): PINGs, SETTINGS and
 //!   WINDOW_UPDATEs never keep a connection open. (Neither hyper nor h2
@@ -31,7 +29,7 @@
 //!   or a manifest PUT past `manifest_put_timeout`, is answered 408 (with
 //!   an OCI error body under `/v2/`) and the connection closed.
 //! - response bodies: at most `max_response_buffer` bytes of responses are
-//!   held in memory at once ([`super::body::ResponseBudget`]).
+//!   held in memory at once ([`super::budget::ResponseBudget`]).
 //! - connection cap ([`super::slots`]): at the cap, the oldest connection
 //!   that has not sent a request yet is closed to make room for the next
 //!   client; when every connection has sent one, the loop stops accepting
@@ -47,7 +45,6 @@
 //!
 //! Never routes or logs requests (that is [`super::router`]).
 
-mod activity;
 mod handle;
 mod io;
 mod lean;
@@ -71,90 +68,16 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-pub(super) use self::activity::Activity;
-use self::activity::idle_deadline;
 use self::handle::handle;
 use self::io::TrackedIo;
 use self::malformed::Answering;
 use self::rewind::Rewind;
 use super::App;
-use super::body::ResponseBudget;
+use super::activity::{Activity, idle_deadline};
+use super::budget::ResponseBudget;
+use super::limits::Limits;
 use super::slots::{Refused, Slot, Slots};
 use super::tls::{ClientCertNames, Tls};
-
-/// Connection limits and timeouts of the HTTP listener (`airlock serve`
-/// flags `--header-timeout-secs`, `--idle-timeout-secs`,
-/// `--max-connections`, `--max-connections-per-address`,
-/// `--min-body-rate`, `--manifest-put-timeout-secs`, `--max-request-head`,
-/// `--max-response-buffer`).
-#[derive(Clone, Debug)]
-pub struct Limits {
-    /// A client must send a complete request head within this time (from
-    /// accept, or from the end of the previous response on a keep-alive
-    /// connection), or the connection is closed. Also the grace period
-    /// before `min_body_rate` applies to a request body.
-    pub header_timeout: Duration,
-    /// A connection with no request in progress and no activity for this
-    /// long is closed; a request body that makes no progress for this long
-    /// is answered 408.
-    pub idle_timeout: Duration,
-    /// Connections open at once (at least 1). At the cap the oldest
-    /// connection that has not sent a request is closed for a new one; if
-    /// there is none, no more are accepted until one closes.
-    pub max_connections: usize,
-    /// Connections open at once from one client IP address (at least 1);
-    /// more are closed as soon as they are accepted.
-    pub max_connections_per_address: usize,
-    /// A request body must average at least this many bytes per second
-    /// after the header timeout (`n` bytes are due `header_timeout + n /
-    /// min_body_rate` after the body started), else 408; 0 = no minimum.
-    pub min_body_rate: u64,
-    /// A manifest PUT's body must have arrived this long after its head,
-    /// else 408.
-    pub manifest_put_timeout: Duration,
-    /// Largest request head in bytes (HTTP/1 read buffer, HTTP/2 header
-    /// list); at least 8 KiB.
-    pub max_request_head: usize,
-    /// Bytes of response bodies held in memory at once, over all
-    /// connections (at least 64 KiB); at the cap, responses wait for room.
-    pub max_response_buffer: u64,
-    /// On SIGTERM or SIGINT, `/readyz` answers 503 while requests are
-    /// still served for this long (for load balancers to take the replica
-    /// out), before the listeners close.
-    pub shutdown_delay: Duration,
-    /// On shutdown, in-flight requests get this long to finish before the
-    /// remaining connections are abandoned.
-    pub shutdown_timeout: Duration,
-    /// Worker threads of `serve` (`--workers`): each runs its own
-    /// current-thread runtime and accept loop on its own `SO_REUSEPORT`
-    /// socket ([`super::workers`]). `None`: one per CPU
-    /// (`available_parallelism`); `Some(0)`: the accept loops run on the
-    /// caller's (multi-thread) runtime instead. [`super::serve_on`] and
-    /// [`super::serve_listener`] ignore it (their listener is given).
-    pub workers: Option<usize>,
-}
-
-impl Default for Limits {
-    /// Header timeout 30 s, idle timeout 120 s, 4096 connections, 256 per
-    /// client address, bodies at least 1 KiB/s, manifest PUTs within 60 s,
-    /// 64 KiB request heads, 256 MiB of buffered responses, no shutdown
-    /// delay, 30 s shutdown grace, one worker thread per CPU.
-    fn default() -> Limits {
-        Limits {
-            header_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(120),
-            max_connections: 4096,
-            max_connections_per_address: 256,
-            min_body_rate: 1024,
-            manifest_put_timeout: Duration::from_secs(60),
-            max_request_head: 64 << 10,
-            max_response_buffer: 256 << 20,
-            shutdown_delay: Duration::ZERO,
-            shutdown_timeout: Duration::from_secs(30),
-            workers: None,
-        }
-    }
-}
 
 /// Minimum interval between two warnings of one kind (cap reached,
 /// per-address cap, accept errors).
@@ -188,10 +111,13 @@ impl Shared {
     pub(super) fn new(app: Arc<App>, limits: Limits, tls: Option<Arc<Tls>>) -> Arc<Shared> {
         let head = limits.max_request_head.max(MIN_HEAD);
         let mut builder = Builder::new(TokioExecutor::new());
+        // hyper's own header timer is off: the connection's one timeout
+        // rule ([`super::activity`]) bounds the wait for every head, on
+        // hyper's connections as on the lean path.
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
+            .header_read_timeout(None)
             .max_buf_size(head);
         builder
             .http2()
@@ -368,8 +294,8 @@ async fn serve_connection(
 }
 
 /// Serves HTTP on `io` (see [`serve_connection`]): the [`lean`] path
-/// first, then hyper for the rest of the connection once a request the
-/// lean path does not take arrives.
+/// first (unless `lean_http1` is off), then hyper for the rest of the
+/// connection once a request the lean path does not take arrives.
 async fn serve_io<I>(
     io: I,
     peer: SocketAddr,
@@ -380,9 +306,14 @@ async fn serve_io<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let lean_phase = std::sync::atomic::AtomicBool::new(true);
+    let lean = shared.limits.lean_http1;
+    let lean_phase = std::sync::atomic::AtomicBool::new(lean);
     let conn = async {
-        if let Some(io) = lean::serve(io, peer, &names, &shared, &activity).await {
+        let io = match lean {
+            true => lean::serve(io, peer, &names, &shared, &activity).await,
+            false => Some(Rewind::new(io, bytes::Bytes::new())),
+        };
+        if let Some(io) = io {
             lean_phase.store(false, std::sync::atomic::Ordering::Relaxed);
             serve_hyper(io, peer, names, &shared, &activity, &mut stop).await;
         }

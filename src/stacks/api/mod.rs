@@ -67,7 +67,7 @@ mod writes;
 use error::*;
 pub use gauges::with_stack_gauges;
 use reads::*;
-use route::*;
+pub use route::{Action, Artifact, Route};
 use writes::*;
 
 /// What the operator switched on for `/stacks/v1`.
@@ -356,22 +356,32 @@ pub fn router(ctx: Arc<dyn Context>) -> Router {
 
 type Result<T> = std::result::Result<T, ApiError>;
 
-async fn handle(
-    State(ctx): State<Arc<dyn Context>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    scope: Option<axum::Extension<RepositoryScope>>,
-    grant: Option<axum::Extension<Grant>>,
-    body: Body,
-) -> Response {
-    let scope = scope.map(|axum::Extension(s)| s).unwrap_or_default();
-    let grant = grant.map(|axum::Extension(g)| g).unwrap_or_default();
+/// Serves the [`Route`] the access layer parsed and checked (its request
+/// extension); a request without one (a router used without the access
+/// layer) is refused, never parsed again here.
+async fn handle(State(ctx): State<Arc<dyn Context>>, req: axum::extract::Request) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let (method, uri, headers) = (&parts.method, &parts.uri, &parts.headers);
+    let Some(route) = parts.extensions.remove::<Route>() else {
+        tracing::error!(path = %uri.path(), "stacks API request without the access layer's route");
+        return ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "UNKNOWN",
+            "the request was not routed by the access layer",
+        )
+        .into_response();
+    };
+    let scope = parts
+        .extensions
+        .get::<RepositoryScope>()
+        .cloned()
+        .unwrap_or_default();
+    let grant = parts.extensions.get::<Grant>().cloned().unwrap_or_default();
     let caller = Caller {
         scope: &scope,
         grant: &grant,
     };
-    dispatch(&*ctx, &method, &uri, &headers, &caller, body)
+    dispatch(&*ctx, route, method, uri, headers, &caller, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -412,12 +422,6 @@ impl Caller<'_> {
     }
 }
 
-/// A cell id as the path carries it (`diego-cell%2F0a` or `diego-cell/0a`),
-/// percent-decoded; `None` when malformed.
-pub fn decode_cell(s: &str) -> Option<String> {
-    decode(s)
-}
-
 /// The 404 of a chunk that no stack the caller may read uses: the same
 /// answer as for a chunk that is in no promoted rootfs at all, so the
 /// chunk store tells nobody what exists outside what they may read.
@@ -437,13 +441,13 @@ fn method_not_allowed(allow: &'static str) -> ApiError {
 
 async fn dispatch(
     ctx: &dyn Context,
+    route: Route,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     caller: &Caller<'_>,
     body: Body,
 ) -> Result<Response> {
-    let route = Route::parse(uri.path())?;
     let query = QueryParams::from_uri(uri);
     let read = matches!(*method, Method::GET | Method::HEAD);
     // Who may call which route is declared in `server::routes` and

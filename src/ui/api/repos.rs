@@ -234,21 +234,18 @@ pub async fn list(
 pub async fn show(
     ctx: &dyn Context,
     viewer: &Viewer,
-    name: &str,
+    name: &RepositoryName,
     paging: &Paging,
 ) -> Result<RepoView> {
     let console = ctx
         .console()
         .ok_or_else(|| UiError::not_found("console off"))?;
-    let name: RepositoryName = name
-        .parse()
-        .map_err(|e| UiError::invalid(format!("repository name: {e}")))?;
     // Who may read it is declared in `server::routes` and enforced by the
     // access layer before this runs.
     let state = ctx.state();
     let snap = state.snapshot().await?;
     let repo = state
-        .repository(&snap, &name)
+        .repository(&snap, name)
         .await?
         .ok_or_else(|| UiError::not_found(format!("no repository {name}")))?;
     let mut listed = repo.tags(paging.after.as_deref(), paging.limit + 1).await?;
@@ -270,7 +267,7 @@ pub async fn show(
         });
     }
     let selected = match &paging.tag {
-        Some(t) => Some(detail(ctx, viewer, &repo, &name, t, console.config.tls).await?),
+        Some(t) => Some(detail(ctx, viewer, &repo, name, t, console.config.tls).await?),
         None => None,
     };
     Ok(RepoView {

@@ -149,10 +149,6 @@ pub struct Actions {
     pub can_promote: bool,
 }
 
-fn stack_name(name: &str) -> Result<StackName> {
-    name.parse().map_err(UiError::from)
-}
-
 /// Every stack, with the last sample's counts.
 ///
 /// Errors: the stack table cannot be read.
@@ -238,18 +234,17 @@ pub fn status(
 pub async fn show(
     ctx: &dyn Context,
     viewer: &Viewer,
-    name: &str,
+    name: &StackName,
     paging: &Paging,
 ) -> Result<StackView> {
     let console = ctx
         .console()
         .ok_or_else(|| UiError::not_found("console off"))?;
-    let name = stack_name(name)?;
     let table = ctx.stacks().table(ctx.state()).await?;
-    let stack = table.get(&name)?;
+    let stack = table.get(name)?;
     let sample = console.rollout.latest(name.as_str());
     let status = match &sample {
-        Some(s) => Some(status(ctx, &name, stack, s)?),
+        Some(s) => Some(status(ctx, name, stack, s)?),
         None => None,
     };
     let live = match (&sample, &status) {
@@ -268,14 +263,14 @@ pub async fn show(
     Ok(StackView {
         legend,
         name: name.to_string(),
-        stack: stack.view(&name, table.default.as_ref() == Some(&name)),
+        stack: stack.view(name, table.default.as_ref() == Some(name)),
         live,
         lagging: page_of(lagging, paging.lagging_after.as_deref(), paging.limit),
         silent: page_of(silent, paging.silent_after.as_deref(), paging.limit),
         series,
         sample_interval_secs: console.config.sample_interval.as_secs(),
         silent_after_secs: ctx.stacks().config.stale_after.as_secs(),
-        actions: actions(ctx, viewer, &table, &name, stack),
+        actions: actions(ctx, viewer, &table, name, stack),
     })
 }
 

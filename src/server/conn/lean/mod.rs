@@ -16,10 +16,11 @@
 //! What hyper's HTTP/1 server promised and this loop keeps: keep-alive
 //! and pipelining (a request's head is read only after the previous
 //! response is out), `Connection: close` from either side, the header
-//! timeout (a head must be complete within `header_timeout` of the
-//! previous response, else the connection closes: kept by the
-//! connection's idle timer, [`Activity::await_head`], so no timer is
-//! armed per request), graceful stop (an idle connection is closed by its
+//! timeout (a head must be complete within `header_timeout` of the end of
+//! the previous response, else the connection closes; never a response
+//! body: the connection's one timeout rule, [`crate::server::activity`],
+//! shared with hyper's connections, so no timer is armed per request),
+//! graceful stop (an idle connection is closed by its
 //! task at once, a busy one here after its response), `Date`, and
 //! `Content-Length` or chunked framing ([`write`]).
 //!
@@ -38,10 +39,10 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use self::head::Take;
-use super::activity::Activity;
 use super::handle::respond;
 use super::rewind::Rewind;
 use super::{MIN_HEAD, Shared};
+use crate::server::activity::Activity;
 use crate::server::tls::ClientCertNames;
 
 /// Bytes read at a time (and the smallest room left before a read).
@@ -81,16 +82,16 @@ where
                 .await;
                 let keep_alive = !close && !activity.stopping();
                 match write::response(&mut io, &mut out, res, is_head, keep_alive).await {
-                    Ok(true) => activity.await_head(true),
+                    Ok(true) => {}
                     Ok(false) | Err(_) => {
                         let _ = io.shutdown().await;
                         return None;
                     }
                 }
             }
-            Take::Refer => return hand_off(io, buf, activity),
+            Take::Refer => return hand_off(io, buf),
             // hyper answers 431 to a head this long.
-            Take::Partial if buf.len() >= max_head => return hand_off(io, buf, activity),
+            Take::Partial if buf.len() >= max_head => return hand_off(io, buf),
             Take::Partial => {
                 if buf.capacity() - buf.len() < READ_CHUNK / 2 {
                     buf.reserve(READ_CHUNK);
@@ -106,9 +107,8 @@ where
     }
 }
 
-/// `io` with the unread bytes `buf`, for hyper (whose own header timer
-/// takes over).
-fn hand_off<I>(io: I, buf: BytesMut, activity: &Activity) -> Option<Rewind<I>> {
-    activity.await_head(false);
+/// `io` with the unread bytes `buf`, for hyper (the head wait goes on
+/// under the same rule until hyper starts the request).
+fn hand_off<I>(io: I, buf: BytesMut) -> Option<Rewind<I>> {
     Some(Rewind::new(io, buf.freeze()))
 }

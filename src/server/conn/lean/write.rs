@@ -48,6 +48,10 @@ pub(super) async fn response<I: AsyncWrite + Unpin>(
     for (name, value) in headers {
         line(out, name.as_str().as_bytes(), value.as_bytes());
     }
+    // Where hyper puts it: after the service's headers, before the framing.
+    if !keep_alive && !headers.contains_key(header::CONNECTION) {
+        line(out, b"connection", b"close");
+    }
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -55,14 +59,14 @@ pub(super) async fn response<I: AsyncWrite + Unpin>(
     let mut length = declared;
     let mut chunked = false;
     if declared.is_none() && !headers.contains_key(header::TRANSFER_ENCODING) {
-        // A HEAD answer's body is empty whatever the GET's would be: only
-        // a length the service set is sent (as hyper does).
-        let counted = !head
-            && status != StatusCode::NO_CONTENT
+        // As hyper does (RFC 9110 §8.6): the body's exact length, also in
+        // the answer to a HEAD (the GET's length, the body not sent) unless
+        // it is 0; never on 1xx, 204 or 304.
+        let counted = status != StatusCode::NO_CONTENT
             && status != StatusCode::NOT_MODIFIED
             && !status.is_informational();
         match hint {
-            Some(n) if counted => {
+            Some(n) if counted && (!head || n > 0) => {
                 line(out, b"content-length", decimal(&mut [0; 20], n));
                 length = Some(n);
             }
@@ -77,9 +81,6 @@ pub(super) async fn response<I: AsyncWrite + Unpin>(
         // else the body ends with the connection (RFC 9112 §6.3).
         chunked = has_token_in(headers, header::TRANSFER_ENCODING, "chunked");
         reuse &= chunked;
-    }
-    if !keep_alive && !headers.contains_key(header::CONNECTION) {
-        line(out, b"connection", b"close");
     }
     if !headers.contains_key(header::DATE) {
         DATE.with(|d| line(out, b"date", d.borrow_mut().now()));
@@ -242,14 +243,14 @@ mod tests {
     use axum::body::Body;
 
     use super::*;
-    use crate::server::body::ResponseBudget;
-    use crate::server::conn::activity::Activity;
+    use crate::server::activity::Activity;
+    use crate::server::budget::ResponseBudget;
 
     /// What [`response`] writes for `res`, and whether the connection may
     /// serve another request.
     async fn written(res: Response<Body>, head: bool, keep_alive: bool) -> (String, bool) {
         let activity = Arc::new(Activity::new());
-        let res = res.map(|b| ResponseBody::new(b, activity, ResponseBudget::new(1 << 20)));
+        let res = res.map(|b| ResponseBody::new(b, &activity, ResponseBudget::new(1 << 20)));
         let mut wire = Vec::new();
         let reuse = response(&mut wire, &mut Vec::new(), res, head, keep_alive)
             .await
@@ -303,6 +304,26 @@ mod tests {
             "HTTP/1.1 404 Not Found\r\ncontent-length: 42\r\nconnection: close\r\ndate: D\r\n\r\n"
         );
         assert!(!reuse);
+    }
+
+    /// A HEAD answered with the GET's body (a 404 of the access layer):
+    /// its length goes out, its bytes do not, as hyper writes it; an empty
+    /// body gets no length.
+    #[tokio::test]
+    async fn a_head_answer_carries_the_length_of_the_body_it_drops() {
+        let res = Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .body(Body::from("{\"code\":\"NOT_FOUND\"}"))
+            .unwrap();
+        let (text, reuse) = written(res, true, true).await;
+        assert_eq!(
+            text,
+            "HTTP/1.1 404 Not Found\r\ncontent-length: 20\r\ndate: D\r\n\r\n"
+        );
+        assert!(reuse);
+        let res = Response::builder().body(Body::empty()).unwrap();
+        let (text, _) = written(res, true, true).await;
+        assert_eq!(text, "HTTP/1.1 200 OK\r\ndate: D\r\n\r\n");
     }
 
     #[tokio::test]

@@ -11,21 +11,32 @@
 //! to a router without a row here answers nobody, and the generated matrix
 //! test (`tests/it/authz_routes.rs`) walks every row. The table of
 //! docs/users-and-tls.md is generated from [`ROUTES`] ([`markdown`]).
-//! Never reads state or answers requests.
+//! Never reads state or serves a request (the refusal of a name that does
+//! not parse is the room grammar's own answer, handed to the access layer).
+//!
+//! One parse per request: [`find`] reads the path once into typed
+//! [`Params`] (each name percent-decoded once, then parsed as its type:
+//! [`crate::names::RepositoryName`], [`crate::stacks::StackName`], a digest, a cell id, a chunk, a
+//! torcx remote), the access layer checks exactly those values and hands
+//! them on to the handler as request extensions ([`Params::hand_on`]); no
+//! handler reads a name from the path again. `/v2`, `/stacks/v1` and
+//! `/torcx` paths are read by their room's own grammar (the registry's,
+//! the stacks API's, torcx's), which names the row its endpoint is; a name
+//! that does not parse is refused there ([`Found::Invalid`]), never taken
+//! to name nothing.
 //!
 //! Patterns are `/`-separated: a literal segment, `{name}` (one segment),
 //! or one `{name*}` per pattern (one or more segments; the segments after
 //! it are matched from the end of the path, so a repository name may hold
-//! `/`, as distribution-spec's `<name>` does). `{digest}` must parse as a
-//! digest and `{chunk*}` as a chunk store path (`<4 hex>/<id>.cacnk`), so
-//! `/stacks/v1/lifecycle/status` is the status of stack `lifecycle`, as
-//! the stacks API reads it. Rows are tried in order; the first whose
-//! pattern matches decides.
+//! `/`, as distribution-spec's `<name>` does). Rows declaring `GET` declare
+//! `HEAD` too ([`Methods::READ`]). Rows of one pattern are told apart by
+//! method; the first that declares the request's decides.
 
-use std::sync::OnceLock;
+mod find;
 
 use axum::http::Method;
 
+pub use self::find::{AssetName, Found, Params, find, read, select};
 use crate::auth::Permission;
 
 /// A set of HTTP methods (bit flags).
@@ -33,10 +44,9 @@ use crate::auth::Permission;
 pub struct Methods(u8);
 
 impl Methods {
-    /// `GET` and `HEAD`.
+    /// `GET` and `HEAD` (a row never declares one without the other: a
+    /// `HEAD` is the `GET` without its body, RFC 9110 §9.3.2).
     pub const READ: Methods = Methods(1 | 2);
-    /// `GET` only.
-    pub const GET: Methods = Methods(1);
     /// `POST`.
     pub const POST: Methods = Methods(4);
     /// `PUT`.
@@ -45,8 +55,8 @@ impl Methods {
     pub const PATCH: Methods = Methods(16);
     /// `DELETE`.
     pub const DELETE: Methods = Methods(32);
-    /// `GET` and `POST` (the login form).
-    pub const GET_POST: Methods = Methods(1 | 4);
+    /// `GET`, `HEAD` and `POST` (the login form).
+    pub const READ_POST: Methods = Methods(1 | 2 | 4);
     /// `PATCH`, `PUT` and `DELETE` (an upload session's writes).
     pub const SESSION_WRITES: Methods = Methods(8 | 16 | 32);
 
@@ -239,7 +249,7 @@ pub const ROUTES: &[Route] = &[
     row(Methods::READ, "/healthz", Need::Public, "liveness"),
     row(Methods::READ, "/readyz", Need::Public, "readiness"),
     row(
-        Methods::GET,
+        Methods::READ,
         "/metrics",
         Need::Grant {
             permission: Metrics,
@@ -252,7 +262,7 @@ pub const ROUTES: &[Route] = &[
     // OCI distribution-spec v1.1.
     row(Methods::READ, "/v2", pull(Nothing), "API version check"),
     row(Methods::READ, "/v2/", pull(Nothing), "API version check"),
-    row(Methods::GET, "/v2/_catalog", pull(Listed), "catalog"),
+    row(Methods::READ, "/v2/_catalog", pull(Listed), "catalog"),
     row(
         Methods::READ,
         "/v2/{repo*}/manifests/{reference}",
@@ -278,7 +288,7 @@ pub const ROUTES: &[Route] = &[
         "open an upload (or mount, or monolithic push)",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/v2/{repo*}/blobs/uploads/{session}",
         pull(Resolved),
         "upload progress",
@@ -302,13 +312,13 @@ pub const ROUTES: &[Route] = &[
         "delete a blob",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/v2/{repo*}/tags/list",
         pull(Resolved),
         "list tags",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/v2/{repo*}/referrers/{subject}",
         pull(Resolved),
         "list referrers",
@@ -320,9 +330,14 @@ pub const ROUTES: &[Route] = &[
         torcx(Remote),
         "torcx remote contents and addon images",
     ),
-    row(Methods::GET, "/torcx", torcx(Nothing), "not a remote (404)"),
     row(
-        Methods::GET,
+        Methods::READ,
+        "/torcx",
+        torcx(Nothing),
+        "not a remote (404)",
+    ),
+    row(
+        Methods::READ,
         "/torcx/",
         torcx(Nothing),
         "not a remote (404)",
@@ -444,35 +459,35 @@ pub const ROUTES: &[Route] = &[
         "install or rotate the trust document",
     ),
     // Console: pages and their JSON.
-    row(Methods::GET, "/ui", Need::Public, "redirect to /ui/"),
-    row(Methods::GET_POST, "/ui/login", Need::Public, "login form"),
+    row(Methods::READ, "/ui", Need::Public, "redirect to /ui/"),
+    row(Methods::READ_POST, "/ui/login", Need::Public, "login form"),
     row(Methods::POST, "/ui/logout", Need::Public, "log out"),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/assets/{file}",
         Need::Public,
         "stylesheet, script, icon",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/",
         grant(Permission::Pull, Listed),
         "overview",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/overview",
         grant(Permission::Pull, Listed),
         "overview",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/imports",
         grant(Permission::Pull, Listed),
         "history",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/imports",
         grant(Permission::Pull, Listed),
         "history",
@@ -484,55 +499,55 @@ pub const ROUTES: &[Route] = &[
         "roll the whole state back",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/repositories",
         grant(Permission::Pull, Listed),
         "repositories",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/repositories",
         grant(Permission::Pull, Listed),
         "repositories",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/repositories/{repo*}",
         grant(Permission::Pull, Repository),
         "a repository",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/repositories/{repo*}",
         grant(Permission::Pull, Repository),
         "a repository",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/stacks",
         grant(Permission::Stack, Listed),
         "stacks",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/stacks",
         grant(Permission::Stack, Listed),
         "stacks",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/stacks/{stack}",
         grant(Permission::Stack, StackImages),
         "a stack and its rollout",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/stacks/{stack}",
         grant(Permission::Stack, StackImages),
         "a stack and its rollout",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/stacks/{stack}/effect",
         grant(Permission::Stack, StackAndNamed),
         "what a stack change would do",
@@ -562,25 +577,25 @@ pub const ROUTES: &[Route] = &[
         "set the state (form)",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/torcx",
         grant(Permission::Pull, Listed),
         "torcx remotes",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/torcx",
         grant(Permission::Pull, Listed),
         "torcx remotes",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/ui/operations",
         grant(Permission::Pull, Listed),
         "gc, fsck, quarantine, users",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/operations",
         grant(Permission::Pull, Listed),
         "gc, fsck, quarantine, users",
@@ -592,169 +607,18 @@ pub const ROUTES: &[Route] = &[
         "revoke a token user",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/session",
         grant(Permission::Pull, Nothing),
         "who the console thinks the caller is",
     ),
     row(
-        Methods::GET,
+        Methods::READ,
         "/api/v1/vulns",
         grant(Permission::Pull, Named),
         "vulnerability reports (of the image, stack or digest named)",
     ),
 ];
-
-/// One segment of a parsed pattern.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Segment {
-    Literal(&'static str),
-    One(&'static str),
-    Many(&'static str),
-}
-
-struct Pattern {
-    /// Segments before the `{name*}` (all of them when there is none).
-    head: Vec<Segment>,
-    /// The `{name*}`, and the segments after it.
-    tail: Option<(&'static str, Vec<Segment>)>,
-}
-
-fn parse(path: &'static str) -> Pattern {
-    let segs: Vec<Segment> = path
-        .strip_prefix('/')
-        .unwrap_or(path)
-        .split('/')
-        .map(
-            |s| match s.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-                Some(name) => match name.strip_suffix('*') {
-                    Some(n) => Segment::Many(n),
-                    None => Segment::One(name),
-                },
-                None => Segment::Literal(s),
-            },
-        )
-        .collect();
-    match segs.iter().position(|s| matches!(s, Segment::Many(_))) {
-        Some(at) => {
-            let Segment::Many(name) = segs[at] else {
-                unreachable!()
-            };
-            Pattern {
-                head: segs[..at].to_vec(),
-                tail: Some((name, segs[at + 1..].to_vec())),
-            }
-        }
-        None => Pattern {
-            head: segs,
-            tail: None,
-        },
-    }
-}
-
-fn patterns() -> &'static [Pattern] {
-    static P: OnceLock<Vec<Pattern>> = OnceLock::new();
-    P.get_or_init(|| ROUTES.iter().map(|r| parse(r.path)).collect())
-}
-
-/// The parameters a pattern captured, by name.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Params<'a>(Vec<(&'static str, &'a str)>);
-
-impl<'a> Params<'a> {
-    /// The value of `{name}` or `{name*}`.
-    pub fn get(&self, name: &str) -> Option<&'a str> {
-        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
-    }
-}
-
-/// Whether `value` is a valid `{name}` (only `digest` and `chunk` are typed).
-fn valid(name: &str, value: &str) -> bool {
-    match name {
-        "digest" => value.parse::<crate::digest::Digest>().is_ok(),
-        "chunk" => crate::chunks::parse_store_path(value).is_some(),
-        _ => true,
-    }
-}
-
-fn match_segments<'a>(
-    pattern: &[Segment],
-    parts: &[&'a str],
-    out: &mut Vec<(&'static str, &'a str)>,
-) -> bool {
-    pattern.len() == parts.len()
-        && pattern.iter().zip(parts).all(|(p, v)| match p {
-            Segment::Literal(l) => l == v,
-            Segment::One(n) => {
-                out.push((n, v));
-                !v.is_empty() && valid(n, v)
-            }
-            Segment::Many(_) => false,
-        })
-}
-
-fn matches<'a>(p: &Pattern, path: &'a str, parts: &[&'a str]) -> Option<Params<'a>> {
-    let mut out = Vec::new();
-    match &p.tail {
-        None => match_segments(&p.head, parts, &mut out).then_some(Params(out)),
-        Some((name, after)) => {
-            if parts.len() < p.head.len() + 1 + after.len() {
-                return None;
-            }
-            let (head, rest) = parts.split_at(p.head.len());
-            let (many, tail) = rest.split_at(rest.len() - after.len());
-            if !match_segments(&p.head, head, &mut out) || !match_segments(after, tail, &mut out) {
-                return None;
-            }
-            // The `{name*}` part as one slice of the path.
-            let start = head.iter().map(|s| s.len() + 1).sum::<usize>() + 1;
-            let len = many.iter().map(|s| s.len()).sum::<usize>() + many.len() - 1;
-            let value = path.get(start..start + len)?;
-            (many.iter().all(|s| !s.is_empty()) && valid(name, value)).then(|| {
-                out.push((name, value));
-                Params(out)
-            })
-        }
-    }
-}
-
-/// What [`find`] found for a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found<'a> {
-    /// The row declaring this method on this path, and what it captured.
-    Route(&'static Route, Params<'a>),
-    /// Rows declare the path, none this method: 405 with these in `Allow`
-    /// (under `/v2`, see [`REGISTRY_OTHER_METHODS`]); what the first such
-    /// row captured.
-    Method(Vec<&'static str>, Params<'a>),
-    /// No row declares the path: 404.
-    None,
-}
-
-/// The declaration of `method` on `path` (the path as sent, not decoded).
-pub fn find<'a>(method: &Method, path: &'a str) -> Found<'a> {
-    let parts: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
-    let mut allow: Vec<&'static str> = Vec::new();
-    let mut first = None;
-    for (route, pattern) in ROUTES.iter().zip(patterns()) {
-        let Some(params) = matches(pattern, path, &parts) else {
-            continue;
-        };
-        if route.methods.contains(method) {
-            return Found::Route(route, params);
-        }
-        first.get_or_insert(params);
-        for m in route.methods.names() {
-            if !allow.contains(&m) {
-                allow.push(m);
-            }
-        }
-    }
-    match first {
-        None => Found::None,
-        Some(params) => Found::Method(allow, params),
-    }
-}
 
 /// What a method no row declares on a `/v2` path needs: push rights on its
 /// repository. It then reaches the registry, which answers 405
@@ -830,158 +694,5 @@ fn touches_text(t: Touches) -> &'static str {
         Everything => "every repository (no repository prefix)",
         Named => "every repository the body or query names",
         StackAndNamed => "every repository of the stack's images and of the image named",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn route(m: Method, p: &str) -> Option<(&'static str, Vec<(&'static str, String)>)> {
-        match find(&m, p) {
-            Found::Route(r, params) => Some((
-                r.path,
-                params.0.iter().map(|(n, v)| (*n, v.to_string())).collect(),
-            )),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn patterns_capture_names_with_slashes() {
-        assert_eq!(
-            route(Method::GET, "/v2/a/b/manifests/v1"),
-            Some((
-                "/v2/{repo*}/manifests/{reference}",
-                vec![("reference", "v1".into()), ("repo", "a/b".into())]
-            ))
-        );
-        assert_eq!(
-            route(Method::POST, "/v2/a/blobs/uploads/").map(|r| r.0),
-            Some("/v2/{repo*}/blobs/uploads/")
-        );
-        assert_eq!(
-            route(Method::PATCH, "/v2/a/b/blobs/uploads/xyz").map(|r| r.0),
-            Some("/v2/{repo*}/blobs/uploads/{session}")
-        );
-        assert_eq!(
-            route(Method::PUT, "/stacks/v1/bb/cells/diego-cell/0a"),
-            Some((
-                "/stacks/v1/{stack}/cells/{cell*}",
-                vec![("stack", "bb".into()), ("cell", "diego-cell/0a".into())]
-            ))
-        );
-        assert_eq!(
-            route(Method::GET, "/ui/repositories/private/secret"),
-            Some((
-                "/ui/repositories/{repo*}",
-                vec![("repo", "private/secret".into())]
-            ))
-        );
-    }
-
-    #[test]
-    fn typed_names_decide_as_the_stacks_api_does() {
-        let d = crate::digest::Digest::sha256_of(b"x");
-        assert_eq!(
-            route(Method::GET, &format!("/stacks/v1/lifecycle/{d}")).map(|r| r.0),
-            Some("/stacks/v1/lifecycle/{digest}")
-        );
-        assert_eq!(
-            route(Method::GET, "/stacks/v1/lifecycle/status").map(|r| r.0),
-            Some("/stacks/v1/{stack}/status")
-        );
-        let id = crate::chunks::ChunkId::of(b"x");
-        assert_eq!(
-            route(
-                Method::GET,
-                &format!("/stacks/v1/chunks/{}", id.store_path())
-            )
-            .map(|r| r.0),
-            Some("/stacks/v1/chunks/{chunk*}")
-        );
-        assert_eq!(
-            route(Method::GET, "/stacks/v1/chunks/status").map(|r| r.0),
-            Some("/stacks/v1/{stack}/status")
-        );
-    }
-
-    #[test]
-    fn undeclared_paths_and_methods() {
-        assert_eq!(find(&Method::GET, "/nothing"), Found::None);
-        assert_eq!(find(&Method::GET, "/ui/stacks/bb/frobnicate"), Found::None);
-        assert_eq!(find(&Method::GET, "/stacks/v1/bb/nope"), Found::None);
-        let allow = |m: Method, p: &str| match find(&m, p) {
-            Found::Method(a, _) => a,
-            other => panic!("{p}: {other:?}"),
-        };
-        assert_eq!(allow(Method::GET, "/stacks/v1/bb/promote"), ["POST"]);
-        assert_eq!(
-            allow(Method::POST, "/v2/a/manifests/v1"),
-            ["GET", "HEAD", "PUT", "DELETE"]
-        );
-        assert_eq!(find(&Method::GET, "/v2//manifests/v1"), Found::None);
-    }
-
-    /// The table and the registry's own grammar agree on which endpoint a
-    /// path is (so the repository checked is the one the registry uses).
-    #[test]
-    fn registry_rows_agree_with_the_registry_grammar() {
-        use crate::registry::routes::Route as R;
-        let d = crate::digest::Digest::sha256_of(b"x");
-        for path in [
-            "/v2/".to_string(),
-            "/v2/_catalog".into(),
-            "/v2/a/manifests/v1".into(),
-            format!("/v2/a/b/c/manifests/{d}"),
-            "/v2/a/manifests/b/manifests/c".into(),
-            "/v2/a/blobs/uploads/".into(),
-            "/v2/a/blobs/uploads/s1".into(),
-            format!("/v2/a/blobs/{d}"),
-            "/v2/a/tags/list".into(),
-            format!("/v2/a/referrers/{d}"),
-            format!("/v2/x/blobs/uploads/blobs/{d}"),
-            "/v2/tags/list/tags/list".into(),
-            format!("/v2/a/manifests/x/blobs/{d}"),
-        ] {
-            let path = path.as_str();
-            let ours = route(Method::GET, path)
-                .or_else(|| route(Method::POST, path))
-                .or_else(|| route(Method::PATCH, path))
-                .unwrap_or_else(|| panic!("{path}: no row"));
-            let theirs = R::parse(path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
-            let repo = ours
-                .1
-                .iter()
-                .find(|(n, _)| *n == "repo")
-                .map(|(_, v)| v.clone());
-            assert_eq!(
-                repo.as_deref(),
-                theirs.repository().map(|r| r.as_str()),
-                "{path}"
-            );
-        }
-    }
-
-    #[test]
-    fn every_row_parses_and_is_reachable() {
-        for (i, r) in ROUTES.iter().enumerate() {
-            let p = parse(r.path);
-            let manys = p
-                .head
-                .iter()
-                .filter(|s| matches!(s, Segment::Many(_)))
-                .count()
-                + p.tail.as_ref().map_or(0, |(_, a)| {
-                    1 + a.iter().filter(|s| matches!(s, Segment::Many(_))).count()
-                });
-            assert!(manys <= 1, "{}: more than one {{name*}}", r.path);
-            // No earlier row with the same methods shadows this one entirely.
-            let shadowed = ROUTES[..i]
-                .iter()
-                .any(|e| e.path == r.path && e.methods.0 & r.methods.0 != 0);
-            assert!(!shadowed, "{} declared twice for a method", r.path);
-        }
-        assert!(markdown().lines().count() == ROUTES.len() + 2);
     }
 }
