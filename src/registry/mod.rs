@@ -100,7 +100,7 @@ pub async fn serve(ctx: &dyn Context, req: HttpRequest) -> Response {
     let mut body = body.into_data_stream();
     // The access layer's parse of the path, when it read it (with users
     // configured, and for writes); else [`dispatch`]'s is the one parse.
-    let route = parts.extensions.remove::<Route>();
+    let route = parts.extensions.remove::<Box<Route>>();
     let client = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -180,7 +180,7 @@ struct Request<'a> {
 async fn dispatch(
     ctx: &dyn Context,
     req: &Request<'_>,
-    route: Option<Route>,
+    route: Option<Box<Route>>,
     body: &mut (impl BodyStream + ?Sized),
     keep: Option<&mut Option<kept::Keep>>,
 ) -> Result<Response> {
@@ -193,7 +193,7 @@ async fn dispatch(
         scope,
     } = *req;
     let mut route = match route {
-        Some(r) => r,
+        Some(r) => *r,
         None => Route::parse(uri.path()).map_err(|e| e.for_method(method))?,
     };
     // Taken before anything is read (the namespace's resolution included).

@@ -121,13 +121,16 @@ impl Params {
     }
 
     /// Puts the typed values into `ext` for the handler: a room's own
-    /// route (registry, stacks API, torcx), or each console name by its
-    /// type ([`RepositoryName`], [`StackName`], [`AssetName`]).
+    /// route (the registry's boxed, the stacks API's, torcx's), or each
+    /// console name by its type ([`RepositoryName`], [`StackName`],
+    /// [`AssetName`]).
     pub fn hand_on(self, ext: &mut axum::http::Extensions) {
         match self {
             Params::None => {}
             Params::Registry(r) => {
-                ext.insert(r);
+                // Boxed: the registry holds it across its request's awaits,
+                // and every byte of that future is copied per request.
+                ext.insert(Box::new(r));
             }
             Params::Stacks(r) => {
                 ext.insert(r);
