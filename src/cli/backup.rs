@@ -8,39 +8,17 @@ use anyhow::Result;
 
 use anyhow::Context;
 
-use airlock::config::StoreTarget;
 use airlock::ops::{self, backup, write_lock};
 use airlock::store::{Blobstore, OpenedStore};
 
 use super::{DataArg, progress_bar};
 
 /// The store: `--data`/`--store` flags, or the `[store]` of a serve
-/// config (flags given too override its keys).
-#[derive(clap::Args)]
-pub struct SiteStore {
-    #[command(flatten)]
-    data: DataArg,
-    /// The serve config whose `[store]` names the store (the BOSH job's
-    /// `/var/vcap/jobs/airlock/config/airlock.toml`).
-    #[arg(long)]
-    config: Option<PathBuf>,
-}
+/// config (`--config`; flags given too override its keys): [`DataArg`].
+type SiteStore = DataArg;
 
-impl SiteStore {
-    fn target(&self) -> Result<StoreTarget> {
-        let Some(path) = &self.config else {
-            return Ok(self.data.store.target()?);
-        };
-        let file = airlock::config::load(path)?;
-        let over = airlock::config::Settings {
-            store: self.data.store.clone(),
-            ..Default::default()
-        };
-        let merged = airlock::config::merge(file, &over)?;
-        Ok(merged.store.target()?)
-    }
-
-    async fn open(&self, create: bool) -> Result<(OpenedStore, String)> {
+impl DataArg {
+    async fn open_site(&self, create: bool) -> Result<(OpenedStore, String)> {
         let target = self.target()?;
         let url = target.url.to_string();
         let opened = target
@@ -127,14 +105,17 @@ fn spawn_renewal(
 }
 
 pub async fn backup(args: BackupArgs) -> Result<()> {
-    let (opened, url) = args.site.open(false).await?;
+    let (opened, url) = args.site.open_site(false).await?;
     let store = opened.blobstore();
     let state = airlock::state::StateStore::new(store.clone());
     // Work under a lock in force (bbr's pre-backup-lock), else take one
-    // (also over a lock past its expiry: its holder died).
+    // (also over a lock past its expiry: its holder died). A lock in force
+    // under this command's own holder name is an earlier run's that died
+    // (kill -9): taken over, and released at the end like a new one.
+    let holder = format!("backup:{}", airlock::state::user_at_host());
     let held = write_lock::read(&*store)
         .await?
-        .filter(|(_, d)| d.in_force())
+        .filter(|(_, d)| d.in_force() && d.holder != holder)
         .map(|(_, d)| d);
     let mut taken = None;
     let renewal = match (&held, args.no_lock) {
@@ -145,7 +126,6 @@ pub async fn backup(args: BackupArgs) -> Result<()> {
             Duration::from_secs(doc.ttl_secs),
         )),
         (None, false) => {
-            let holder = format!("backup:{}", airlock::state::user_at_host());
             write_lock::take(&*store, &holder, "airlock backup", args.lock_ttl).await?;
             tokio::time::sleep(write_lock::PROPAGATION).await;
             taken = Some(holder.clone());
@@ -172,7 +152,7 @@ pub async fn backup(args: BackupArgs) -> Result<()> {
 pub async fn restore(args: RestoreArgs) -> Result<()> {
     // Not a backup: say so before creating the store.
     backup::read_manifest(&args.dir)?;
-    let (opened, _) = args.site.open(true).await?;
+    let (opened, _) = args.site.open_site(true).await?;
     let state = airlock::state::StateStore::new(opened.blobstore());
     let pb = progress_bar();
     let result = backup::restore(&state, &args.dir, &airlock::state::user_at_host(), &|n| {
@@ -185,7 +165,7 @@ pub async fn restore(args: RestoreArgs) -> Result<()> {
 }
 
 pub async fn lock(args: LockArgs) -> Result<()> {
-    let store = args.site.open(false).await?.0.blobstore();
+    let store = args.site.open_site(false).await?.0.blobstore();
     let doc = write_lock::take(&*store, &args.holder, &args.reason, args.ttl).await?;
     // Every server reads the lock within a refresh: wait for it.
     tokio::time::sleep(write_lock::PROPAGATION).await;
@@ -197,7 +177,7 @@ pub async fn lock(args: LockArgs) -> Result<()> {
 }
 
 pub async fn unlock(args: UnlockArgs) -> Result<()> {
-    let store = args.site.open(false).await?.0.blobstore();
+    let store = args.site.open_site(false).await?.0.blobstore();
     let holder = (!args.force).then_some(args.holder.as_str());
     match write_lock::release(&*store, holder).await? {
         Some(doc) => {

@@ -39,10 +39,6 @@ pub struct ImportArgs {
     /// history).
     #[arg(long)]
     reason: Option<String>,
-    /// The serve config whose `[registry] immutable_tags` and
-    /// `[[import.policy]]` (upstream signatures) the import obeys.
-    #[arg(long, env = "AIRLOCK_CONFIG")]
-    config: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -83,11 +79,17 @@ pub async fn import(args: ImportArgs) -> Result<()> {
     // Bad input (a bundle path, the config) is refused before the store is
     // opened, so a mistyped --data path is not made into an empty store.
     airlock::bundle::volume::expand_inputs(&args.bundles)?;
-    let (immutable_tags, signature_policy) = match &args.config {
-        Some(path) => {
-            let cfg = airlock::config::load(path)?;
-            let policy = airlock::signatures::SitePolicy::load(&cfg.import.policy)
-                .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+    // With --config, its `[store]`, `[registry] immutable_tags` and
+    // `[[import.policy]]` (upstream signatures) apply.
+    let (immutable_tags, signature_policy) = match args.data.settings()? {
+        Some(cfg) => {
+            let policy =
+                airlock::signatures::SitePolicy::load(&cfg.import.policy).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: {e:#}",
+                        args.data.config.clone().unwrap_or_default().display()
+                    )
+                })?;
             (cfg.registry.immutable_tags, policy)
         }
         None => Default::default(),
@@ -245,9 +247,6 @@ pub struct StatusArgs {
     /// the serve config's `[import] max_staleness`, else not checked].
     #[arg(long, value_parser = airlock::ops::parse_positive_duration)]
     max_staleness: Option<std::time::Duration>,
-    /// The serve config whose `[import] max_staleness` applies.
-    #[arg(long, env = "AIRLOCK_CONFIG")]
-    config: Option<PathBuf>,
     /// Print one JSON object: generation, time, reason, newest_bundle,
     /// max_staleness_secs, stale.
     #[arg(long)]
@@ -259,14 +258,19 @@ pub struct StatusArgs {
 /// the one line `/readyz` gives, when it is).
 pub async fn status(args: StatusArgs) -> Result<()> {
     use airlock::bundle::freshness;
-    let max = match (args.max_staleness, &args.config) {
+    // Else the `--config`'s `[import] max_staleness`.
+    let max = match (args.max_staleness, args.data.settings()?) {
         (Some(d), _) => Some(d),
-        (None, Some(path)) => airlock::config::load(path)?
+        (None, Some(cfg)) => cfg
             .import
             .max_staleness
             .map(|v| {
-                airlock::ops::parse_positive_duration(&v)
-                    .map_err(|e| anyhow::anyhow!("{}: import.max_staleness: {e}", path.display()))
+                airlock::ops::parse_positive_duration(&v).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: import.max_staleness: {e}",
+                        args.data.config.clone().unwrap_or_default().display()
+                    )
+                })
             })
             .transpose()?,
         (None, None) => None,

@@ -13,10 +13,6 @@ pub struct EventsArgs {
     /// JSON output: `{"queued": [...], "log": [...]}`, oldest first.
     #[arg(long)]
     json: bool,
-    /// The serve config: says whether it delivers the queued events (its
-    /// `[[webhook]]` entries).
-    #[arg(long, env = "AIRLOCK_CONFIG")]
-    config: Option<std::path::PathBuf>,
 }
 
 fn print(q: &Queued, queued: bool) {
@@ -66,7 +62,7 @@ pub async fn run(args: EventsArgs) -> Result<()> {
     }
     let waiting = queued.iter().filter(|q| q.deliveries.is_empty()).count();
     if waiting > 0 {
-        println!("{}", never_attempted(waiting, args.config.as_deref())?);
+        println!("{}", never_attempted(waiting, args.data.config.as_deref())?);
     }
     Ok(())
 }

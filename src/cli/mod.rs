@@ -126,19 +126,51 @@ struct Cli {
     command: Command,
 }
 
-/// `--data DIR` or `--store URL`: where the blobstore lives (the
-/// `[store]` keys of the serve config, as flags: one parser, one `open`).
+/// `--data DIR` or `--store URL`, or `--config FILE`: where the blobstore
+/// lives (the `[store]` keys of the serve config, as flags: one parser,
+/// one `open`). One rule for every command: the config's `[store]` names
+/// the store, flags given too override its keys, and without either the
+/// default `./airlock-data`.
 #[derive(clap::Args)]
 pub struct DataArg {
     #[command(flatten)]
     pub store: airlock::config::StoreSection,
+    /// The serve config (the BOSH job's
+    /// `/var/vcap/jobs/airlock/config/airlock.toml`): its `[store]` names
+    /// the store; what else a command reads of it, its help says.
+    #[arg(long, env = "AIRLOCK_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 impl DataArg {
+    /// The serve config `--config` names, read (`None`: none given).
+    /// Errors: it cannot be read or is not a valid config.
+    pub fn settings(&self) -> Result<Option<airlock::config::Settings>> {
+        self.config
+            .as_deref()
+            .map(airlock::config::load)
+            .transpose()
+            .map_err(Into::into)
+    }
+
+    /// Where the store is: the config's `[store]` under the flags.
+    /// Errors: the config cannot be read, or names no valid store.
+    pub fn target(&self) -> Result<airlock::config::StoreTarget> {
+        let Some(file) = self.settings()? else {
+            return Ok(self.store.target()?);
+        };
+        let over = airlock::config::Settings {
+            store: self.store.clone(),
+            ..Default::default()
+        };
+        let merged = airlock::config::merge(file, &over)?;
+        Ok(merged.store.target()?)
+    }
+
     /// The blobstore, opened (a filesystem directory is created when
     /// `create`). Runs on the caller's multi-threaded runtime.
     pub fn open(&self, create: bool) -> Result<OpenedStore> {
-        let target = self.store.target()?;
+        let target = self.target()?;
         tokio::task::block_in_place(|| {
             tokio::runtime::Handle::current().block_on(target.open(create))
         })

@@ -212,6 +212,9 @@ struct Repair {
     /// Each stack's derived blob found missing, and whether it was (or, in
     /// a dry run, would be) made again.
     rederived: Vec<airlock::stacks::rederive::Rederived>,
+    /// The layout marker's damage, when it was (or, in a dry run, would
+    /// be) written again ([`airlock::store::layout::repair`]).
+    layout: Option<String>,
     /// The generation restored, when the current one was damaged.
     recovery: Option<airlock::state::recover::Recovery>,
     /// The check after the repair (not in a dry run, nor when nothing was done).
@@ -233,9 +236,38 @@ async fn repair(
     if out.fsck.problems.is_empty() {
         return Ok(());
     }
+    let mut left = out.fsck.clone();
+    if left.problems.iter().any(|p| p.kind == "layout") {
+        let store = &**state.blobstore();
+        out.layout = match args.dry_run {
+            true => airlock::store::layout::damage(store).await?,
+            false => airlock::store::layout::repair(store).await?,
+        };
+        if let Some(cause) = &out.layout
+            && !args.json
+        {
+            let done = if args.dry_run {
+                "would be written"
+            } else {
+                "written"
+            };
+            println!("refs/layout {done} again ({cause})");
+        }
+        left.problems.retain(|p| p.kind != "layout");
+        if left.problems.is_empty() && args.dry_run {
+            return Ok(());
+        }
+        if !args.dry_run {
+            left = fsck::run(state, false).await?;
+            if left.problems.is_empty() {
+                out.after = Some(left);
+                return Ok(());
+            }
+        }
+    }
     rederive(state, args, &mut out.rederived).await;
     let left = if args.dry_run || out.rederived.is_empty() {
-        out.fsck.clone()
+        left
     } else {
         fsck::run(state, false).await?
     };

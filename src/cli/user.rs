@@ -3,9 +3,8 @@
 //! user revoke` (a token user).
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 
 use super::DataArg;
 use airlock::auth::tokens;
@@ -23,9 +22,6 @@ pub enum UserCmd {
     List {
         #[command(flatten)]
         data: DataArg,
-        /// The serve config whose `[[user]]` entries to list too.
-        #[arg(long)]
-        config: Option<PathBuf>,
         /// JSON output: `[{"name", "kind": "config"|"token", "roles",
         /// "repositories", "created", "by", "purpose"}]`.
         #[arg(long)]
@@ -58,7 +54,7 @@ struct Row {
 
 pub async fn run(cmd: UserCmd) -> Result<()> {
     match cmd {
-        UserCmd::List { data, config, json } => list(&data, config, json).await,
+        UserCmd::List { data, json } => list(&data, json).await,
         UserCmd::Revoke { data, name } => {
             let state = data.existing_state()?;
             let c = tokens::revoke(&state, &name, &airlock::state::user_at_host()).await?;
@@ -88,11 +84,11 @@ pub async fn run(cmd: UserCmd) -> Result<()> {
     }
 }
 
-async fn list(data: &DataArg, config: Option<PathBuf>, json: bool) -> Result<()> {
+/// The `[[user]]` entries of `--config` (whose `[store]` holds the token
+/// users, as for every command), and the token users.
+async fn list(data: &DataArg, json: bool) -> Result<()> {
     let mut rows = Vec::new();
-    if let Some(path) = config {
-        let settings =
-            airlock::config::load(&path).with_context(|| format!("reading {}", path.display()))?;
+    if let Some(settings) = data.settings()? {
         rows.extend(settings.users.into_iter().map(|u| Row {
             name: u.name,
             kind: "config",
@@ -104,7 +100,7 @@ async fn list(data: &DataArg, config: Option<PathBuf>, json: bool) -> Result<()>
         }));
     }
     // Token users live in the store; a data directory not made yet has none.
-    let target = data.store.target()?;
+    let target = data.target()?;
     let exists = match &target.url {
         airlock::store::StoreUrl::File(dir) => dir.is_dir(),
         airlock::store::StoreUrl::S3 { .. } => true,

@@ -165,7 +165,8 @@ async fn reach(
     Ok(out)
 }
 
-/// Copies the blob `digest` from `from` to `to` unless `to` has it,
+/// Copies the blob `digest` from `from` to `to` unless `to` holds it
+/// intact (re-hashed: a damaged one is replaced by the verified copy),
 /// verifying it as it streams; returns the bytes copied (0: present).
 /// Errors: `NotFound` when `from` lacks it, a digest mismatch (the source
 /// is damaged; nothing is written), the stores failed.
@@ -173,7 +174,16 @@ async fn copy_blob(from: &dyn Blobstore, to: &dyn Blobstore, digest: &Digest) ->
     use tokio::io::AsyncReadExt;
     let key = store::blob_key(digest);
     if to.stat(&key).await?.is_some() {
-        return Ok(0);
+        match hash_of(to, &key, digest).await {
+            Ok(actual) if &actual == digest => return Ok(0),
+            Ok(actual) => {
+                tracing::warn!(%digest, %actual, "damaged in the target: replaced by the verified copy")
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => {
+                tracing::warn!(%digest, error = %e, "unreadable in the target: replaced by the verified copy")
+            }
+        }
     }
     let mut r = from.read(&key, None).await?;
     let mut w = to.writer(&key).await?;
@@ -200,13 +210,56 @@ async fn copy_blob(from: &dyn Blobstore, to: &dyn Blobstore, digest: &Digest) ->
     Ok(n)
 }
 
-/// Copies the objects under [`KEYED_PREFIXES`] that `to` lacks; returns
-/// (objects, bytes). Errors: the stores failed.
+/// The digest (of `digest`'s algorithm) of what `store` holds at `key`,
+/// read whole through the store. Errors: the store failed, `NotFound`.
+async fn hash_of(store: &dyn Blobstore, key: &str, digest: &Digest) -> Result<Digest> {
+    use tokio::io::AsyncReadExt;
+    let mut r = store.read(key, None).await?;
+    let mut hasher = Hasher::new(digest.algorithm());
+    let mut buf = vec![0; 256 << 10];
+    loop {
+        let got = r.read(&mut buf).await?;
+        if got == 0 {
+            return Ok(hasher.finish());
+        }
+        hasher.update(&buf[..got]);
+    }
+}
+
+/// Copies the objects under [`KEYED_PREFIXES`] that `to` lacks (or, for a
+/// pull record, holds damaged); returns (objects, bytes). A pull record
+/// carries its own checksum: it is copied only as one that passes it
+/// (from its second copy when the object is damaged) and refused
+/// otherwise, never written damaged.
+///
+/// Errors: a pull record of `from` is damaged with no good copy (naming
+/// it); the stores failed.
 async fn copy_keyed(from: &dyn Blobstore, to: &dyn Blobstore) -> Result<(u64, u64)> {
+    use crate::state::pulls;
     let (mut count, mut bytes) = (0, 0);
     for prefix in KEYED_PREFIXES {
         for key in from.list(prefix).await? {
-            if to.stat(&key).await?.is_some() {
+            let pull = key.starts_with(pulls::PREFIX);
+            if to.stat(&key).await?.is_some()
+                && (!pull || pulls::read_object(to, &key).await.is_ok())
+            {
+                continue;
+            }
+            if pull {
+                let record = match pulls::read_object(from, &key).await {
+                    Ok(r) => r,
+                    Err(StoreError::NotFound(_)) => continue,
+                    Err(e) => {
+                        bail!(
+                            "pull record {key} is damaged and has no good copy ({e}): nothing was committed; remove it from the backup to restore without it"
+                        )
+                    }
+                };
+                let data = record.to_bytes();
+                bytes += data.len() as u64;
+                // With its second copy where the target keeps copies.
+                pulls::write_object(to, &key, &record).await?;
+                count += 1;
                 continue;
             }
             let data = match store::read_all(from, &key).await {
@@ -216,14 +269,9 @@ async fn copy_keyed(from: &dyn Blobstore, to: &dyn Blobstore) -> Result<(u64, u6
                 Err(e) => return Err(e.into()),
             };
             bytes += data.len() as u64;
-            if key.starts_with(crate::state::pulls::PREFIX) {
-                // With its second copy where the target keeps copies.
-                store::copies::put_keyed(to, &key, &data).await?;
-            } else {
-                let mut w = to.writer(&key).await?;
-                w.write(Bytes::from(data)).await?;
-                w.commit().await?;
-            }
+            let mut w = to.writer(&key).await?;
+            w.write(Bytes::from(data)).await?;
+            w.commit().await?;
             count += 1;
         }
     }

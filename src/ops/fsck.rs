@@ -18,7 +18,7 @@ use anyhow::Result;
 use super::rooms;
 use crate::digest::{Digest, Hasher};
 use crate::state::{Reached, StateError, StateStore};
-use crate::store::{self, Blobstore, StoreError, blob_key, copies, verify};
+use crate::store::{self, Blobstore, StoreError, blob_key, copies, refs, verify};
 
 /// One problem found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -110,15 +110,63 @@ impl FsckReport {
 /// Errors: only a failing store (problems are in the report).
 pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
     let mut report = FsckReport::default();
-    if let Err(e) = state.root_digest().await {
-        report.problem("root", "refs/root", e);
+    let store = &**state.blobstore();
+    if let Some(cause) = store::layout::damage(store).await? {
+        report.problem(
+            "layout",
+            store::layout::LAYOUT_KEY,
+            format!("{cause}; airlock fsck --repair writes it again"),
+        );
+    }
+    let root = match state.root_digest().await {
+        Ok(root) => root,
+        Err(e) => {
+            report.problem(
+                "root",
+                refs::ROOT_KEY,
+                format!("{e}; {}", copy_says(store).await?),
+            );
+            return Ok(report);
+        }
+    };
+    if root.is_none()
+        && let Some(copy) = refs::read_copy(store).await?
+    {
+        let names = copy.map_or_else(|t| format!("{t:?} (damaged too)"), |d| d.to_string());
+        report.problem(
+            "root",
+            refs::ROOT_KEY,
+            format!("refs/root is missing, its copy names {names}: the store is not empty; airlock fsck --repair points it at the newest generation that verifies"),
+        );
         return Ok(report);
     }
     let (history, broken) = state.history_partial().await?;
     match &broken {
         Some(StateError::Store(StoreError::NotFound(_))) if !history.is_empty() => {}
+        Some(e) if history.is_empty() => report.problem(
+            "root",
+            refs::ROOT_KEY,
+            format!(
+                "the state document it names cannot be read ({e}); {}",
+                copy_says(store).await?
+            ),
+        ),
         Some(e) => report.problem("history", "state history", e),
         None => {}
+    }
+    if !history.is_empty() {
+        match refs::ensure_copy(store).await {
+            Ok(true) => report.repaired(
+                refs::ROOT_COPY_KEY,
+                "missing, damaged or behind refs/root; written again",
+            ),
+            Ok(false) => {}
+            Err(e) => report.problem(
+                "root",
+                refs::ROOT_COPY_KEY,
+                format!("cannot be written: {e}"),
+            ),
+        }
     }
     report.generation = history.first().map_or(0, |(_, d)| d.generation);
     let mut reached: HashSet<Digest> = HashSet::new();
@@ -225,6 +273,15 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
         rehash_all(&**state.blobstore(), &mut report).await?;
     }
     Ok(report)
+}
+
+/// What the root's copy says, for a damaged root's problem.
+async fn copy_says(store: &dyn Blobstore) -> Result<String> {
+    Ok(match refs::read_copy(store).await? {
+        None => "its copy refs/root.copy is absent".into(),
+        Some(Ok(d)) => format!("its copy refs/root.copy names {d}"),
+        Some(Err(t)) => format!("its copy refs/root.copy is damaged too ({t:?})"),
+    })
 }
 
 /// On a store that keeps metadata copies, makes sure every metadata

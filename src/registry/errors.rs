@@ -337,6 +337,10 @@ impl From<StoreError> for RegistryError {
     }
 }
 
+/// `Retry-After` of an answer refused for damage: a repair is a person's
+/// work, so a minute.
+const DAMAGED_RETRY_SECS: u64 = 60;
+
 impl From<StateError> for RegistryError {
     /// Internal but for two: a full store is 507 ([`RegistryError::no_space`])
     /// and a commit that kept losing the root race past its deadline
@@ -356,6 +360,20 @@ impl From<StateError> for RegistryError {
                     status: StatusCode::SERVICE_UNAVAILABLE,
                     code: ErrorCode::TooManyRequests,
                     detail: json!({ "reason": format!("the state root kept changing under {n} attempts (other replicas committing); try again") }),
+                    headers: Box::new(headers),
+                }
+            }
+            // The root or the current generation is damaged: reads are
+            // answered from the last good generation, writes wait for a
+            // repair (`airlock fsck --repair`).
+            other if other.is_damage() => {
+                let mut headers = HeaderMap::new();
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(DAMAGED_RETRY_SECS));
+                tracing::error!(error = %other, "state damaged: request refused (503)");
+                RegistryError::Status {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    code: ErrorCode::Unavailable,
+                    detail: json!({ "reason": format!("the state is damaged ({other}); reads are served from the last good generation, changes wait for `airlock fsck --repair`") }),
                     headers: Box::new(headers),
                 }
             }

@@ -18,7 +18,11 @@ pub async fn healthz() -> &'static str {
 /// `GET /readyz`: 200 `ok` when the current state can be read from the
 /// blobstore (the root, the state document and the repository table's
 /// first page), else 503 `not ready` (the cause is logged at warn); 503
-/// `stopping` once the server got SIGTERM or SIGINT ([`super::serve`]).
+/// `stopping` once the server got SIGTERM or SIGINT ([`super::serve`]);
+/// 503 `degraded: ...` naming what is damaged while the current generation
+/// or the root is (reads answered from the last good generation), or the
+/// store's layout marker or a page or document of the current generation
+/// is known damaged ([`crate::store::damage`]).
 /// With `[import] max_staleness` and a newest imported bundle older than
 /// that, still 200, with a second line `stale: ...` naming the bundle and
 /// its age ([`crate::bundle::freshness::staleness`]).
@@ -35,6 +39,17 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, String) {
         Ok(snap) => match app.state.damage() {
             // A stale site still serves what it has (taking every replica
             // out of the balancer would stop pulls too): it says so.
+            None if !degraded(&app, &snap).is_empty() => {
+                let notes = degraded(&app, &snap);
+                let list: Vec<String> = notes
+                    .iter()
+                    .map(|n| format!("{}: {}", n.object, n.cause))
+                    .collect();
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("degraded: {}; run airlock fsck --repair\n", list.join("; ")),
+                )
+            }
             None => {
                 let max = app.staleness_bound();
                 match crate::bundle::freshness::report(&app.state, &snap, max).await {
@@ -60,4 +75,16 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, String) {
             (StatusCode::SERVICE_UNAVAILABLE, "not ready".into())
         }
     }
+}
+
+/// The damage this process knows of in its store that applies to the
+/// generation `snap` (the layout marker; a page or document of it that no
+/// copy restored: [`crate::store::damage`]).
+fn degraded(app: &App, snap: &crate::state::Snapshot) -> Vec<crate::store::damage::Note> {
+    let root = snap.root.as_ref().map(|r| r.value.as_str());
+    app.state
+        .blobstore()
+        .damage()
+        .map(|n| n.current(root))
+        .unwrap_or_default()
 }

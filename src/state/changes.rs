@@ -72,6 +72,26 @@ pub struct Changes {
     pub documents: Vec<String>,
 }
 
+/// The `kind` of a stored [`ChangesDoc`].
+pub const CHANGES_KIND: &str = "airlock.changes.v1";
+
+/// What a generation changed, as stored with it (`StateDoc::changes`):
+/// [`Changes`] with its kind and generation first, so that the changes of
+/// a generation whose state document is damaged can still be found by a
+/// scan of the store and listed as lost by a recovery (issue 61 §4).
+/// Documents written before kept neither (readers of [`Changes`] ignore
+/// both).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChangesDoc {
+    /// [`CHANGES_KIND`].
+    pub kind: String,
+    /// The generation whose changes these are.
+    pub generation: u64,
+    /// The changes.
+    #[serde(flatten)]
+    pub changes: Changes,
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

@@ -626,7 +626,12 @@ impl StateStore {
         let changes = if changes.is_empty() {
             None
         } else {
-            let bytes = serde_json::to_vec(changes).map_err(|e| StateError::Corrupt {
+            let doc = super::changes::ChangesDoc {
+                kind: super::changes::CHANGES_KIND.into(),
+                generation: snap.generation() + 1,
+                changes: changes.clone(),
+            };
+            let bytes = serde_json::to_vec(&doc).map_err(|e| StateError::Corrupt {
                 digest: "(changes)".into(),
                 cause: e.to_string(),
             })?;

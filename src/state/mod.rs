@@ -53,6 +53,10 @@ use crate::digest::Digest;
 use crate::names::RepositoryName;
 use crate::store::{self, Blobstore, RootRead, RootVersion, StoreError};
 
+/// How a missing `refs/root` is named where a root value is expected
+/// (damage notes, logs).
+const MISSING_ROOT: &str = "(refs/root missing)";
+
 /// Errors from reading or changing state.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -349,17 +353,43 @@ impl StateStore {
 
     async fn snapshot_or_last_good(&self) -> Result<Arc<Snapshot>> {
         match self.snapshot_now().await {
-            // A damaged current generation: readers keep the last good
-            // one, and `/readyz` says so ([`StateStore::damage`]).
+            // A damaged current generation (or root pointer): readers keep
+            // the last good one, or, in a process that has none yet, the
+            // one the root's copy names; `/readyz` says so
+            // ([`StateStore::damage`]). Commits are refused meanwhile
+            // (theirs is always [`StateStore::snapshot_now`]).
             Err(e) if e.is_damage() => {
                 let root = self.store.read_root().await.ok().flatten();
-                let held = root
-                    .as_ref()
-                    .and_then(|r| self.roots.last_good(&r.value, &e.to_string()));
-                held.ok_or(e)
+                let root = root.map_or_else(|| MISSING_ROOT.to_string(), |r| r.value);
+                if let Some(held) = self.roots.last_good(&root, &e.to_string()) {
+                    return Ok(held);
+                }
+                match self.copy_snapshot().await {
+                    Some(snap) => Ok(self.roots.hold_last_good(snap, &root, &e.to_string())),
+                    None => Err(e),
+                }
             }
             other => other,
         }
+    }
+
+    /// The snapshot `refs/root.copy` names ([`crate::store::refs`]), when
+    /// it holds a digest whose state document reads.
+    async fn copy_snapshot(&self) -> Option<Snapshot> {
+        let digest = crate::store::refs::read_copy(&*self.store)
+            .await
+            .ok()??
+            .ok()?;
+        let state: StateDoc = load_doc(&*self.store, &digest).await.ok()?;
+        table_of(&state).ok()?;
+        Some(Snapshot {
+            root: Some(RootVersion {
+                value: digest.to_string(),
+                version: String::new(),
+            }),
+            digest: Some(digest),
+            state: Some(state),
+        })
     }
 
     /// When the current generation is damaged and reads are answered from
@@ -389,7 +419,22 @@ impl StateStore {
 
     async fn load_snapshot(&self, root: Option<RootVersion>) -> Result<Snapshot> {
         let Some(root) = root else {
-            return Ok(Snapshot::default());
+            // No root and no copy: an empty store. No root but a copy: a
+            // deleted or lost root, never an empty site (a commit on it
+            // would start history again at generation 1).
+            return match crate::store::refs::read_copy(&*self.store).await? {
+                None => Ok(Snapshot::default()),
+                Some(copy) => Err(StateError::Corrupt {
+                    digest: crate::store::refs::ROOT_KEY.into(),
+                    cause: format!(
+                        "refs/root is missing; its copy refs/root.copy names {}",
+                        copy.map_or_else(
+                            |text| format!("{text:?} (damaged too)"),
+                            |d| d.to_string()
+                        )
+                    ),
+                }),
+            };
         };
         let digest: Digest = root
             .value

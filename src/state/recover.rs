@@ -45,17 +45,41 @@ pub struct Recovery {
     /// Every generation lost: `lost`, and the current one when its state
     /// document cannot be read (so it is not among `lost`).
     pub lost_count: u64,
-    /// The tags the lost generations created, moved or removed
-    /// (`repository:tag`), from their changes documents where readable.
+    /// Every tag change the lost generations had acknowledged (`created
+    /// r/a:t3 -> 0123456789ab`, as `airlock history` lists them), from
+    /// their changes documents: the one a lost generation's state document
+    /// names, or, when that document is damaged, the one the scan found
+    /// for its generation number ([`super::changes::ChangesDoc`]). A lost
+    /// generation whose changes cannot be read is listed as such.
     pub lost_tags: Vec<String>,
-    /// The generation the recovery committed (`None`: a dry run).
+    /// Only the root pointer was damaged (missing, unreadable, or naming
+    /// no stored state document) and the newest generation found verifies:
+    /// the root names it again, no new generation is made, nothing is lost.
+    pub pointer: bool,
+    /// The generation current after the recovery (`None`: a dry run).
     pub generation: Option<u64>,
 }
 
 impl std::fmt::Display for Recovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.pointer {
+            let root = self.damaged_root.as_deref().unwrap_or("missing");
+            return match self.generation {
+                Some(_) => write!(
+                    f,
+                    "refs/root ({root}) named no generation that verifies: it names generation {} ({}, {}) again, the newest, which verifies; nothing was lost",
+                    self.restored.generation, self.restored.time, self.restored.digest
+                ),
+                None => write!(
+                    f,
+                    "refs/root ({root}) names no generation that verifies: would name generation {} ({}) again, the newest, which verifies; nothing would be lost",
+                    self.restored.generation, self.restored.time
+                ),
+            };
+        }
         if let Some(root) = &self.damaged_root
             && !self.lost.iter().any(|l| &l.digest.to_string() == root)
+            && self.lost_count > self.lost.len() as u64
         {
             writeln!(
                 f,
@@ -69,19 +93,25 @@ impl std::fmt::Display for Recovery {
                 l.generation, l.time, l.digest, l.reason
             )?;
         }
-        if !self.lost_tags.is_empty() {
-            writeln!(f, "lost tag changes: {}", self.lost_tags.join(", "))?;
+        for t in &self.lost_tags {
+            writeln!(f, "lost tag change: {t}")?;
         }
         match self.generation {
             Some(g) => write!(
                 f,
-                "restored generation {} ({}) as generation {g}; {} newer generations lost",
-                self.restored.generation, self.restored.time, self.lost_count
+                "restored generation {} ({}) as generation {g}; {} newer generations lost ({} tag changes)",
+                self.restored.generation,
+                self.restored.time,
+                self.lost_count,
+                self.lost_tags.len()
             ),
             None => write!(
                 f,
-                "would restore generation {} ({}); {} newer generations would be lost",
-                self.restored.generation, self.restored.time, self.lost_count
+                "would restore generation {} ({}); {} newer generations would be lost ({} tag changes)",
+                self.restored.generation,
+                self.restored.time,
+                self.lost_count,
+                self.lost_tags.len()
             ),
         }
     }
@@ -92,8 +122,19 @@ impl std::fmt::Display for Recovery {
 ///
 /// Errors: the store cannot be listed.
 pub async fn scan(state: &StateStore) -> Result<Vec<(Digest, StateDoc)>> {
+    Ok(scan_all(state).await?.0)
+}
+
+/// The changes documents found by a scan, by generation (several when
+/// commits of one generation number lost their root race).
+type ChangesFound = std::collections::BTreeMap<u64, Vec<super::Changes>>;
+
+/// [`scan`], and every changes document ([`super::changes::ChangesDoc`])
+/// found on the way.
+async fn scan_all(state: &StateStore) -> Result<(Vec<(Digest, StateDoc)>, ChangesFound)> {
     let store = state.blobstore();
     let mut out = Vec::new();
+    let mut changes = ChangesFound::new();
     for prefix in crate::store::fan_prefixes() {
         for m in store
             .list_meta(&prefix)
@@ -109,6 +150,12 @@ pub async fn scan(state: &StateStore) -> Result<Vec<(Digest, StateDoc)>> {
             let Ok(bytes) = crate::store::get_verified(&**store, &digest).await else {
                 continue;
             };
+            if bytes.starts_with(b"{\"kind\":\"airlock.changes.v1\"") {
+                if let Ok(c) = serde_json::from_slice::<super::changes::ChangesDoc>(&bytes) {
+                    changes.entry(c.generation).or_default().push(c.changes);
+                }
+                continue;
+            }
             if !bytes.starts_with(b"{\"kind\":\"airlock.state.v2\"") {
                 continue;
             }
@@ -124,7 +171,7 @@ pub async fn scan(state: &StateStore) -> Result<Vec<(Digest, StateDoc)>> {
             .cmp(&a.1.generation)
             .then(b.1.time.cmp(&a.1.time))
     });
-    Ok(out)
+    Ok((out, changes))
 }
 
 fn found(d: &Digest, doc: &StateDoc) -> Found {
@@ -154,28 +201,49 @@ async fn verifies(state: &StateStore, digest: &Digest) -> Result<bool> {
     Ok(true)
 }
 
-/// The tags the generation `digest` changed (`repository:tag`), from its
-/// changes document; none when it has none or it cannot be read.
-async fn changed_tags(state: &StateStore, digest: &Digest) -> Vec<String> {
-    let Ok(doc) = state.state_doc(digest).await else {
-        return Vec::new();
+/// The tag changes of generation `generation` as `history` lists them:
+/// from the changes document its state document `doc` names when
+/// readable, else from those the scan found for that generation number
+/// (`found`); a line saying so when none can be read.
+async fn lost_changes(
+    state: &StateStore,
+    generation: u64,
+    doc: Option<&StateDoc>,
+    found: &ChangesFound,
+) -> Vec<String> {
+    let lines = |c: &super::Changes| {
+        let mut out: Vec<String> = c.tags.iter().map(ToString::to_string).collect();
+        if c.more_tags > 0 {
+            out.push(format!(
+                "(generation {generation}: {} more tag changes, not listed)",
+                c.more_tags
+            ));
+        }
+        out
     };
-    let Some(changes) = &doc.changes else {
-        return Vec::new();
-    };
-    let Ok(bytes) = crate::store::get_verified(&**state.blobstore(), changes).await else {
-        return vec![format!(
-            "(generation {}: its changes document cannot be read)",
-            doc.generation
-        )];
-    };
-    match serde_json::from_slice::<super::Changes>(&bytes) {
-        Ok(c) => c
-            .tags
-            .iter()
-            .map(|t| format!("{}:{}", t.repository, t.tag))
-            .collect(),
-        Err(_) => Vec::new(),
+    if let Some(doc) = doc {
+        let Some(d) = &doc.changes else {
+            return Vec::new(); // nothing listable changed
+        };
+        if let Ok(bytes) = crate::store::get_verified(&**state.blobstore(), d).await
+            && let Ok(c) = serde_json::from_slice::<super::Changes>(&bytes)
+        {
+            return lines(&c);
+        }
+    }
+    match found.get(&generation).map(Vec::as_slice) {
+        Some([one]) => lines(one),
+        Some(several) if !several.is_empty() => {
+            let mut out = vec![format!(
+                "(generation {generation}: {} records of its changes were found, one of them acknowledged; all are listed)",
+                several.len()
+            )];
+            out.extend(several.iter().flat_map(lines));
+            out
+        }
+        _ => vec![format!(
+            "(generation {generation}: its record of changes cannot be read)"
+        )],
     }
 }
 
@@ -194,7 +262,11 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
     {
         return Ok(None);
     }
-    let all = scan(state).await?;
+    let copy = crate::store::refs::read_copy(&**store).await?;
+    if root.is_none() && copy.is_none() {
+        return Ok(None); // an empty store
+    }
+    let (all, changes) = scan_all(state).await?;
     let mut lost = Vec::new();
     let mut restored = None;
     for (d, doc) in &all {
@@ -202,7 +274,7 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
             restored = Some((d.clone(), doc.clone()));
             break;
         }
-        lost.push(found(d, doc));
+        lost.push((d.clone(), doc.clone()));
     }
     let Some((digest, doc)) = restored else {
         bail!(
@@ -210,25 +282,54 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
             all.len()
         );
     };
-    // The current generation, when its state document cannot be read, is
-    // not among those scanned: it is lost too, and numbered after them.
-    let unread = root
-        .as_ref()
-        .is_some_and(|r| !all.iter().any(|(d, _)| d.to_string() == r.value));
+    // The current generation, when its state document is stored but
+    // cannot be read (damaged, or quarantined), is not among those
+    // scanned: it is lost too, and numbered after them. A root that names
+    // no stored document (missing, flipped, unreadable) is a damaged
+    // pointer, not a lost generation.
+    let unread = match &current {
+        Some(c) if !all.iter().any(|(d, _)| d == c) => {
+            let key = crate::store::blob_key(c);
+            store.stat(&key).await?.is_some()
+                || store
+                    .stat(&crate::store::verify::quarantine_key(c))
+                    .await?
+                    .is_some()
+        }
+        _ => false,
+    };
     let newest = all.first().map_or(doc.generation, |(_, d)| d.generation) + u64::from(unread);
     let mut lost_tags = Vec::new();
-    for l in &lost {
-        lost_tags.extend(changed_tags(state, &l.digest).await);
+    for (_, l) in &lost {
+        lost_tags.extend(lost_changes(state, l.generation, Some(l), &changes).await);
     }
+    if unread {
+        lost_tags.extend(lost_changes(state, newest, None, &changes).await);
+    }
+    let pointer = lost.is_empty() && !unread;
     let mut recovery = Recovery {
         damaged_root: root.as_ref().map(|r| r.value.clone()),
         restored: found(&digest, &doc),
         lost_count: lost.len() as u64 + u64::from(unread),
-        lost,
+        lost: lost.iter().map(|(d, l)| found(d, l)).collect(),
         lost_tags,
+        pointer,
         generation: None,
     };
     if dry_run {
+        return Ok(Some(recovery));
+    }
+    if pointer {
+        // Nothing was lost: the root names the newest generation again.
+        if !store.swap_root(root.as_ref(), &digest.to_string()).await? {
+            bail!("another writer changed the state root meanwhile; run the recovery again");
+        }
+        state.forget_root();
+        tracing::warn!(
+            generation = doc.generation,
+            "state root repaired: it names the newest generation again"
+        );
+        recovery.generation = Some(doc.generation);
         return Ok(Some(recovery));
     }
     let next = StateDoc {
@@ -255,6 +356,7 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
     {
         bail!("another writer changed the state root meanwhile; run the recovery again");
     }
+    state.forget_root();
     tracing::warn!(
         restored = doc.generation,
         generation = next.generation,

@@ -90,6 +90,28 @@ impl RootCache {
         Some(held.snap.clone())
     }
 
+    /// Holds `snap` (the snapshot the root's copy names) as the last good
+    /// one for a process that had none when the root `root` was found
+    /// damaged (`cause`); readers are answered from it from now on.
+    pub(super) fn hold_last_good(&self, snap: Snapshot, root: &str, cause: &str) -> Arc<Snapshot> {
+        let snap = Arc::new(snap);
+        if let Ok(mut held) = self.held.lock() {
+            held.snap = snap.clone();
+            held.seen = None;
+            held.checked = Some(Instant::now());
+        }
+        tracing::error!(
+            root,
+            cause,
+            serving = snap.generation(),
+            "the state root is damaged: serving the generation its copy names; run `airlock fsck --repair`"
+        );
+        if let Ok(mut d) = self.damage.lock() {
+            *d = Some((root.to_string(), cause.to_string()));
+        }
+        snap
+    }
+
     /// The damage readers are shielded from now: (damaged root, cause).
     pub(super) fn damage(&self) -> Option<(String, String)> {
         self.damage.lock().ok()?.clone()

@@ -19,10 +19,12 @@
 //!   aside before its last look ([`GC_TRASH_PREFIX`], `ops::gc`).
 
 pub mod copies;
+pub mod damage;
 pub mod fs;
 pub mod hot;
 pub mod layout;
 mod open;
+pub mod refs;
 pub mod s3;
 pub mod space;
 pub mod verified;
@@ -348,6 +350,12 @@ pub trait Blobstore: Send + Sync + 'static {
     /// ([`copies::Repairs`]), for `fsck` and `scrub`; `None` for a backend
     /// that keeps none (a test wrapper).
     fn repairs(&self) -> Option<&copies::Repairs> {
+        None
+    }
+    /// What this process knows to be damaged in the store and not yet
+    /// repaired ([`damage::Notes`]), for `/readyz` and `fsck`; `None` for a
+    /// backend that keeps none (a test wrapper).
+    fn damage(&self) -> Option<&damage::Notes> {
         None
     }
     /// Whether `refs/root` still holds `seen.value`, when the backend can

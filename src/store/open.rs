@@ -157,9 +157,13 @@ impl OpenedStore {
 /// `metadata_copies` (1 or 2, [`super::copies`]) overrides the backend's
 /// default (2 on the filesystem, `s3.metadata_copies` on S3, default 1).
 ///
-/// Then the store's layout version is checked ([`super::layout::check`]):
-/// recorded when absent and `create`; a store of a newer layout than this
-/// build reads is refused before anything is written.
+/// The store's layout version is checked ([`super::layout::check`])
+/// before anything is written to it (not even the filesystem's `tmp/`):
+/// a store of a newer layout than this build reads is refused, byte for
+/// byte as it was; the marker is recorded when absent and `create`; a
+/// damaged marker is noted ([`super::damage`]: `/readyz` and `fsck` say
+/// so) and the store opened. With `create`, the root's second copy is
+/// written where it is missing ([`super::refs::ensure_copy`]).
 ///
 /// Errors: a one-line cause naming the directory or bucket.
 pub async fn open(
@@ -169,8 +173,26 @@ pub async fn open(
     metadata_copies: Option<u8>,
     create: bool,
 ) -> Result<OpenedStore> {
+    let place = url.to_string();
+    if let StoreUrl::File(dir) = url
+        && dir.is_dir()
+    {
+        // Read where it lies, before `FsStore::open` makes `tmp/` and `refs/`.
+        super::layout::check(&FsStore::unopened(dir), &place, false).await?;
+    }
     let opened = open_backend(url, s3, min_free, metadata_copies, create).await?;
-    super::layout::check(&*opened.blobstore(), &url.to_string(), create).await?;
+    let store = opened.blobstore();
+    let checked = super::layout::check(&*store, &place, create).await?;
+    if let (Some(cause), Some(notes)) = (&checked.damage, store.damage()) {
+        notes.note(
+            super::layout::LAYOUT_KEY,
+            super::damage::Scope::Store,
+            cause,
+        );
+    }
+    if create && let Err(e) = super::refs::ensure_copy(&*store).await {
+        tracing::warn!(error = %e, "refs/root.copy not written; written again by the next commit or fsck");
+    }
     Ok(opened)
 }
 

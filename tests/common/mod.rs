@@ -617,6 +617,9 @@ macro_rules! forwarding_store {
             fn repairs(&self) -> Option<&airlock::store::copies::Repairs> {
                 self.inner.repairs()
             }
+            fn damage(&self) -> Option<&airlock::store::damage::Notes> {
+                self.inner.damage()
+            }
             async fn rename(&self, from: &str, to: &str) -> airlock::store::Result<()> {
                 self.inner.rename(from, to).await
             }

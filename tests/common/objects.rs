@@ -30,18 +30,19 @@ pub fn quarantine_key(digest: &str) -> String {
     blob_key(digest).replacen("blobs/", "quarantine/", 1)
 }
 
-/// The entries of a copy pack (`copies/packs/`, format
-/// `airlock.copies.v1`: a first line `airlock.copies.v1 <header length> <n>`,
-/// n lines `<digest> <length>`, then the blobs' bytes in that order), read
-/// by this parser of the tests' own: (digest, offset, length). Empty when
-/// `pack` is not one.
+/// The entries of a copy pack (`copies/packs/`), read by this parser of
+/// the tests' own: (digest, offset, length). Format `airlock.copies.v2`
+/// (written now): a first line `airlock.copies.v2 <header length> <n>`, n
+/// lines `<digest> <offset> <length>`, then the blobs' bytes; the first
+/// format `airlock.copies.v1` had lines `<digest> <length>` with offsets
+/// summed from the header length. Empty when `pack` is not one.
 pub fn pack_entries(pack: &[u8]) -> Vec<(String, usize, usize)> {
     let Some(nl) = pack.iter().position(|&b| b == b'\n') else {
         return vec![];
     };
     let first = String::from_utf8_lossy(&pack[..nl]);
     let words: Vec<&str> = first.split(' ').collect();
-    let (Some(&"airlock.copies.v1"), Some(Ok(header))) =
+    let (Some(&magic), Some(Ok(header))) =
         (words.first(), words.get(1).map(|w| w.parse::<usize>()))
     else {
         return vec![];
@@ -50,10 +51,18 @@ pub fn pack_entries(pack: &[u8]) -> Vec<(String, usize, usize)> {
     let mut offset = header;
     let mut out = vec![];
     for line in text.lines() {
-        let (d, len) = line.split_once(' ').unwrap();
-        let len: usize = len.parse().unwrap();
-        out.push((d.to_string(), offset, len));
-        offset += len;
+        let fields: Vec<&str> = line.split(' ').collect();
+        match (magic, &fields[..]) {
+            ("airlock.copies.v2", [d, at, len]) => {
+                out.push((d.to_string(), at.parse().unwrap(), len.parse().unwrap()));
+            }
+            ("airlock.copies.v1", [d, len]) => {
+                let len: usize = len.parse().unwrap();
+                out.push((d.to_string(), offset, len));
+                offset += len;
+            }
+            _ => return vec![],
+        }
     }
     out
 }

@@ -341,44 +341,83 @@ fn the_layout_1_fixture_store_reads() {
     assert!(format!("{record:?}").contains("app/pushed"), "{record:?}");
 }
 
-/// Every file under `dir` with its bytes.
+/// Every file under `dir` with its bytes, and every directory (empty or
+/// not: a command that made `tmp/` changed the store).
 fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    synth::files(dir)
+    let mut out: Vec<(String, Vec<u8>)> = synth::files(dir)
         .into_iter()
         .map(|f| {
             let bytes = std::fs::read(dir.join(&f)).unwrap();
             (f, bytes)
         })
-        .collect()
+        .collect();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                out.push((
+                    format!("{}/", e.path().strip_prefix(dir).unwrap().display()),
+                    vec![],
+                ));
+                stack.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
+/// Issue 61 §7: a store a newer release wrote (its marker's check holds)
+/// is refused by every command that opens it, with one line naming both
+/// versions, and left byte for byte as it was: not even `tmp/` is made.
 #[test]
 fn a_store_of_a_newer_layout_is_refused_unchanged() {
     let b = extracted();
+    let mut marker = airlock::store::layout::LayoutMarker {
+        layout: 2,
+        written_by: "airlock 9.9.9".into(),
+        check: None,
+    };
+    marker.check = Some(marker.sum());
     std::fs::write(
         b.data_dir().join("refs/layout"),
-        "{\"layout\":2,\"written_by\":\"airlock 9.9.9\"}\n",
+        format!("{}\n", serde_json::to_string(&marker).unwrap()),
     )
     .unwrap();
+    let _ = std::fs::remove_dir_all(b.data_dir().join("tmp"));
     let before = snapshot(&b.data_dir());
     let (bundle, _) = synth::bundle(b.dir.path(), "later", 1, 42);
     let keyring = test_key().1;
-    let cases: [(&[&str], &[&str]); 5] = [
-        (&["serve"], &["--listen", "127.0.0.1:0"]),
+    let out = b.dir.path().join("later-out");
+    let backup_dir = b.dir.path().join("later-backup");
+    let (keyring, bundle) = (keyring.to_str().unwrap(), bundle.to_str().unwrap());
+    let (out, backup_dir) = (out.to_str().unwrap(), backup_dir.to_str().unwrap());
+    let cases: Vec<(&[&str], Vec<&str>)> = vec![
+        (&["serve"], vec!["--listen", "127.0.0.1:0"]),
+        (&["import"], vec!["--keyring", keyring, bundle]),
+        (&["ls"], vec![]),
+        (&["inventory"], vec!["-o", out]),
+        (&["history"], vec![]),
+        (&["status"], vec![]),
+        (&["events"], vec![]),
+        (&["stack", "list"], vec![]),
         (
-            &["import"],
-            &[
-                "--keyring",
-                keyring.to_str().unwrap(),
-                bundle.to_str().unwrap(),
-            ],
+            &["stack", "promote"],
+            vec!["bb", "--image", "app/img-00:latest"],
         ),
-        (&["ls"], &[]),
-        (&["fsck"], &[]),
-        (&["gc"], &[]),
+        (&["vulns"], vec!["app/img-00:latest"]),
+        (&["gc"], vec![]),
+        (&["fsck"], vec![]),
+        (&["fsck"], vec!["--repair"]),
+        (&["scrub"], vec![]),
+        (&["rollback"], vec!["--to", "1", "--reason", "x"]),
+        (&["backup"], vec![backup_dir]),
+        (&["lock"], vec!["--holder", "x"]),
+        (&["unlock"], vec!["--holder", "x"]),
+        (&["user", "list"], vec![]),
     ];
     for (cmd, args) in cases {
-        let o = b.airlock(cmd, args);
+        let o = b.airlock(cmd, &args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{cmd:?} ran: {err}");
         let line = err.lines().last().unwrap_or_default();

@@ -8,22 +8,26 @@
 //! nothing measurable (docs/benchmarks.md, "Metadata copies"). On S3 it is
 //! one PUT instead of one per blob.
 //!
-//! Format (`airlock.copies.v1`), all text up to the data:
+//! Format (`airlock.copies.v2`, written now), all text up to the data:
 //!
 //! ```text
-//! airlock.copies.v1 <header length, 10 digits> <n>\n
-//! <digest> <length>\n          (n lines)
+//! airlock.copies.v2 <header length, 10 digits> <n>\n
+//! <digest> <offset> <length>\n     (n lines)
 //! <the n blobs' bytes, in the order of the lines>
 //! ```
 //!
-//! The header length counts every byte before the data, so an entry's
-//! offset is the header length plus the lengths before it. The key is
-//! `copies/packs/<2 hex>/<hex>` with the pack's own sha256. A reader
-//! needs only the header to find an entry, and checks the entry against
-//! its digest; a damaged entry is skipped (another pack may hold the same
-//! blob), a damaged header makes the whole pack unreadable (`scrub`
-//! reports it; `fsck` writes the current generation's missing copies
-//! again).
+//! Every entry locates itself (its offset is absolute), so one damaged
+//! header field costs at most the entry of its line (issue 61 §3): a
+//! reader takes the lines of the header the first line announces, and
+//! when that line is damaged or the lines found are not the `n` it
+//! announces, reads the whole pack and takes every line that is an entry
+//! (`sha256:<hex> <offset> <length>`, its bytes inside the pack and after
+//! the line). Each entry is checked against its digest when read, so a
+//! damaged line never yields wrong bytes. The key is `copies/packs/<2
+//! hex>/<hex>` with the pack's own sha256.
+//!
+//! The first format (`airlock.copies.v1`, entries `<digest> <length>`
+//! located by summing the lengths before them) is still read.
 
 use bytes::Bytes;
 
@@ -33,8 +37,11 @@ use crate::store::{Blobstore, ObjectMeta, Result, StoreError, matches};
 /// Prefix of the packs.
 pub const PACKS_PREFIX: &str = "copies/packs/";
 
-/// The format's first word.
-const MAGIC: &str = "airlock.copies.v1";
+/// The format's first word (written now).
+const MAGIC: &str = "airlock.copies.v2";
+
+/// The first format's first word (still read).
+const MAGIC_V1: &str = "airlock.copies.v1";
 
 /// How much of a pack a reader fetches first, hoping the header fits.
 const HEADER_GUESS: u64 = 4096;
@@ -62,48 +69,143 @@ pub fn pack_key(digest: &Digest) -> String {
 pub fn encode(blobs: &[(Digest, Bytes)]) -> (Digest, Vec<u8>) {
     let mut seen = std::collections::HashSet::new();
     let kept: Vec<&(Digest, Bytes)> = blobs.iter().filter(|(d, _)| seen.insert(d)).collect();
-    let lines: String = kept
-        .iter()
-        .map(|(d, b)| format!("{d} {}\n", b.len()))
-        .collect();
-    // The first line has a fixed width once the length has 10 digits.
+    // Offsets depend on the header's length, which depends on the
+    // offsets' digits: widen until it holds still.
     let first = |len: usize| format!("{MAGIC} {len:010} {}\n", kept.len());
-    let header_len = first(0).len() + lines.len();
+    let lines = |header_len: usize| -> String {
+        let mut at = header_len;
+        kept.iter()
+            .map(|(d, b)| {
+                let line = format!("{d} {at} {}\n", b.len());
+                at += b.len();
+                line
+            })
+            .collect()
+    };
+    let mut header_len = first(0).len() + lines(0).len();
+    loop {
+        let len = first(0).len() + lines(header_len).len();
+        if len == header_len {
+            break;
+        }
+        header_len = len;
+    }
     let data: usize = kept.iter().map(|(_, b)| b.len()).sum();
     let mut out = Vec::with_capacity(header_len + data);
     out.extend_from_slice(first(header_len).as_bytes());
-    out.extend_from_slice(lines.as_bytes());
+    out.extend_from_slice(lines(header_len).as_bytes());
+    debug_assert_eq!(out.len(), header_len);
     for (_, b) in kept {
         out.extend_from_slice(b);
     }
     (Digest::sha256_of(&out), out)
 }
 
-/// The header length a pack's first bytes announce; `None` when they are
-/// not a pack's first line.
-fn header_len(bytes: &[u8]) -> Option<u64> {
+/// What a pack's first line announces: its format (`true`: the first,
+/// v1), header length and entry count; `None` when the bytes do not begin
+/// with a pack's first line.
+fn first_line(bytes: &[u8]) -> Option<(bool, u64, usize)> {
     let end = bytes.iter().position(|&b| b == b'\n')?;
     let line = std::str::from_utf8(&bytes[..end]).ok()?;
     let mut words = line.split(' ');
-    (words.next()? == MAGIC).then_some(())?;
-    words.next()?.parse().ok()
+    let v1 = match words.next()? {
+        MAGIC => false,
+        MAGIC_V1 => true,
+        _ => return None,
+    };
+    let header_len = words.next()?.parse().ok()?;
+    let n = words.next()?.parse().ok()?;
+    words.next().is_none().then_some((v1, header_len, n))
+}
+
+/// The v2 entry a header line states, when it is one whose bytes lie in
+/// a pack of `size` bytes after the line (which ends at `line_end`).
+fn entry_line(line: &[u8], line_end: u64, size: u64) -> Option<Entry> {
+    let text = std::str::from_utf8(line).ok()?;
+    let mut words = text.split(' ');
+    let digest: Digest = words.next()?.parse().ok()?;
+    let offset: u64 = words.next()?.parse().ok()?;
+    let len: u64 = words.next()?.parse().ok()?;
+    (words.next().is_none() && offset >= line_end && offset.checked_add(len)? <= size).then_some(
+        Entry {
+            digest,
+            offset,
+            len,
+        },
+    )
+}
+
+/// The v2 entries stated by the lines of `bytes` (a pack of `size` bytes,
+/// or its first bytes); lines that are not entries are skipped. A line
+/// that is not one entry may be two whose newline was damaged: the entry
+/// its leading digits end, and one starting at each digest inside it, are
+/// taken.
+fn scan_entries(bytes: &[u8], size: u64) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for line in bytes.split(|&b| b == b'\n') {
+        let end = at + line.len() as u64 + 1;
+        match entry_line(line, end, size) {
+            Some(e) => out.push(e),
+            None => out.extend(merged_entries(line, end, size)),
+        }
+        at = end;
+    }
+    out
+}
+
+/// The entries inside a line that is not one (see [`scan_entries`]).
+fn merged_entries(line: &[u8], end: u64, size: u64) -> Vec<Entry> {
+    let mut out = Vec::new();
+    // The first: its third field's leading digits.
+    let spaces: Vec<usize> = line
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b' ')
+        .map(|(i, _)| i)
+        .take(2)
+        .collect();
+    if let [_, second] = spaces[..] {
+        let digits = line[second + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if let Some(e) = entry_line(&line[..second + 1 + digits], end, size) {
+            out.push(e);
+        }
+    }
+    // The others: from each digest's algorithm onwards.
+    for (i, _) in line.iter().enumerate().skip(1) {
+        if (line[i..].starts_with(b"sha256:") || line[i..].starts_with(b"sha512:"))
+            && let Some(e) = entry_line(&line[i..], end, size)
+        {
+            out.push(e);
+        }
+    }
+    out
 }
 
 /// The entries of a pack whose first bytes (at least its header) are
-/// `bytes`. Errors: a one-line cause when the header is not a pack's.
-pub fn decode(bytes: &[u8]) -> std::result::Result<Vec<Entry>, String> {
+/// `bytes`, of `size` bytes in all (a v2 pack's lines are checked against
+/// it). Errors: a one-line cause when the header is not a pack's, or not
+/// whole (for v2: its first line, or fewer lines than it announces; then
+/// [`entries`] scans the whole pack).
+pub fn decode(bytes: &[u8], size: u64) -> std::result::Result<Vec<Entry>, String> {
     let bad = |what: &str| format!("not a copy pack: {what}");
-    let header_len = header_len(bytes).ok_or_else(|| bad("first line"))?;
+    let (v1, header_len, n) = first_line(bytes).ok_or_else(|| bad("first line"))?;
     let header = bytes
         .get(..usize::try_from(header_len).map_err(|_| bad("header length"))?)
         .ok_or_else(|| bad("header cut short"))?;
+    if !v1 {
+        let entries = scan_entries(header, size);
+        if entries.len() != n {
+            return Err(bad("entry count"));
+        }
+        return Ok(entries);
+    }
     let text = std::str::from_utf8(header).map_err(|_| bad("header is not text"))?;
     let mut lines = text.lines();
-    let n: usize = lines
-        .next()
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| bad("entry count"))?;
+    lines.next();
     let mut entries = Vec::with_capacity(n.min(1 << 16));
     let mut offset = header_len;
     for line in lines {
@@ -133,9 +235,13 @@ pub async fn write(store: &dyn Blobstore, blobs: &[(Digest, Bytes)]) -> Result<(
     store.put_copy_pack(&digest, Bytes::from(bytes)).await
 }
 
-/// The entries of the pack `m` (read from its header only). `Ok(None)`:
-/// gone or cut shorter since `m` was listed. Errors: `Corrupt` naming the pack when its header is
-/// damaged; the store failed.
+/// The entries of the pack `m`, read from its header; when the header is
+/// damaged (its first line, or fewer lines than it announces), from every
+/// line of the whole pack that states an entry (see the module docs: one
+/// damaged field costs the entry of its line). `Ok(None)`: gone or cut
+/// shorter since `m` was listed. Errors: `Corrupt` naming the pack when no
+/// line of it states an entry (a v1 pack with a damaged header, or no
+/// pack); the store failed.
 pub async fn entries(store: &dyn Blobstore, m: &ObjectMeta) -> Result<Option<Vec<Entry>>> {
     let corrupt = |cause: String| StoreError::Corrupt(format!("{}: {cause}", m.key));
     let read = |end: u64| async move {
@@ -149,17 +255,35 @@ pub async fn entries(store: &dyn Blobstore, m: &ObjectMeta) -> Result<Option<Vec
     let Some(mut head) = read(m.size.min(HEADER_GUESS)).await? else {
         return Ok(None);
     };
-    let want = header_len(&head).ok_or_else(|| corrupt("not a copy pack".into()))?;
-    if want > head.len() as u64 {
-        if want > m.size {
-            return Err(corrupt("header cut short".into()));
-        }
+    let announced = first_line(&head).map(|(_, len, _)| len);
+    if let Some(want) = announced.filter(|w| *w > head.len() as u64 && *w <= m.size) {
         let Some(all) = read(want).await? else {
             return Ok(None);
         };
         head = all;
     }
-    decode(&head).map(Some).map_err(corrupt)
+    let cause = match decode(&head, m.size) {
+        Ok(entries) => return Ok(Some(entries)),
+        Err(cause) => cause,
+    };
+    if first_line(&head).is_some_and(|(v1, _, _)| v1) {
+        return Err(corrupt(cause));
+    }
+    // A damaged v2 header: every line of the pack that states an entry.
+    let Some(all) = read(m.size).await? else {
+        return Ok(None);
+    };
+    let found = scan_entries(&all, m.size);
+    if found.is_empty() {
+        return Err(corrupt(cause));
+    }
+    tracing::warn!(
+        pack = m.key,
+        cause,
+        entries = found.len(),
+        "copy pack with a damaged header: its entries found line by line"
+    );
+    Ok(Some(found))
 }
 
 /// The bytes of `entry` in the pack `key`, when they match its digest;
@@ -216,7 +340,19 @@ pub async fn damaged_entries(store: &dyn Blobstore, key: &str) -> Result<Option<
         Err(StoreError::NotFound(_)) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let entries = decode(&bytes).map_err(|cause| StoreError::Corrupt(format!("{key}: {cause}")))?;
+    let size = bytes.len() as u64;
+    let entries = match decode(&bytes, size) {
+        Ok(e) => e,
+        // A damaged v2 header: its entries line by line (the header is
+        // still reported: scrub and fsck write the copies again).
+        Err(cause) => {
+            let found = scan_entries(&bytes, size);
+            if found.is_empty() || first_line(&bytes).is_some_and(|(v1, _, _)| v1) {
+                return Err(StoreError::Corrupt(format!("{key}: {cause}")));
+            }
+            found
+        }
+    };
     Ok(Some(
         entries
             .into_iter()
@@ -315,7 +451,7 @@ mod tests {
         let blobs = vec![blob("one"), blob("two two"), blob("one"), blob("")];
         let (digest, bytes) = encode(&blobs);
         assert_eq!(digest, Digest::sha256_of(&bytes));
-        let entries = decode(&bytes).unwrap();
+        let entries = decode(&bytes, bytes.len() as u64).unwrap();
         assert_eq!(entries.len(), 3, "a repeated digest is stored once");
         for (e, want) in entries.iter().zip(["one", "two two", ""]) {
             assert_eq!(e.digest, Digest::sha256_of(want.as_bytes()));
@@ -327,12 +463,79 @@ mod tests {
         let key = pack_key(&digest);
         crate::store::check_key(&key).unwrap();
         assert!(key.starts_with("copies/packs/"));
-        // A damaged header is refused, a short one too.
+        // A damaged first line is no whole header, a short one neither.
+        let size = bytes.len() as u64;
         let mut bad = bytes.clone();
         bad[0] ^= 1;
-        assert!(decode(&bad).is_err());
-        assert!(decode(&bytes[..20]).is_err());
-        assert_eq!(decode(&encode(&[]).1).unwrap(), vec![]);
+        assert!(decode(&bad, size).is_err());
+        assert!(decode(&bytes[..20], size).is_err());
+        let empty = encode(&[]).1;
+        assert_eq!(decode(&empty, empty.len() as u64).unwrap(), vec![]);
+    }
+
+    /// Issue 61 §3: one flipped byte anywhere in a pack's header costs at
+    /// most the entry of its line; every other copy is still found.
+    #[tokio::test]
+    async fn one_damaged_header_byte_costs_one_entry_at_most() {
+        let blobs: Vec<(Digest, Bytes)> = (0..12)
+            .map(|i| {
+                blob(&format!(
+                    "{{\"page\":{i},\"x\":\"{}\"}}",
+                    "y".repeat(i * 37)
+                ))
+            })
+            .collect();
+        let (_, bytes) = encode(&blobs);
+        let (_, header_len, _) = first_line(&bytes).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::fs::FsStore::open(dir.path()).unwrap();
+        let key = "copies/packs/00/damaged";
+        let path = dir.path().join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        for at in 0..header_len as usize {
+            for flip in [0x01u8, 0x10, 0x40] {
+                let mut damaged = bytes.clone();
+                damaged[at] ^= flip;
+                std::fs::write(&path, &damaged).unwrap();
+                let m = ObjectMeta {
+                    key: key.into(),
+                    size: damaged.len() as u64,
+                    modified: std::time::SystemTime::now(),
+                };
+                let entries = entries(&store, &m).await.unwrap().unwrap();
+                let mut readable = 0;
+                for (d, b) in &blobs {
+                    for e in entries.iter().filter(|e| e.digest == *d) {
+                        if read_entry(&store, key, e).await.unwrap().as_deref() == Some(&b[..]) {
+                            readable += 1;
+                            break;
+                        }
+                    }
+                }
+                assert!(
+                    readable >= blobs.len() - 1,
+                    "byte {at} ^ {flip:#x}: {readable} of {} copies readable",
+                    blobs.len()
+                );
+            }
+        }
+    }
+
+    /// A pack of the first format (`airlock.copies.v1`) is still read.
+    #[test]
+    fn a_first_format_pack_is_read() {
+        let (a, b) = (blob("first"), blob("second!"));
+        let lines = format!("{} {}\n{} {}\n", a.0, a.1.len(), b.0, b.1.len());
+        let first = |len: usize| format!("{MAGIC_V1} {len:010} 2\n");
+        let header_len = first(0).len() + lines.len();
+        let mut bytes = first(header_len).into_bytes();
+        bytes.extend_from_slice(lines.as_bytes());
+        bytes.extend_from_slice(&a.1);
+        bytes.extend_from_slice(&b.1);
+        let entries = decode(&bytes, bytes.len() as u64).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[1].offset as usize, header_len + a.1.len());
+        assert_eq!(entries[1].digest, b.0);
     }
 
     /// A blob is found in a pack, and in an older pack when the newer
@@ -360,10 +563,9 @@ mod tests {
         bytes[0] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
         assert_eq!(find(&store, &d).await.unwrap().unwrap(), b);
-        assert!(matches!(
-            entries(&store, &packs[0]).await,
-            Err(StoreError::Corrupt(_))
-        ));
+        // Its entries are still found, line by line.
+        let found = entries(&store, &packs[0]).await.unwrap().unwrap();
+        assert_eq!(found.len(), 2);
         // A pack cut short (or empty) after a power cut: skipped too, also
         // when it shrank after it was listed.
         bytes[0] ^= 1;

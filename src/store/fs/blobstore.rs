@@ -169,7 +169,7 @@ impl crate::store::Blobstore for FsStore {
         if dirty.is_empty() {
             return Ok(());
         }
-        blocking(move || dirty.sync_with(None)).await
+        blocking(move || dirty.sync_with(&[])).await
     }
 
     async fn put_blobs(&self, blobs: Vec<(Digest, Bytes)>) -> Result<Vec<Digest>> {
@@ -213,6 +213,10 @@ impl crate::store::Blobstore for FsStore {
 
     fn repairs(&self) -> Option<&crate::store::copies::Repairs> {
         Some(&self.repairs)
+    }
+
+    fn damage(&self) -> Option<&crate::store::damage::Notes> {
+        Some(&self.damage)
     }
 
     fn root_unchanged(&self, seen: &RootVersion) -> Option<bool> {

@@ -35,7 +35,7 @@ use super::{
 };
 use crate::digest::Digest;
 
-const ROOT_KEY: &str = "refs/root";
+use super::refs::ROOT_KEY;
 /// Size of one mapped chunk of a body: also the most of one response that
 /// counts in the resident set at a time (see `stream`).
 const MMAP_CHUNK: usize = 256 << 10;
@@ -93,6 +93,7 @@ pub struct FsStore {
     copies: u8,
     /// What reads restored from copies ([`super::copies::Repairs`]).
     repairs: Arc<super::copies::Repairs>,
+    damage: Arc<super::damage::Notes>,
 }
 
 impl FsStore {
@@ -101,7 +102,14 @@ impl FsStore {
     pub fn open(dir: &Path) -> Result<FsStore> {
         std::fs::create_dir_all(dir.join("tmp"))?;
         std::fs::create_dir_all(dir.join("refs"))?;
-        Ok(FsStore {
+        Ok(FsStore::unopened(dir))
+    }
+
+    /// The store at `dir` without creating anything: for reading what is
+    /// there before deciding to open it (the layout marker), never for
+    /// writing.
+    pub fn unopened(dir: &Path) -> FsStore {
+        FsStore {
             root: Arc::new(dir.to_path_buf()),
             dirty: Arc::default(),
             sync_lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -113,7 +121,8 @@ impl FsStore {
             epoch: Arc::default(),
             copies: DEFAULT_METADATA_COPIES,
             repairs: Arc::default(),
-        })
+            damage: Arc::default(),
+        }
     }
 
     /// The same store writing `copies` (1 or 2) of each metadata blob
@@ -346,9 +355,9 @@ impl Dirty {
 
     /// Fsyncs every file and directory (and `extra`, e.g. a new root's
     /// file) in one round.
-    fn sync_with(&self, extra: Option<&std::fs::File>) -> std::io::Result<()> {
+    fn sync_with(&self, extra: &[&std::fs::File]) -> std::io::Result<()> {
         let dirs: Vec<PathBuf> = self.dirs.iter().cloned().collect();
-        let files: Vec<&std::fs::File> = extra.into_iter().chain(&self.files).collect();
+        let files: Vec<&std::fs::File> = extra.iter().copied().chain(&self.files).collect();
         sync::round(&files, &dirs)
     }
 }

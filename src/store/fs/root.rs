@@ -1,7 +1,9 @@
 //! `refs/root`: reading it (one `stat(2)` while unchanged) and the
-//! compare-and-swap (an exclusive `flock` on `refs/root.lock`, write,
-//! fsync with the directories waiting for sync, rename); the same
-//! compare-and-swap for any small object (a lease), without the cache.
+//! compare-and-swap (an exclusive `flock` on `refs/root.lock`, write the
+//! new root and its copy `refs/root.copy` ([`crate::store::refs`]), fsync
+//! both in one round with the directories waiting for sync, rename both,
+//! fsync `refs/`); the same compare-and-swap for any small object (a
+//! lease), without the cache.
 
 use super::*;
 
@@ -126,7 +128,7 @@ impl FsStore {
                 Err(e) => return Err(e),
             };
             if current != expected {
-                dirty.sync_with(None)?;
+                dirty.sync_with(&[])?;
                 return Ok(false);
             }
             let t0 = std::time::Instant::now();
@@ -134,12 +136,19 @@ impl FsStore {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(value.as_bytes())?;
             f.write_all(b"\n")?;
-            // The new root's file, the directories of what was written
-            // since the last sync and the batch-written files in one round:
-            // all durable before the rename.
-            dirty.sync_with(Some(&f))?;
+            let copy_tmp = dir.join("root.copy.tmp");
+            let mut copy = std::fs::File::create(&copy_tmp)?;
+            copy.write_all(value.as_bytes())?;
+            copy.write_all(b"\n")?;
+            // The new root's file and its copy, the directories of what was
+            // written since the last sync and the batch-written files in
+            // one round: all durable before the renames.
+            dirty.sync_with(&[&f, &copy])?;
             let t1 = std::time::Instant::now();
             std::fs::rename(&tmp, dir.join("root"))?;
+            // The copy follows in the same directory sync (a crash between
+            // the two renames leaves it one generation behind: a hint).
+            std::fs::rename(&copy_tmp, dir.join("root.copy"))?;
             if let Ok(mut t) = LAST_SWAP.lock() {
                 *t = Some(std::time::Instant::now());
             }

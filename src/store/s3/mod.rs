@@ -62,7 +62,7 @@ pub use root::EtagForm;
 use root::{Condition, Probe, versioned};
 pub use settings::S3Settings;
 
-const ROOT_KEY: &str = "refs/root";
+use super::refs::ROOT_KEY;
 /// Default multipart part size (16 MiB).
 pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
 /// Smallest part S3 accepts (all but the last part).
@@ -97,6 +97,7 @@ pub struct S3Store {
     copies: u8,
     /// What reads restored from copies ([`super::copies::Repairs`]).
     repairs: std::sync::Arc<super::copies::Repairs>,
+    damage: std::sync::Arc<super::damage::Notes>,
 }
 
 /// The file identity [`HotBlobs`] keeps: none on S3 (blob keys are
@@ -141,6 +142,9 @@ impl S3Store {
     pub async fn open(settings: &S3Settings) -> Result<S3Store> {
         let store = S3Store::connect(settings).await?;
         store.check_bucket().await?;
+        // Before the probe writes a scratch object: a store of a newer
+        // layout is refused as it is ([`crate::store::layout`]).
+        crate::store::layout::check(&store, &settings.url(), false).await?;
         match store.probe_conditional_writes().await? {
             Probe::Honoured(form) => {
                 // `serve` says it at start (OpenedStore::describe_writes).
@@ -259,6 +263,10 @@ impl Blobstore for S3Store {
 
     fn repairs(&self) -> Option<&super::copies::Repairs> {
         Some(&self.repairs)
+    }
+
+    fn damage(&self) -> Option<&super::damage::Notes> {
+        Some(&self.damage)
     }
 
     async fn put_blobs(
@@ -381,7 +389,7 @@ impl Blobstore for S3Store {
     }
 
     async fn swap_root(&self, expected: Option<&RootVersion>, value: &str) -> Result<bool> {
-        self.swap(ROOT_KEY, expected, value).await
+        Ok(self.swap_root_versioned(expected, value).await?.is_some())
     }
 
     async fn swap_root_versioned(
@@ -389,13 +397,18 @@ impl Blobstore for S3Store {
         expected: Option<&RootVersion>,
         value: &str,
     ) -> Result<Option<RootVersion>> {
-        Ok(self
-            .swap_to(ROOT_KEY, expected, value)
-            .await?
-            .map(|version| RootVersion {
-                value: value.to_string(),
-                version,
-            }))
+        let Some(version) = self.swap_to(ROOT_KEY, expected, value).await? else {
+            return Ok(None);
+        };
+        // The root's second copy ([`crate::store::refs`]): a hint, so a
+        // failed write is logged (`fsck` and the next commit write it).
+        if let Err(e) = super::refs::write_copy(self, value).await {
+            tracing::warn!(error = %e, "refs/root.copy not written; written again by the next commit or fsck");
+        }
+        Ok(Some(RootVersion {
+            value: value.to_string(),
+            version,
+        }))
     }
 
     async fn read_root_if_changed(&self, seen: &RootVersion) -> Result<super::RootRead> {

@@ -130,6 +130,7 @@ impl S3Store {
             verified: Default::default(),
             copies: settings.metadata_copies.clamp(1, 2),
             repairs: Default::default(),
+            damage: Default::default(),
         })
     }
 }
