@@ -188,7 +188,12 @@ async fn import_bundle(
                 c.downcast_ref::<crate::store::StoreError>().is_some()
                     || c.downcast_ref::<crate::state::StateError>().is_some()
             });
-            if store_failure {
+            if let Some(secs) = crate::store::retry_after_in(&e) {
+                let mut res = error(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", cause);
+                res.headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, secs.into());
+                res
+            } else if store_failure {
                 error(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", cause)
             } else {
                 error(StatusCode::BAD_REQUEST, "BUNDLE_INVALID", cause)

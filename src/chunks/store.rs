@@ -71,7 +71,7 @@ impl ChunkLookup {
                     }
                 }
                 Err(e) => match e.downcast_ref::<StoreError>() {
-                    Some(StoreError::Io(_)) => return Err(e),
+                    Some(StoreError::Io(_) | StoreError::Unavailable(_)) => return Err(e),
                     _ => {
                         tracing::warn!(map = %m, error = %e, "chunk map unreadable; its chunks are not served")
                     }

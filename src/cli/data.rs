@@ -342,14 +342,25 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
     let state = args.data.existing_state()?;
     let (history, broken) = state.history_partial().await?;
     let mut changes = Vec::with_capacity(history.len());
+    let mut damaged = Vec::with_capacity(history.len());
     for (_, doc) in &history {
-        changes.push(state.changes(doc).await);
+        // A record that cannot be read is said so, never left out quietly.
+        match state.changes_record(doc).await {
+            Ok(c) => {
+                changes.push(c);
+                damaged.push(None);
+            }
+            Err(e) => {
+                changes.push(None);
+                damaged.push(Some(e.to_string()));
+            }
+        }
     }
     if args.json {
         let rows: Vec<_> = history
             .iter()
-            .zip(&changes)
-            .map(|((digest, doc), changes)| {
+            .zip(changes.iter().zip(&damaged))
+            .map(|((digest, doc), (changes, damaged))| {
                 serde_json::json!({
                     "generation": doc.generation,
                     "digest": digest,
@@ -358,6 +369,7 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
                     "address": doc.address,
                     "reason": doc.reason,
                     "changes": changes,
+                    "changes_damaged": damaged,
                 })
             })
             .collect();
@@ -371,7 +383,7 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
         "{:>10}  {:<25}  {:<20}  {:<21}  reason",
         "generation", "time", "who", "address"
     );
-    for ((_, doc), changes) in history.iter().zip(&changes) {
+    for (((_, doc), changes), damaged) in history.iter().zip(&changes).zip(&damaged) {
         println!(
             "{:>10}  {:<25}  {:<20}  {:<21}  {}",
             doc.generation,
@@ -380,6 +392,12 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
             doc.address.as_deref().unwrap_or("-"),
             doc.reason
         );
+        if let Some(cause) = damaged {
+            println!(
+                "{:>10}  (its record of what it changed is damaged: {cause})",
+                ""
+            );
+        }
         if let Some(c) = changes {
             // What it changed: the summary, and the first few tags.
             println!("{:>10}  {}", "", c.summary());

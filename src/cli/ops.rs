@@ -215,6 +215,9 @@ struct Repair {
     /// The layout marker's damage, when it was (or, in a dry run, would
     /// be) written again ([`airlock::store::layout::repair`]).
     layout: Option<String>,
+    /// The generation that records a damaged record of changes (lost, no
+    /// generation restored).
+    restated: Option<u64>,
     /// The generation restored, when the current one was damaged.
     recovery: Option<airlock::state::recover::Recovery>,
     /// The check after the repair (not in a dry run, nor when nothing was done).
@@ -264,6 +267,31 @@ async fn repair(
                 return Ok(());
             }
         }
+    }
+    if !left.problems.is_empty() && left.problems.iter().all(|p| p.kind == "record") {
+        let lost: Vec<&str> = left.problems.iter().map(|p| p.object.as_str()).collect();
+        let reason = format!(
+            "repaired: the record of what the previous generation changed is damaged beyond its copies ({}); its tag changes are lost from history",
+            lost.join(", ")
+        );
+        if args.dry_run {
+            if !args.json {
+                println!("would record as a new generation: {reason}");
+            }
+            return Ok(());
+        }
+        let g = airlock::state::recover::restate(state, &reason, who).await?;
+        if !args.json {
+            println!("recorded as generation {g}: {reason}");
+        }
+        out.restated = Some(g);
+        let after = fsck::run(state, false).await?;
+        let n = after.problems.len();
+        out.after = Some(after);
+        return match n {
+            0 => Ok(()),
+            _ => bail!("problems are left after the repair (see above)"),
+        };
     }
     rederive(state, args, &mut out.rederived).await;
     let left = if args.dry_run || out.rederived.is_empty() {

@@ -133,6 +133,7 @@ impl StoreSection {
         }
         s3.ca_file = self.s3_ca_file.clone();
         s3.single_writer = self.s3_single_writer.unwrap_or(false);
+        s3.timeouts = self.s3_timeouts()?;
         if let Some(size) = &self.s3_part_size {
             if size.0 < 5 << 20 {
                 return Err(ConfigError::value("store.s3_part_size", "at least 5M"));
@@ -158,6 +159,48 @@ impl StoreSection {
             min_free_space,
             metadata_copies,
         })
+    }
+}
+
+impl StoreSection {
+    /// The S3 deadlines of `[store] s3_*_timeout` (each at least 1 s,
+    /// defaults of [`crate::store::s3::S3Timeouts`]).
+    ///
+    /// Errors: [`ConfigError::Value`] naming the key.
+    fn s3_timeouts(&self) -> Result<crate::store::s3::S3Timeouts, ConfigError> {
+        let mut t = crate::store::s3::S3Timeouts::default();
+        for (key, v, slot) in [
+            (
+                "store.s3_connect_timeout",
+                &self.s3_connect_timeout,
+                &mut t.connect,
+            ),
+            (
+                "store.s3_first_byte_timeout",
+                &self.s3_first_byte_timeout,
+                &mut t.first_byte,
+            ),
+            ("store.s3_idle_timeout", &self.s3_idle_timeout, &mut t.idle),
+            (
+                "store.s3_operation_timeout",
+                &self.s3_operation_timeout,
+                &mut t.operation,
+            ),
+        ] {
+            let Some(v) = v else { continue };
+            let d = crate::ops::parse_duration(v).map_err(|e| ConfigError::value(key, e))?;
+            if d < Duration::from_secs(1) {
+                return Err(ConfigError::value(key, "at least 1s"));
+            }
+            *slot = d;
+        }
+        if t.operation < t.first_byte {
+            return Err(ConfigError::value(
+                "store.s3_operation_timeout",
+                "at least store.s3_first_byte_timeout",
+            ));
+        }
+        Ok(t)
     }
 }
 

@@ -120,6 +120,23 @@ pub struct StoreSection {
     /// Multipart part size of S3 writes (at least 5M) [default: 16M].
     #[arg(long, env = "AIRLOCK_S3_PART_SIZE", help_heading = S3_HEADING)]
     pub s3_part_size: Option<Size>,
+    /// Deadline for connecting to the S3 endpoint (`5s`) [default: 5s].
+    #[arg(long, env = "AIRLOCK_S3_CONNECT_TIMEOUT", help_heading = S3_HEADING)]
+    pub s3_connect_timeout: Option<String>,
+    /// Deadline from sending an S3 request to its response head, per
+    /// attempt, plus 1 s per MiB of the request's body [default: 10s].
+    #[arg(long, env = "AIRLOCK_S3_FIRST_BYTE_TIMEOUT", help_heading = S3_HEADING)]
+    pub s3_first_byte_timeout: Option<String>,
+    /// Deadline between two reads of an S3 response body that wait on the
+    /// store; past it a download is cut, never completed short
+    /// [default: 20s].
+    #[arg(long, env = "AIRLOCK_S3_IDLE_TIMEOUT", help_heading = S3_HEADING)]
+    pub s3_idle_timeout: Option<String>,
+    /// Deadline of a whole S3 call, every retry included, to its response
+    /// head (plus 1 s per MiB of a request body); a request whose call
+    /// passes it answers 503 with Retry-After [default: 30s].
+    #[arg(long, env = "AIRLOCK_S3_OPERATION_TIMEOUT", help_heading = S3_HEADING)]
+    pub s3_operation_timeout: Option<String>,
     /// Accept an S3 server that ignores conditional writes, promising that
     /// only one airlock process writes to the bucket [default: false:
     /// refuse to start on such a server].

@@ -202,6 +202,21 @@ pub async fn run(state: &StateStore, deep: bool) -> Result<FsckReport> {
                 format!("{} (generation {}): {}", p.what, doc.generation, p.cause),
             );
         }
+        // The record of what it changed: nothing served reads it, but
+        // `history` and a recovery's report do.
+        if let Some(c) = &doc.changes
+            && let Err(e) = state.changes_record(doc).await
+        {
+            report.problems.push(Problem {
+                kind: "record",
+                object: c.to_string(),
+                detail: format!(
+                    "the record of what generation {} changed cannot be read ({e}): history lists that generation without its tag changes; airlock fsck --repair records the loss in a new generation",
+                    doc.generation
+                ),
+                derived: false,
+            });
+        }
         for (name, d) in &doc.documents {
             if !rooms_seen.insert(d.clone()) {
                 continue;

@@ -316,8 +316,9 @@ impl IntoResponse for RegistryError {
 
 impl From<StoreError> for RegistryError {
     /// For content reads only. `NotFound`: the state links content the store
-    /// does not hold (logged, sent as 404 `BLOB_UNKNOWN`); everything else is
-    /// internal.
+    /// does not hold (logged, sent as 404 `BLOB_UNKNOWN`); an unavailable
+    /// object store is 503 `UNAVAILABLE` with `Retry-After`
+    /// ([`RegistryError::unavailable`]); everything else is internal.
     /// A corrupt blob (quarantined on the spot) is absent from now on: 404
     /// `BLOB_UNKNOWN` too. A full disk is 507 `INSUFFICIENT_STORAGE`
     /// ([`RegistryError::no_space`]).
@@ -332,7 +333,28 @@ impl From<StoreError> for RegistryError {
                 RegistryError::new(ErrorCode::BlobUnknown, Value::Null)
             }
             e if e.is_no_space() => RegistryError::no_space(&e),
+            e @ StoreError::Unavailable(_) => RegistryError::unavailable(&e),
             other => RegistryError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl RegistryError {
+    /// 503 `UNAVAILABLE` with `Retry-After` for an object store that is
+    /// unavailable ([`StoreError::retry_after`]): an outage the client
+    /// waits out, logged at warn (not an internal error).
+    pub fn unavailable(e: &StoreError) -> RegistryError {
+        let secs = e
+            .retry_after()
+            .unwrap_or(crate::store::UNAVAILABLE_RETRY_SECS);
+        tracing::warn!(error = %e, "object store unavailable: request refused (503)");
+        let mut headers = HeaderMap::new();
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        RegistryError::Status {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: ErrorCode::Unavailable,
+            detail: json!({ "reason": e.to_string() }),
+            headers: Box::new(headers),
         }
     }
 }
@@ -342,7 +364,8 @@ impl From<StoreError> for RegistryError {
 const DAMAGED_RETRY_SECS: u64 = 60;
 
 impl From<StateError> for RegistryError {
-    /// Internal but for two: a full store is 507 ([`RegistryError::no_space`])
+    /// Internal but for these: a full store is 507 ([`RegistryError::no_space`]),
+    /// an unavailable object store 503 ([`RegistryError::unavailable`])
     /// and a commit that kept losing the root race past its deadline
     /// (`state::commit::RETRY_DEADLINE`) is 503 with `Retry-After: 1`, to
     /// be tried again. Otherwise state errors mean the metadata tree cannot
@@ -352,6 +375,7 @@ impl From<StateError> for RegistryError {
     fn from(e: StateError) -> RegistryError {
         match e {
             StateError::Store(s) if s.is_no_space() => RegistryError::no_space(&s),
+            StateError::Store(s @ StoreError::Unavailable(_)) => RegistryError::unavailable(&s),
             StateError::Contention(n) => {
                 let mut headers = HeaderMap::new();
                 let secs = e.retry_after().unwrap_or(1);

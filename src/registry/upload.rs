@@ -98,6 +98,7 @@ fn upload_error(e: UploadError, name: &RepositoryName, id: Option<&UploadId>) ->
             RegistryError::new(ErrorCode::BlobUploadInvalid, json!({ "reason": reason }))
         }
         UploadError::Store(e) if e.is_no_space() => RegistryError::no_space(&e),
+        UploadError::Store(e) if e.retry_after().is_some() => RegistryError::unavailable(&e),
         UploadError::Store(e) => RegistryError::Internal(e.to_string()),
     }
 }

@@ -63,6 +63,11 @@ fn failed(e: anyhow::Error) -> Response {
     }) || message.contains("is not a promoted stack");
     if not_found {
         error(StatusCode::NOT_FOUND, "NOT_FOUND", message)
+    } else if let Some(secs) = crate::store::retry_after_in(&e) {
+        let mut res = error(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message);
+        res.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.into());
+        res
     } else {
         error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
     }

@@ -376,7 +376,7 @@ async fn authorize(app: &App, grant: &Grant, t: &Target<'_>, uri: &Uri) -> Optio
             };
             match app.stacks.table(&app.state).await {
                 Ok(table) => table.repositories(stack),
-                Err(e) => return Some(internal(e)),
+                Err(e) => return Some(unread(e)),
             }
         }
         Touches::Lifecycle => {
@@ -385,7 +385,7 @@ async fn authorize(app: &App, grant: &Grant, t: &Target<'_>, uri: &Uri) -> Optio
             };
             let table = match app.stacks.table(&app.state).await {
                 Ok(t) => t,
-                Err(e) => return Some(internal(e)),
+                Err(e) => return Some(unread(e)),
             };
             match crate::stacks::lifecycle::lifecycle(&table, digest).stack {
                 Some(stack) => table.repositories(&stack),
@@ -506,6 +506,16 @@ fn held_back(app: &App, writes: bool) -> Option<Response> {
 fn internal(e: impl std::fmt::Display) -> Response {
     tracing::error!(error = %e, "access check failed: the state cannot be read");
     RegistryError::Internal(e.to_string()).into_response()
+}
+
+/// The stack table could not be read for the access check: as the
+/// registry answers a state error (503 with `Retry-After` for an
+/// unavailable object store or damage, else 500).
+fn unread(e: crate::stacks::StackError) -> Response {
+    match e {
+        crate::stacks::StackError::State(s) => RegistryError::from(s).into_response(),
+        other => internal(other),
+    }
 }
 
 /// 404 for a path no route declares (under `/v2`: the registry's

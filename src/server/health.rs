@@ -15,9 +15,14 @@ pub async fn healthz() -> &'static str {
     "ok"
 }
 
+/// How long `/readyz` waits for the store: a hung object store is
+/// reported within this (a balancer's check timeout should be above it).
+pub const READY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// `GET /readyz`: 200 `ok` when the current state can be read from the
 /// blobstore (the root, the state document and the repository table's
-/// first page), else 503 `not ready` (the cause is logged at warn); 503
+/// first page) within [`READY_DEADLINE`], else 503 `not ready` (the cause
+/// is logged at warn); 503
 /// `stopping` once the server got SIGTERM or SIGINT ([`super::serve`]);
 /// 503 `degraded: ...` naming what is damaged while the current generation
 /// or the root is (reads answered from the last good generation), or the
@@ -35,7 +40,20 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, String) {
         app.state.repositories(&snap, None, 1).await?;
         Ok::<_, crate::state::StateError>(snap)
     };
-    match ready.await {
+    let Ok(ready) = tokio::time::timeout(READY_DEADLINE, ready).await else {
+        tracing::warn!(
+            deadline_s = READY_DEADLINE.as_secs(),
+            "not ready: the store did not answer within the readiness deadline"
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: the store did not answer within {} s\n",
+                READY_DEADLINE.as_secs()
+            ),
+        );
+    };
+    match ready {
         Ok(snap) => match app.state.damage() {
             // A stale site still serves what it has (taking every replica
             // out of the balancer would stop pulls too): it says so.

@@ -105,6 +105,9 @@ fn duplicate(e: &StateError) -> StateError {
         StateError::Store(StoreError::NotFound(k)) => {
             StateError::Store(StoreError::NotFound(k.clone()))
         }
+        StateError::Store(StoreError::Unavailable(m)) => {
+            StateError::Store(StoreError::Unavailable(m.clone()))
+        }
         StateError::Corrupt { digest, cause } => StateError::Corrupt {
             digest: digest.clone(),
             cause: cause.clone(),

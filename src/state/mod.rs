@@ -99,11 +99,13 @@ impl StateError {
 
     /// Seconds after which the request that failed may be tried again
     /// unchanged, when that is the remedy: a commit that kept losing the
-    /// root race to other writers ([`StateError::Contention`]). Every HTTP
-    /// surface answers it 503 with `Retry-After`, never 500.
+    /// root race to other writers ([`StateError::Contention`]), or an
+    /// object store that is unavailable ([`StoreError::retry_after`]).
+    /// Every HTTP surface answers it 503 with `Retry-After`, never 500.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             StateError::Contention(_) => Some(1),
+            StateError::Store(s) => s.retry_after(),
             _ => None,
         }
     }
@@ -194,6 +196,31 @@ fn parse_doc<T: serde::de::DeserializeOwned>(digest: &Digest, bytes: &[u8]) -> R
         digest: digest.to_string(),
         cause: e.to_string(),
     })
+}
+
+/// Notes `object` as damaged in the store's notes ([`store::damage`]:
+/// `/readyz` answers 503 "degraded" while the root names the generation
+/// it was read in) when `e` is damage: what a reader of the current
+/// generation met that no copy restored. Reads the root once (damage is
+/// rare).
+async fn note_damage(store: &dyn Blobstore, object: &Digest, e: &StateError) {
+    if !e.is_damage() {
+        return;
+    }
+    let Some(notes) = store.damage() else {
+        return;
+    };
+    let root = store
+        .read_root()
+        .await
+        .ok()
+        .flatten()
+        .map_or_else(|| MISSING_ROOT.to_string(), |r| r.value);
+    notes.note(
+        &object.to_string(),
+        store::damage::Scope::Root(root),
+        &e.to_string(),
+    );
 }
 
 /// The current time as RFC 3339 UTC, whole seconds (`2026-11-30T01:33:18Z`).
@@ -456,8 +483,19 @@ impl StateStore {
     /// (`None`: nothing listable, a generation written before changes were
     /// kept, or the document is gone).
     pub async fn changes(&self, doc: &StateDoc) -> Option<Changes> {
-        let d = doc.changes.as_ref()?;
-        load_doc(&*self.store, d).await.ok()
+        self.changes_record(doc).await.ok().flatten()
+    }
+
+    /// [`StateStore::changes`], telling a record that cannot be read
+    /// (damaged, with no good copy) from one never kept.
+    ///
+    /// Errors: the record `doc` names cannot be read (missing, corrupt and
+    /// no copy restores it, not a changes document); the store failed.
+    pub async fn changes_record(&self, doc: &StateDoc) -> Result<Option<Changes>> {
+        match &doc.changes {
+            None => Ok(None),
+            Some(d) => load_doc(&*self.store, d).await.map(Some),
+        }
     }
 
     /// The repository `name` in `snap`, `None` if it does not exist.
@@ -528,9 +566,16 @@ impl StateStore {
         snap: &Snapshot,
         name: &str,
     ) -> Result<Option<T>> {
-        match snap.state.as_ref().and_then(|s| s.documents.get(name)) {
-            Some(d) => parse_doc(d, &self.document_blob(d).await?).map(Some),
-            None => Ok(None),
+        let Some(d) = snap.state.as_ref().and_then(|s| s.documents.get(name)) else {
+            return Ok(None);
+        };
+        let read = async { parse_doc(d, &self.document_blob(d).await?) };
+        match read.await {
+            Ok(t) => Ok(Some(t)),
+            Err(e) => {
+                note_damage(&*self.store, d, &e).await;
+                Err(e)
+            }
         }
     }
 

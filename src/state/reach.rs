@@ -93,6 +93,22 @@ impl StateStore {
         }
     }
 
+    /// [`StateStore::walk_tree`] of one repository's tree, from its root
+    /// page `root`: its pages, manifests and linked blobs.
+    ///
+    /// Errors: a page is missing or corrupt (the walk stops there), or the
+    /// first error `f` returns.
+    pub(super) async fn walk_repository_tree(
+        &self,
+        name: &RepositoryName,
+        root: &Digest,
+        f: &mut (dyn FnMut(TreeItem) -> Result<()> + Send),
+    ) -> Result<()> {
+        let mut seen = HashSet::new();
+        self.walk_pages(root.clone(), Tree::Repository(name.clone()), &mut seen, f)
+            .await
+    }
+
     fn walk_pages<'a>(
         &'a self,
         digest: Digest,

@@ -56,12 +56,43 @@ pub struct Recovery {
     /// no stored state document) and the newest generation found verifies:
     /// the root names it again, no new generation is made, nothing is lost.
     pub pointer: bool,
+    /// A recovery at the grain of the damage: what each damaged
+    /// repository or room document of the current generation was set back
+    /// to (the rest of the generation kept as it was). Empty for a whole
+    /// generation restored.
+    pub grafted: Vec<Grafted>,
     /// The generation current after the recovery (`None`: a dry run).
     pub generation: Option<u64>,
 }
 
 impl std::fmt::Display for Recovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.grafted.is_empty() {
+            for g in &self.grafted {
+                match g.from_generation {
+                    Some(n) => writeln!(f, "damaged: {}: set back to generation {n}'s", g.what)?,
+                    None => writeln!(
+                        f,
+                        "damaged: {}: removed (no earlier version verifies)",
+                        g.what
+                    )?,
+                }
+            }
+            for t in &self.lost_tags {
+                writeln!(f, "lost tag change: {t}")?;
+            }
+            let done = match self.generation {
+                Some(g) => format!("recorded as generation {g}"),
+                None => "would be recorded as a new generation".into(),
+            };
+            return write!(
+                f,
+                "repaired at the grain of the damage: {} parts set back, everything else of generation {} kept; {} tag changes lost; {done}",
+                self.grafted.len(),
+                self.restored.generation,
+                self.lost_tags.len()
+            );
+        }
         if self.pointer {
             let root = self.damaged_root.as_deref().unwrap_or("missing");
             return match self.generation {
@@ -115,6 +146,17 @@ impl std::fmt::Display for Recovery {
             ),
         }
     }
+}
+
+/// One damaged part of the current generation and what a recovery at the
+/// grain of the damage set it back to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Grafted {
+    /// `repository a/b` or `document stacks`.
+    pub what: String,
+    /// The generation whose version it now has (`None`: none verifies or
+    /// it did not exist before: removed).
+    pub from_generation: Option<u64>,
 }
 
 /// Every state document the store holds, newest generation first (a scan
@@ -266,6 +308,14 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
     if root.is_none() && copy.is_none() {
         return Ok(None); // an empty store
     }
+    // A readable state document with damage below it: set back only the
+    // damaged repositories and room documents.
+    if let (Some(root), Some(c)) = (&root, &current)
+        && let Ok(doc) = state.state_doc(c).await
+        && let Some(r) = graft(state, root, c, &doc, dry_run, who).await?
+    {
+        return Ok(Some(r));
+    }
     let (all, changes) = scan_all(state).await?;
     let mut lost = Vec::new();
     let mut restored = None;
@@ -314,6 +364,7 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
         lost: lost.iter().map(|(d, l)| found(d, l)).collect(),
         lost_tags,
         pointer,
+        grafted: Vec::new(),
         generation: None,
     };
     if dry_run {
@@ -365,4 +416,316 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
     );
     recovery.generation = Some(next.generation);
     Ok(Some(recovery))
+}
+
+/// Records damage that costs no generation (the current generation's
+/// record of what it changed, both copies damaged) as a new generation
+/// with the same tree, whose reason says what was lost: the damage then
+/// belongs to an older generation (`fsck` warns, `history` says so), as
+/// `zpool clear` acknowledges an error. Returns the new generation.
+///
+/// Errors: the store is empty or its current generation cannot be read;
+/// another writer changed the root meanwhile (run it again); the store
+/// failed.
+pub async fn restate(state: &StateStore, reason: &str, who: &str) -> Result<u64> {
+    let store = state.blobstore();
+    let Some(root) = store.read_root().await? else {
+        bail!("the store is empty");
+    };
+    let digest: Digest = root.value.parse().context("refs/root")?;
+    let doc = state.state_doc(&digest).await?;
+    let next = StateDoc {
+        generation: doc.generation + 1,
+        parent: Some(digest),
+        time: now_rfc3339(),
+        reason: reason.to_string(),
+        who: who.to_string(),
+        address: None,
+        changes: None,
+        ..doc
+    };
+    let bytes = serde_json::to_vec(&next)?;
+    let new_digest = crate::store::put_metadata(&**store, &bytes).await?;
+    store.sync().await?;
+    if !store
+        .swap_root(Some(&root), &new_digest.to_string())
+        .await?
+    {
+        bail!("another writer changed the state root meanwhile; run the repair again");
+    }
+    state.forget_root();
+    tracing::warn!(
+        generation = next.generation,
+        reason,
+        "damage recorded as a new generation"
+    );
+    Ok(next.generation)
+}
+
+/// A repository or room document of the current generation that does not
+/// read whole, and the version it is set back to.
+struct Part {
+    what: String,
+    /// The repository, or `None` for a room document.
+    repository: Option<crate::names::RepositoryName>,
+    /// The room document's name.
+    document: Option<String>,
+    /// Its root page (repository) or digest (document) in the current
+    /// generation.
+    damaged: Digest,
+    /// What it is set back to: (generation, digest), `None`: removed.
+    to: Option<(u64, Digest)>,
+    resolved: bool,
+}
+
+/// Recovery at the grain of the damage (issue 61 §5): when the state
+/// document `current` (gen N, the root's) reads and its repository table
+/// lists, each repository whose tree does not read whole and each room
+/// document that does not read is set back to its newest earlier version
+/// that does (or removed, when none does or it did not exist before), and
+/// everything else of generation N is kept, as a new generation. The tag
+/// changes lost are the damaged repositories' changes since the version
+/// kept, from the generations' changes documents. `None` when the damage
+/// is elsewhere (the table), or nothing is damaged there.
+///
+/// Errors: the store failed; another writer changed the root meanwhile.
+async fn graft(
+    state: &StateStore,
+    root: &crate::store::RootVersion,
+    current: &Digest,
+    doc: &StateDoc,
+    dry_run: bool,
+    who: &str,
+) -> Result<Option<Recovery>> {
+    let table = match state
+        .pages
+        .range(&doc.repositories, "", "\u{10ffff}", usize::MAX)
+        .await
+    {
+        Ok(t) => t,
+        Err(_) => return Ok(None), // the table itself: a whole generation
+    };
+    let mut parts = Vec::new();
+    for (name, value) in &table {
+        let (Ok(name), Ok(page)) = (
+            name.parse::<crate::names::RepositoryName>(),
+            super::page::digest_value(value),
+        ) else {
+            return Ok(None);
+        };
+        if !state.repository_verifies(&name, &page).await? {
+            parts.push(Part {
+                what: format!("repository {name}"),
+                repository: Some(name),
+                document: None,
+                damaged: page,
+                to: None,
+                resolved: false,
+            });
+        }
+    }
+    for (name, d) in &doc.documents {
+        if crate::store::get_verified(&**state.blobstore(), d)
+            .await
+            .is_err()
+        {
+            parts.push(Part {
+                what: format!("document {name}"),
+                repository: None,
+                document: Some(name.clone()),
+                damaged: d.clone(),
+                to: None,
+                resolved: false,
+            });
+        }
+    }
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    // Back through the generations (by parent) for each part's newest
+    // earlier version that reads whole.
+    let mut lost_generations: Vec<StateDoc> = vec![doc.clone()];
+    let mut next = doc.parent.clone();
+    while let Some(d) = next.take() {
+        if parts.iter().all(|p| p.resolved) {
+            break;
+        }
+        let Ok(older) = state.state_doc(&d).await else {
+            break;
+        };
+        for p in parts.iter_mut().filter(|p| !p.resolved) {
+            let found = match (&p.repository, &p.document) {
+                (Some(name), _) => {
+                    match state.pages.get(&older.repositories, name.as_str()).await {
+                        Ok(Some(v)) => super::page::digest_value(&v).ok(),
+                        Ok(None) => {
+                            p.resolved = true; // it did not exist then
+                            continue;
+                        }
+                        Err(_) => continue,
+                    }
+                }
+                (None, Some(name)) => match older.documents.get(name) {
+                    Some(d) => Some(d.clone()),
+                    None => {
+                        p.resolved = true;
+                        continue;
+                    }
+                },
+                (None, None) => None,
+            };
+            let Some(v) = found.filter(|v| *v != p.damaged) else {
+                continue;
+            };
+            let whole = match (&p.repository, &p.document) {
+                (Some(name), _) => state.repository_verifies(name, &v).await?,
+                _ => crate::store::get_verified(&**state.blobstore(), &v)
+                    .await
+                    .is_ok(),
+            };
+            if whole {
+                p.to = Some((older.generation, v));
+                p.resolved = true;
+            }
+        }
+        if !parts.iter().all(|p| p.resolved) {
+            lost_generations.push(older.clone());
+        }
+        next = older.parent.clone();
+    }
+    // The tag changes lost: each damaged repository's since the version kept.
+    let mut lost_tags = Vec::new();
+    let mut gens: Vec<&StateDoc> = lost_generations.iter().collect();
+    gens.sort_by_key(|d| d.generation);
+    for g in gens {
+        let changes = match state.changes_record(g).await {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(_) => {
+                lost_tags.push(format!(
+                    "(generation {}: its record of changes cannot be read)",
+                    g.generation
+                ));
+                continue;
+            }
+        };
+        for p in &parts {
+            let since = p.to.as_ref().map_or(0, |(n, _)| *n);
+            if g.generation <= since {
+                continue;
+            }
+            match (&p.repository, &p.document) {
+                (Some(name), _) => lost_tags.extend(
+                    changes
+                        .tags
+                        .iter()
+                        .filter(|t| &t.repository == name)
+                        .map(ToString::to_string),
+                ),
+                (None, Some(name)) if changes.documents.contains(name) => lost_tags.push(format!(
+                    "document {name} changed in generation {}",
+                    g.generation
+                )),
+                _ => {}
+            }
+        }
+    }
+    let mut recovery = Recovery {
+        damaged_root: None,
+        restored: found(current, doc),
+        lost: Vec::new(),
+        lost_count: 0,
+        lost_tags,
+        pointer: false,
+        grafted: parts
+            .iter()
+            .map(|p| Grafted {
+                what: p.what.clone(),
+                from_generation: p.to.as_ref().map(|(n, _)| *n),
+            })
+            .collect(),
+        generation: None,
+    };
+    if dry_run {
+        return Ok(Some(recovery));
+    }
+    let mut delta = super::page::Delta::new();
+    let mut documents = doc.documents.clone();
+    for p in &parts {
+        match (&p.repository, &p.document) {
+            (Some(name), _) => {
+                let v =
+                    p.to.as_ref()
+                        .map(|(_, d)| super::page::string_value(&d.to_string()));
+                delta.insert(name.to_string(), v);
+            }
+            (None, Some(name)) => match &p.to {
+                Some((_, d)) => {
+                    documents.insert(name.clone(), d.clone());
+                }
+                None => {
+                    documents.remove(name);
+                }
+            },
+            (None, None) => {}
+        }
+    }
+    let table = match state.pages.apply(Some(&doc.repositories), &delta).await? {
+        Some(t) => t,
+        None => state.pages.empty().await?,
+    };
+    let set_back: Vec<String> = recovery
+        .grafted
+        .iter()
+        .map(|g| match g.from_generation {
+            Some(n) => format!("{} to generation {n}'s", g.what),
+            None => format!("{} removed", g.what),
+        })
+        .collect();
+    let next = StateDoc {
+        kind: doc.kind.clone(),
+        generation: doc.generation + 1,
+        parent: Some(current.clone()),
+        time: now_rfc3339(),
+        reason: format!(
+            "recovered: damaged {} ({} tag changes lost)",
+            set_back.join(", "),
+            recovery.lost_tags.len()
+        ),
+        who: who.to_string(),
+        address: None,
+        repositories: table.clone(),
+        documents,
+        changes: None,
+    };
+    let bytes = serde_json::to_vec(&next)?;
+    let new_digest = Digest::sha256_of(&bytes);
+    state
+        .pages
+        .flush(
+            &[table],
+            vec![(new_digest.clone(), bytes::Bytes::from(bytes))],
+        )
+        .await?;
+    store_sync(state).await?;
+    if !state
+        .blobstore()
+        .swap_root(Some(root), &new_digest.to_string())
+        .await?
+    {
+        bail!("another writer changed the state root meanwhile; run the recovery again");
+    }
+    state.forget_root();
+    tracing::warn!(
+        generation = next.generation,
+        parts = parts.len(),
+        "state recovered at the grain of the damage"
+    );
+    recovery.generation = Some(next.generation);
+    Ok(Some(recovery))
+}
+
+async fn store_sync(state: &StateStore) -> Result<()> {
+    state.blobstore().sync().await?;
+    Ok(())
 }

@@ -162,7 +162,10 @@ impl RootCache {
     ) -> Option<Arc<Snapshot>> {
         let mut held = self.held.lock().ok()?;
         let same = match (root, &held.snap.root) {
-            (None, None) => true,
+            // No root, as held: confirmed only when the held empty
+            // snapshot was itself loaded (a new cache holds an empty one
+            // that was never checked against the root's copy).
+            (None, None) => held.checked.is_some(),
             (Some(r), Some(h)) => r.value == h.value,
             _ => false,
         };

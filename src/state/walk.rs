@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{Result, StateDoc, StateError, StateStore, TreeItem};
 use crate::digest::Digest;
+use crate::names::RepositoryName;
 use crate::oci::{self, Manifest};
 use crate::store::{self, StoreError};
 
@@ -81,6 +82,7 @@ fn problem(digest: &Digest, what: &str, e: StateError) -> Result<WalkProblem> {
         StateError::Store(StoreError::Io(io)) if io.kind() != std::io::ErrorKind::InvalidData => {
             Err(StateError::Store(StoreError::Io(io)))
         }
+        e @ StateError::Store(StoreError::Unavailable(_)) => Err(e),
         other => Ok(WalkProblem {
             digest: digest.clone(),
             what: what.to_string(),
@@ -161,6 +163,46 @@ impl StateStore {
             let at = at.unwrap_or_else(|| state.clone());
             problems.push(problem(&at, "repository tree", e)?);
         }
+        self.descend(recorded, visit, &mut problems).await?;
+        Ok(problems)
+    }
+
+    /// Whether the tree of repository `name` (root page `root`) reads
+    /// whole: its pages, every manifest it records and what each names (as
+    /// [`StateStore::walk`] reads them). For a recovery at the grain of the
+    /// damage (`super::recover`). Errors: the blobstore failed.
+    pub async fn repository_verifies(&self, name: &RepositoryName, root: &Digest) -> Result<bool> {
+        let mut recorded = Vec::new();
+        let tree = self
+            .walk_repository_tree(name, root, &mut |item| {
+                if let TreeItem::Manifest {
+                    digest, media_type, ..
+                } = item
+                {
+                    recorded.push((digest, format!("manifest in {name}"), Some(media_type)));
+                }
+                Ok(())
+            })
+            .await;
+        match tree {
+            Ok(()) => {}
+            Err(e) if e.is_damage() => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let mut problems = Vec::new();
+        self.descend(recorded, &mut |_| true, &mut problems).await?;
+        Ok(problems.is_empty())
+    }
+
+    /// Follows each of `recorded` (digest, what it is, recorded media
+    /// type) to what it names, visiting manifests and blobs, and records
+    /// what cannot be read in `problems`.
+    async fn descend(
+        &self,
+        recorded: Vec<(Digest, String, Option<String>)>,
+        visit: &mut (dyn FnMut(Reached) -> bool + Send),
+        problems: &mut Vec<WalkProblem>,
+    ) -> Result<()> {
         // The media type each manifest is recorded with: what it is read
         // as, also where it is reached as an index child or a subject.
         let types: HashMap<Digest, String> = recorded
@@ -198,7 +240,7 @@ impl StateStore {
                 Err(e) => problems.push(problem(&m, &within, e)?),
             }
         }
-        Ok(problems)
+        Ok(())
     }
 
     /// What a manifest refers to: config and layers as blobs, child

@@ -226,7 +226,7 @@ pub async fn damage(store: &dyn Blobstore) -> Result<Option<String>> {
 
 /// Writes this build's marker over a damaged one (`fsck --repair`); what
 /// stood in its place is moved aside to `quarantine/refs-layout.<unix
-/// time>` when it can be read, and removed otherwise. Returns the damage
+/// seconds>.<nanoseconds>` when it can be read, and removed otherwise. Returns the damage
 /// repaired (`None`: nothing to do). Only for a store whose state this
 /// build reads (the caller checked the current state document's kind).
 ///
@@ -235,10 +235,17 @@ pub async fn repair(store: &dyn Blobstore) -> Result<Option<String>> {
     let Read::Damaged(cause) = read(store).await? else {
         return Ok(None);
     };
-    let secs = std::time::SystemTime::now()
+    // Unique to the nanosecond: a second repair within the same second
+    // must not meet the first one's aside (a directory cannot be renamed
+    // over a file).
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let aside = format!("quarantine/refs-layout.{secs}");
+        .unwrap_or_default();
+    let aside = format!(
+        "quarantine/refs-layout.{}.{:09}",
+        now.as_secs(),
+        now.subsec_nanos()
+    );
     if store.rename(LAYOUT_KEY, &aside).await.is_err() {
         store.delete(LAYOUT_KEY).await?;
     }

@@ -83,9 +83,29 @@ pub enum StoreError {
     /// layout marker is not one ([`layout`]); nothing was written.
     #[error("{0}")]
     Layout(String),
+    /// The object store did not answer in time, could not be reached, or
+    /// answered that it is unavailable (HTTP 5xx, throttling) after the
+    /// client's retries: an outage, not a fault of the request
+    /// ([`StoreError::retry_after`]). Every HTTP surface answers it 503
+    /// with `Retry-After` (the registry: `UNAVAILABLE`).
+    #[error("the object store is unavailable: {0}")]
+    Unavailable(String),
 }
 
+/// `Retry-After` of an answer refused because the object store is
+/// unavailable ([`StoreError::Unavailable`]), in seconds: a store outage
+/// is usually a restart or a failover.
+pub const UNAVAILABLE_RETRY_SECS: u64 = 10;
+
 impl StoreError {
+    /// Seconds after which the request that met this error may be tried
+    /// again unchanged: `Some` for [`StoreError::Unavailable`]
+    /// ([`UNAVAILABLE_RETRY_SECS`]), the one rule every HTTP surface maps
+    /// to 503 with `Retry-After`.
+    pub fn retry_after(&self) -> Option<u64> {
+        matches!(self, StoreError::Unavailable(_)).then_some(UNAVAILABLE_RETRY_SECS)
+    }
+
     /// Whether the store is out of space: `ENOSPC`, `EDQUOT`, or free space
     /// below the configured floor ([`space::FreeSpaceFloor`]).
     pub fn is_no_space(&self) -> bool {
@@ -94,6 +114,20 @@ impl StoreError {
             _ => false,
         }
     }
+}
+
+/// [`StoreError::retry_after`] of the first store or state error in the
+/// chain of `e` (an `anyhow` error from a pipeline: an import, an SBOM
+/// read): `Some` when the object store was unavailable.
+pub fn retry_after_in(e: &anyhow::Error) -> Option<u64> {
+    e.chain().find_map(|c| {
+        c.downcast_ref::<StoreError>()
+            .and_then(StoreError::retry_after)
+            .or_else(|| {
+                c.downcast_ref::<crate::state::StateError>()
+                    .and_then(crate::state::StateError::retry_after)
+            })
+    })
 }
 
 /// The result type of store operations.

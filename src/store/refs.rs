@@ -55,9 +55,12 @@ pub async fn write_copy(store: &dyn Blobstore, value: &str) -> Result<()> {
     w.commit().await
 }
 
-/// Makes `refs/root.copy` name what `refs/root` names when the root holds
-/// a digest and the copy does not hold the same (absent, damaged, or
-/// behind: an S3 copy whose write was cut). Returns whether it wrote.
+/// Makes `refs/root.copy` name what `refs/root` names when the root names
+/// an object that verifies (a state document, or its second copy) and the
+/// copy does not hold the same (absent, damaged, or behind: an S3 copy
+/// whose write was cut). A root that names nothing stored (a flipped
+/// digit) is damage the copy outlives: it is left as it is. Returns
+/// whether it wrote.
 ///
 /// Errors: the store failed.
 pub async fn ensure_copy(store: &dyn Blobstore) -> Result<bool> {
@@ -69,6 +72,15 @@ pub async fn ensure_copy(store: &dyn Blobstore) -> Result<bool> {
     };
     if matches!(read_copy(store).await?, Some(Ok(c)) if c == digest) {
         return Ok(false);
+    }
+    match super::get_verified(store, &digest).await {
+        Ok(_) => {}
+        Err(
+            super::StoreError::NotFound(_)
+            | super::StoreError::Corrupt(_)
+            | super::StoreError::Mismatch(_),
+        ) => return Ok(false),
+        Err(e) => return Err(e),
     }
     write_copy(store, &root.value).await?;
     Ok(true)

@@ -180,6 +180,8 @@ pub trait Context: Send + Sync + 'static {
 pub struct TorcxError {
     status: StatusCode,
     message: String,
+    /// `Retry-After` (seconds) of a 503.
+    retry_after: Option<u64>,
 }
 
 impl TorcxError {
@@ -187,6 +189,7 @@ impl TorcxError {
         TorcxError {
             status: StatusCode::NOT_FOUND,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -195,7 +198,30 @@ impl TorcxError {
         TorcxError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: format!("internal error: {e}"),
+            retry_after: None,
         }
+    }
+
+    /// A failed state read: 503 with `Retry-After` when it is worth
+    /// retrying ([`crate::state::StateError::retry_after`]: an unavailable
+    /// object store, a lost root race), else internal.
+    fn state(e: crate::state::StateError) -> TorcxError {
+        match e.retry_after() {
+            Some(secs) => {
+                tracing::warn!(error = %e, "torcx request refused: try again (503)");
+                TorcxError {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    message: e.to_string(),
+                    retry_after: Some(secs),
+                }
+            }
+            None => TorcxError::internal(e),
+        }
+    }
+
+    /// A failed store read: as [`TorcxError::state`].
+    fn store(e: crate::store::StoreError) -> TorcxError {
+        TorcxError::state(e.into())
     }
 }
 
@@ -206,6 +232,10 @@ impl IntoResponse for TorcxError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        if let Some(secs) = self.retry_after {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         res
     }
 }
@@ -331,7 +361,7 @@ async fn file<C: Context>(
     };
     let head = method == Method::HEAD;
     let state = app.state();
-    let snap = state.snapshot().await.map_err(TorcxError::internal)?;
+    let snap = state.snapshot().await.map_err(TorcxError::state)?;
     let doc_digest = snap
         .state
         .as_ref()
@@ -353,7 +383,7 @@ async fn file<C: Context>(
                 state
                     .document(&snap, super::DOCUMENT)
                     .await
-                    .map_err(TorcxError::internal)?
+                    .map_err(TorcxError::state)?
                     .unwrap_or_default(),
             );
             if let Ok(mut slot) = app.torcx().doc.lock() {
@@ -394,7 +424,7 @@ async fn file<C: Context>(
         if let Some(v) = table.vendor_for(&target) {
             let bytes = crate::store::get_verified(&**state.blobstore(), &v.digest)
                 .await
-                .map_err(TorcxError::internal)?;
+                .map_err(TorcxError::store)?;
             let doc = Cached {
                 digest: v.digest.clone(),
                 bytes: Bytes::from(bytes),
@@ -469,7 +499,7 @@ async fn archive(
     let size = store
         .stat(&key)
         .await
-        .map_err(TorcxError::internal)?
+        .map_err(TorcxError::store)?
         .ok_or_else(|| {
             TorcxError::internal(format!("archive {} missing from the store", build.sha256))
         })?;
@@ -486,12 +516,7 @@ async fn archive(
     let body = if head {
         None
     } else {
-        Some(
-            store
-                .stream(&key, read)
-                .await
-                .map_err(TorcxError::internal)?,
-        )
+        Some(store.stream(&key, read).await.map_err(TorcxError::store)?)
     };
     Ok(BlobResponse {
         digest: build.sha256.clone(),

@@ -125,6 +125,19 @@ impl UiError {
         UiError::new(StatusCode::CONFLICT, "CONFLICT", message)
     }
 
+    /// 503 `UNAVAILABLE` with `Retry-After: secs`: a lost root race or an
+    /// unavailable object store, tried again later.
+    pub fn unavailable(message: impl std::fmt::Display, secs: u64) -> UiError {
+        UiError {
+            retry_after: Some(secs),
+            ..UiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "UNAVAILABLE",
+                message.to_string(),
+            )
+        }
+    }
+
     /// 500 (logged).
     pub fn internal(message: impl std::fmt::Display) -> UiError {
         tracing::warn!(error = %message, "console: request failed");
@@ -141,24 +154,25 @@ impl From<crate::state::StateError> for UiError {
         match e {
             crate::state::StateError::NotFound(m) => UiError::not_found(m),
             crate::state::StateError::Store(e) => e.into(),
-            e if e.retry_after().is_some() => UiError {
-                retry_after: e.retry_after(),
-                ..UiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "UNAVAILABLE",
-                    e.to_string(),
-                )
+            e => match e.retry_after() {
+                Some(secs) => UiError::unavailable(e, secs),
+                None => UiError::internal(e),
             },
-            e => UiError::internal(e),
         }
     }
 }
 
 impl From<crate::store::StoreError> for UiError {
+    /// 404 for a missing object; 503 `UNAVAILABLE` with `Retry-After` for
+    /// an unavailable object store ([`crate::store::StoreError::retry_after`]);
+    /// else 500.
     fn from(e: crate::store::StoreError) -> UiError {
         match e {
             crate::store::StoreError::NotFound(_) => UiError::not_found(e.to_string()),
-            e => UiError::internal(e),
+            e => match e.retry_after() {
+                Some(secs) => UiError::unavailable(e, secs),
+                None => UiError::internal(e),
+            },
         }
     }
 }

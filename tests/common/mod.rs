@@ -731,18 +731,28 @@ pub fn assert_tags_served(addr: &str, tags: &[(String, String, String)], what: &
     let (status, _, body) = http(addr, "GET", "/readyz", &[]).unwrap();
     assert_eq!(status, 200, "{what}: {}", String::from_utf8_lossy(&body));
     for (repo, tag, digest) in tags {
-        let (status, headers, _) = http(
-            addr,
-            "HEAD",
-            &format!("/v2/{repo}/manifests/{tag}"),
-            &[("accept", "application/vnd.oci.image.manifest.v1+json")],
-        )
-        .unwrap();
+        let (status, got) = head_manifest(addr, repo, tag);
         assert_eq!(status, 200, "{what}: {repo}:{tag}");
         assert_eq!(
-            header(&headers, "docker-content-digest"),
+            got.as_deref(),
             Some(digest.as_str()),
             "{what}: {repo}:{tag}"
         );
     }
+}
+
+/// `HEAD /v2/<repo>/manifests/<tag>` on `addr` (accepting an OCI image
+/// manifest): the status and the `Docker-Content-Digest` header.
+pub fn head_manifest(addr: &str, repo: &str, tag: &str) -> (u16, Option<String>) {
+    let (status, headers, _) = http(
+        addr,
+        "HEAD",
+        &format!("/v2/{repo}/manifests/{tag}"),
+        &[("accept", "application/vnd.oci.image.manifest.v1+json")],
+    )
+    .unwrap();
+    (
+        status,
+        header(&headers, "docker-content-digest").map(String::from),
+    )
 }

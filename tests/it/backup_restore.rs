@@ -28,7 +28,7 @@ use common::*;
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// What one push attempt got.
-enum Pushed {
+pub(crate) enum Pushed {
     /// 201 for the manifest: its digest.
     Acked(String),
     /// A refusal: the status and `Retry-After`.
@@ -37,7 +37,7 @@ enum Pushed {
 
 /// Pushes an image (config and layer by monolithic POST, then the
 /// manifest at `tag`) over HTTP, stopping at the first refusal.
-fn push_http(addr: &str, repo: &str, tag: &str, seed: u32) -> Pushed {
+pub(crate) fn push_http(addr: &str, repo: &str, tag: &str, seed: u32) -> Pushed {
     let (config, layer) = image_parts(seed);
     for blob in [&config, &layer] {
         let path = format!("/v2/{repo}/blobs/uploads/?digest={}", sha256(blob));

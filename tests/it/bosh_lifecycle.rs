@@ -273,8 +273,15 @@ fn lifecycle(kind: Kind) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Answered by the application (its listener still open): 404 for the
+    // missing tag. On moto, which serves one request at a time, the slow
+    // pull holds the store, so the miss's check of the current root can
+    // pass the store's first-byte deadline: then 503 with Retry-After (an
+    // unavailable store, issue 62), an answer too; a closed listener
+    // would give curl no status at all.
     let late = curl_status(&certs, &[&format!("{base}/v2/lc/app/manifests/none")]);
-    assert_eq!(late.0, "404", "served during the delay");
+    let answered = late.0 == "404" || (kind == Kind::Moto && late.0 == "503");
+    assert!(answered, "served during the delay: {late:?}");
 
     let o = drain.join().unwrap();
     let drained = drain_started.elapsed();

@@ -769,10 +769,13 @@ async fn health_and_readiness(b: Backend) {
     let broken = server::router(Arc::new(App::new(StateStore::new(Arc::new(store)))));
     let r = get(&broken, "/readyz").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
-    // ... and the API answers 500 with a generic message, not a 404.
+    // ... and the API answers 503 UNAVAILABLE with Retry-After (damage the
+    // operator repairs), never a 404 that would read as "no such tag".
     let r = get(&broken, "/v2/library/busybox/tags/list").await;
-    r.error(500, "UNKNOWN");
-    assert_eq!(r.json()["errors"][0]["message"], "internal server error");
+    r.error(503, "UNAVAILABLE");
+    assert_eq!(r.headers["retry-after"], "60");
+    let reason = r.json()["errors"][0]["detail"]["reason"].to_string();
+    assert!(reason.contains("fsck --repair"), "{reason}");
     let _ = &f.app;
 }
 

@@ -163,6 +163,18 @@ impl Pages {
         if let Some((p, _)) = self.staged.lock().ok().and_then(|s| s.get(digest).cloned()) {
             return Ok(p);
         }
+        let read = self.read_stored(digest, keep).await;
+        if let Err(e) = &read
+            && keep
+        {
+            // A reader's page (a walk's damage is fsck's to report).
+            super::note_damage(&*self.store, digest, e).await;
+        }
+        read
+    }
+
+    /// [`Pages::read`] of a page neither cached nor staged.
+    async fn read_stored(&self, digest: &Digest, keep: bool) -> Result<Arc<Page>> {
         let bytes = store::get_verified(&*self.store, digest).await?;
         let corrupt = |cause: String| StateError::Corrupt {
             digest: digest.to_string(),

@@ -12,26 +12,28 @@ pub(super) fn status<E>(e: &SdkError<E, HttpResponse>) -> Option<u16> {
     e.raw_response().map(|r| r.status().as_u16())
 }
 
-/// A store error for a failed request: `NotFound` on 404, else `Io` with
-/// a one-line cause naming the operation and the key
+/// A store error for a failed request (after the client's retries):
+/// `NotFound` on 404; `Unavailable` when the store did not answer in time,
+/// could not be reached, or answered 5xx or 429 (an outage: the caller
+/// answers 503 with `Retry-After`); else `Io`; each with a one-line cause
+/// naming the operation and the key
 /// (`S3 GetObject blobs/...: AccessDenied: Access Denied (HTTP 403)`,
 /// `S3 PutObject refs/root: connection failed: ...: Connection refused (os error 111)`).
 pub(super) fn error<E>(op: &str, key: &str, e: SdkError<E, HttpResponse>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    if status(&e) == Some(404) {
+    let code = status(&e);
+    if code == Some(404) {
         return StoreError::NotFound(key.to_string());
     }
-    let kind = if matches!(e, SdkError::DispatchFailure(_) | SdkError::TimeoutError(_)) {
-        std::io::ErrorKind::ConnectionRefused
-    } else {
-        std::io::ErrorKind::Other
-    };
-    StoreError::Io(std::io::Error::new(
-        kind,
-        format!("S3 {op} {key}: {}", cause(&e)),
-    ))
+    let text = format!("S3 {op} {key}: {}", cause(&e));
+    let outage = matches!(e, SdkError::DispatchFailure(_) | SdkError::TimeoutError(_))
+        || matches!(code, Some(429 | 500..=599));
+    match outage {
+        true => StoreError::Unavailable(text),
+        false => StoreError::Io(std::io::Error::other(text)),
+    }
 }
 
 /// One line saying why `e` failed: for an answer of the service, its error

@@ -129,8 +129,13 @@ impl HttpConnector for Pool {
                 })
             });
         }
+        // The first byte is awaited after the body is sent: a request
+        // body adds one second per MiB to the deadline.
+        let body = request.body().content_length().unwrap_or(0);
         let response = self.client.request(request);
-        let read_timeout = self.read_timeout;
+        let read_timeout = self
+            .read_timeout
+            .map(|t| t + super::S3Timeouts::for_body(body));
         HttpConnectorFuture::new(async move {
             let response = match read_timeout {
                 None => response.await,

@@ -60,7 +60,7 @@ use error::{error, status};
 use read::collect;
 pub use root::EtagForm;
 use root::{Condition, Probe, versioned};
-pub use settings::S3Settings;
+pub use settings::{S3Settings, S3Timeouts};
 
 use super::refs::ROOT_KEY;
 /// Default multipart part size (16 MiB).
@@ -98,6 +98,8 @@ pub struct S3Store {
     /// What reads restored from copies ([`super::copies::Repairs`]).
     repairs: std::sync::Arc<super::copies::Repairs>,
     damage: std::sync::Arc<super::damage::Notes>,
+    /// Deadlines of every call ([`S3Timeouts`]).
+    timeouts: S3Timeouts,
 }
 
 /// The file identity [`HotBlobs`] keeps: none on S3 (blob keys are
@@ -424,7 +426,10 @@ impl Blobstore for S3Store {
             Err(StoreError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
-        Ok(Some(versioned(collect(body, key).await?, etag)))
+        Ok(Some(versioned(
+            collect(body, key, self.timeouts.idle).await?,
+            etag,
+        )))
     }
 
     async fn swap(&self, key: &str, expected: Option<&RootVersion>, value: &str) -> Result<bool> {

@@ -33,16 +33,16 @@ impl S3Store {
         }
         let (body, size, etag) = self.get(key, range).await?;
         let Some(digest) = verify::blob_digest(key) else {
-            return Ok(body_stream(body, key));
+            return Ok(body_stream(body, key, self.timeouts.idle));
         };
         if size <= VERIFY_WHOLE_MAX {
             // Small blobs (every manifest and document) are verified whole first.
             let (bytes, etag) = match range {
-                None => (collect(body, key).await?, etag),
+                None => (collect(body, key, self.timeouts.idle).await?, etag),
                 Some(_) => {
                     drop(body);
                     let (body, _, etag) = self.get(key, None).await?;
-                    (collect(body, key).await?, etag)
+                    (collect(body, key, self.timeouts.idle).await?, etag)
                 }
             };
             self.verify_whole(&digest, &bytes, &etag).await?;
@@ -59,13 +59,13 @@ impl S3Store {
             // at this ETag (verify once); ranges are not verified.
             let check = self.on_verdict(digest.clone(), etag, at);
             return Ok(verify::hashing_stream(
-                body_stream(body, key),
+                body_stream(body, key, self.timeouts.idle),
                 digest,
                 size,
                 check,
             ));
         }
-        Ok(body_stream(body, key))
+        Ok(body_stream(body, key, self.timeouts.idle))
     }
 
     /// `GetObject` of `key` (bytes `start..end` when given): the body and
@@ -220,28 +220,45 @@ impl S3Store {
     }
 }
 
-/// A whole (small) S3 body in memory.
-pub(super) async fn collect(body: S3Body, key: &str) -> Result<Bytes> {
-    Ok(body
-        .collect()
-        .await
-        .map_err(|e| body_error(key, e))?
-        .into_bytes())
+/// A whole (small) S3 body in memory, read within `idle` (the store's
+/// idle deadline: [`super::S3Timeouts::idle`]).
+///
+/// Errors: the body failed, or did not arrive within `idle`
+/// ([`StoreError::Unavailable`]).
+pub(super) async fn collect(body: S3Body, key: &str, idle: Duration) -> Result<Bytes> {
+    match tokio::time::timeout(idle, body.collect()).await {
+        Ok(got) => Ok(got.map_err(|e| body_error(key, e))?.into_bytes()),
+        Err(_) => Err(stalled(key, idle)),
+    }
 }
 
-/// An S3 body as a stream of chunks.
-fn body_stream(body: S3Body, key: &str) -> ByteStream {
+/// The error of a body the store stopped sending for `idle`.
+fn stalled(key: &str, idle: Duration) -> StoreError {
+    StoreError::Unavailable(format!(
+        "S3 GetObject {key}: no byte of the body for {} s",
+        idle.as_secs_f64()
+    ))
+}
+
+/// An S3 body as a stream of chunks; a wait of more than `idle` for the
+/// next chunk fails the stream (a download cut, never completed short).
+/// The deadline runs only while the stream is polled: a client that does
+/// not read holds the body back without it counting.
+fn body_stream(body: S3Body, key: &str, idle: Duration) -> ByteStream {
     let key = key.to_string();
     Box::pin(futures_util::stream::unfold(
-        (body, key),
-        |(mut body, key)| async move {
-            match body.next().await {
-                None => None,
-                Some(Ok(b)) => Some((Ok(b), (body, key))),
-                Some(Err(e)) => {
+        Some((body, key)),
+        move |st| async move {
+            let (mut body, key) = st?;
+            match tokio::time::timeout(idle, body.next()).await {
+                Ok(None) => None,
+                Ok(Some(Ok(b))) => Some((Ok(b), Some((body, key)))),
+                Ok(Some(Err(e))) => {
                     let err = body_error(&key, e);
-                    Some((Err(err), (body, key)))
+                    Some((Err(err), Some((body, key))))
                 }
+                // Stalled: one error, then the stream ends.
+                Err(_) => Some((Err(std::io::Error::other(stalled(&key, idle))), None)),
             }
         },
     ))

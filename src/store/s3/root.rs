@@ -172,6 +172,7 @@ impl S3Store {
         cond: Option<Condition<'_>>,
         form: EtagForm,
     ) -> Result<Put> {
+        let deadlines = self.timeouts.override_for(body.len() as u64);
         let mut req = self
             .client
             .put_object()
@@ -183,7 +184,7 @@ impl S3Store {
             Some(Condition::Match(etag)) => req.if_match(form.write(etag)),
             None => req,
         };
-        match req.send().await {
+        match req.customize().config_override(deadlines).send().await {
             Ok(out) => Ok(Ok(out.e_tag().unwrap_or_default().to_string())),
             // 404 under `If-Match`: the object is gone (AWS S3 answers so).
             Err(e)
@@ -252,7 +253,7 @@ impl S3Store {
         match sent {
             Ok(out) => {
                 let etag = out.e_tag().unwrap_or_default().to_string();
-                let bytes = collect(out.body, key).await?;
+                let bytes = collect(out.body, key, self.timeouts.idle).await?;
                 Ok(RootRead::Changed(Some(versioned(bytes, etag))))
             }
             Err(e) if status(&e) == Some(304) => Ok(RootRead::Unchanged),

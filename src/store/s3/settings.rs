@@ -44,6 +44,67 @@ pub struct S3Settings {
     /// ([`crate::store::copies`]) [default: 1: the object store keeps its
     /// own redundancy].
     pub metadata_copies: u8,
+    /// Deadlines of every request to the object store.
+    pub timeouts: S3Timeouts,
+}
+
+/// Deadlines of every object-store call (issue 62): a store that hangs
+/// (a stopped gateway, a network that drops packets) fails each call
+/// within them, as [`crate::store::StoreError::Unavailable`] (HTTP 503
+/// with `Retry-After`), instead of holding the request for minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct S3Timeouts {
+    /// Making a TCP (and TLS) connection [default: 5 s].
+    pub connect: Duration,
+    /// From sending a request to its response head, per attempt, plus one
+    /// second per MiB of the request's body (a 16 MiB part: 16 s more)
+    /// [default: 10 s].
+    pub first_byte: Duration,
+    /// Between two reads of a response body that wait on the store (a
+    /// streamed blob): past it the body fails and a download is cut, never
+    /// completed short; time the client spends not reading does not count
+    /// [default: 20 s].
+    pub idle: Duration,
+    /// A whole call, every retry included, to its response head (plus one
+    /// second per MiB of a request body, as `first_byte`)
+    /// [default: 30 s].
+    pub operation: Duration,
+}
+
+impl Default for S3Timeouts {
+    fn default() -> S3Timeouts {
+        S3Timeouts {
+            connect: Duration::from_secs(5),
+            first_byte: Duration::from_secs(10),
+            idle: Duration::from_secs(20),
+            operation: Duration::from_secs(30),
+        }
+    }
+}
+
+impl S3Timeouts {
+    /// The time a request body of `bytes` adds to a deadline: one second
+    /// per MiB (an upload at 1 MiB/s or faster never times out).
+    pub fn for_body(bytes: u64) -> Duration {
+        Duration::from_secs(bytes.div_ceil(1 << 20))
+    }
+
+    /// A per-call configuration override carrying the deadlines of a
+    /// request with a body of `body` bytes (an upload: its operation
+    /// deadline grows with its size).
+    pub(super) fn override_for(&self, body: u64) -> aws_sdk_s3::config::Builder {
+        aws_sdk_s3::config::Builder::default().timeout_config(self.sdk(body))
+    }
+
+    /// The SDK's timeout configuration for a request with a body of
+    /// `body` bytes (0: none).
+    pub(super) fn sdk(&self, body: u64) -> aws_smithy_types::timeout::TimeoutConfig {
+        aws_smithy_types::timeout::TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .read_timeout(self.first_byte)
+            .operation_timeout(self.operation + S3Timeouts::for_body(body))
+            .build()
+    }
 }
 
 impl S3Settings {
@@ -66,6 +127,7 @@ impl S3Settings {
             single_writer: false,
             max_retries: 4,
             metadata_copies: 1,
+            timeouts: S3Timeouts::default(),
         }
     }
 
@@ -99,9 +161,7 @@ impl S3Store {
             .with_max_attempts(settings.max_retries + 1)
             .with_initial_backoff(Duration::from_millis(200))
             .with_max_backoff(Duration::from_secs(5));
-        let timeouts = aws_smithy_types::timeout::TimeoutConfig::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build();
+        let timeouts = settings.timeouts.sdk(0);
         let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .http_client(http)
             .region(region)
@@ -131,6 +191,7 @@ impl S3Store {
             copies: settings.metadata_copies.clamp(1, 2),
             repairs: Default::default(),
             damage: Default::default(),
+            timeouts: settings.timeouts,
         })
     }
 }

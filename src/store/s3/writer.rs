@@ -100,6 +100,7 @@ impl S3Writer {
             self.full.clone(),
         );
         let parallel = self.store.parallel_parts;
+        let deadlines = self.store.timeouts.override_for(part.len() as u64);
         let upload = self.multipart().await?;
         while upload.running.len() >= parallel {
             wait_one(upload).await?;
@@ -114,6 +115,8 @@ impl S3Writer {
                 .upload_id(&*id)
                 .part_number(number)
                 .body(S3Body::from(part))
+                .customize()
+                .config_override(deadlines)
                 .send()
                 .await
                 .map_err(|e| error("UploadPart", &full, e))?;
