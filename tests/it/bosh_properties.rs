@@ -114,6 +114,30 @@ fn every_invalid_airlock_property_fails_at_render_naming_it() {
             "airlock.store.s3_single_writer",
         ),
         (
+            with(
+                &s3(&base),
+                "airlock.store.s3_timeouts",
+                json!({"idle": "soon"}),
+            ),
+            "airlock.store.s3_timeouts",
+        ),
+        (
+            with(
+                &s3(&base),
+                "airlock.store.s3_timeouts",
+                json!({"read": "5s"}),
+            ),
+            "airlock.store.s3_timeouts",
+        ),
+        (
+            with(
+                &s3(&base),
+                "airlock.store.s3_timeouts",
+                json!({"connect": "0s"}),
+            ),
+            "airlock.store.s3_timeouts",
+        ),
+        (
             with(&base, "airlock.registry.blob_redirect", json!(1)),
             "airlock.registry.blob_redirect",
         ),

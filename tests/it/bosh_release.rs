@@ -137,6 +137,10 @@ const CONTRACT_KEYS: &[&str] = &[
     "store.s3_region",
     "store.s3_ca_file",
     "store.s3_single_writer",
+    "store.s3_connect_timeout",
+    "store.s3_first_byte_timeout",
+    "store.s3_idle_timeout",
+    "store.s3_operation_timeout",
     "tls.cert",
     "tls.key",
     "tls.client_ca",
@@ -438,7 +442,7 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
         "port": 8443,
         "store": {"url": "s3://blobs/airlock", "s3_endpoint": "https://minio.internal:9000", "s3_region": "eu-central-1",
                   "s3_access_key_id": "AKID", "s3_secret_access_key": "s3cr\"et", "s3_ca": cert,
-                  "s3_single_writer": true},
+                  "s3_single_writer": true, "s3_timeouts": {"first_byte": "20s", "operation": "1m"}},
         "tls": {"cert": cert, "key": std::fs::read_to_string(&key).unwrap(), "client_ca": cert, "ca": cert},
         "users": [{"name": "ops", "password_hash": "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA", "roles": ["admin"]},
                   {"name": "cell", "password_hash": "$argon2id$x", "roles": ["cell"], "repositories": ["stacks/"]}],
@@ -466,6 +470,12 @@ fn airlock_job_renders_s3_tls_users_and_keys() {
     );
     assert!(config["store"].get("path").is_none());
     assert_eq!(config["store"]["s3_single_writer"].as_bool(), Some(true));
+    assert_eq!(
+        config["store"]["s3_first_byte_timeout"].as_str(),
+        Some("20s")
+    );
+    assert_eq!(config["store"]["s3_operation_timeout"].as_str(), Some("1m"));
+    assert!(config["store"].get("s3_idle_timeout").is_none());
     let s3_ca = config["store"]["s3_ca_file"].as_str().unwrap();
     assert_eq!(std::fs::read_to_string(s3_ca).unwrap().trim(), cert.trim());
     let tls_cert = config["tls"]["cert"].as_str().unwrap();
