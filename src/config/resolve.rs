@@ -194,6 +194,11 @@ impl StoreSection {
             }
             *slot = d;
         }
+        // An operation deadline set below the default first-byte one
+        // bounds that one too; both set, the operation's must be the larger.
+        if self.s3_first_byte_timeout.is_none() {
+            t.first_byte = t.first_byte.min(t.operation);
+        }
         if t.operation < t.first_byte {
             return Err(ConfigError::value(
                 "store.s3_operation_timeout",

@@ -121,3 +121,37 @@ fn console_section() {
         assert!(e.starts_with(key), "{bad}: {e}");
     }
 }
+
+#[test]
+fn s3_timeouts_default_parse_and_bound_each_other() {
+    use crate::store::s3::S3Timeouts;
+    use std::time::Duration;
+    let timeouts = |toml: &str| {
+        let s = parse(&format!("[store]\nurl = \"s3://b/p\"\n{toml}"), "t").unwrap();
+        s.store.target().map(|t| t.s3.timeouts)
+    };
+    assert_eq!(timeouts("").unwrap(), S3Timeouts::default());
+    let t = timeouts("s3_idle_timeout = \"1m\"\ns3_connect_timeout = \"2s\"").unwrap();
+    assert_eq!(
+        (t.idle, t.connect),
+        (Duration::from_secs(60), Duration::from_secs(2))
+    );
+    // An operation deadline below the default first-byte one bounds it.
+    let t = timeouts("s3_operation_timeout = \"3s\"").unwrap();
+    assert_eq!(
+        (t.operation, t.first_byte),
+        (Duration::from_secs(3), Duration::from_secs(3))
+    );
+    let e = timeouts("s3_operation_timeout = \"3s\"\ns3_first_byte_timeout = \"5s\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("store.s3_operation_timeout"), "{e}");
+    let e = timeouts("s3_idle_timeout = \"0s\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("store.s3_idle_timeout: at least 1s"), "{e}");
+    // A 16 MiB part adds 16 s to its deadlines.
+    assert_eq!(S3Timeouts::for_body(16 << 20), Duration::from_secs(16));
+    assert_eq!(S3Timeouts::for_body(1), Duration::from_secs(1));
+    assert_eq!(S3Timeouts::for_body(0), Duration::ZERO);
+}
