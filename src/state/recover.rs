@@ -327,6 +327,13 @@ pub async fn recover(state: &StateStore, dry_run: bool, who: &str) -> Result<Opt
         lost.push((d.clone(), doc.clone()));
     }
     let Some((digest, doc)) = restored else {
+        if all.is_empty() {
+            // Nothing to restore and nothing a commit could build on: an
+            // import refuses a root that names nothing, so say what is left.
+            bail!(
+                "no state document is stored: refs/root names nothing this store ever held; move refs/root aside to start the store empty (nothing is lost), or restore from a backup"
+            );
+        }
         bail!(
             "no generation in the store verifies ({} state documents found): restore from a backup or re-import",
             all.len()
